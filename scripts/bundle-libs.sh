@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Copies the shared libraries the GPU machine lacks (no cJSON, libmicrohttpd,
+# utf8proc there) beside the binary, in BUILD/lib, which its $ORIGIN/lib rpath finds.
+set -euo pipefail
+build="${1:-build}"
+mkdir -p "$build/lib"
+for lib in libcjson.so.1 libmicrohttpd.so.12 libutf8proc.so.2 libpcre2-8.so.0; do
+    src=$(ldd "$build/lpx" | awk -v l="$lib" '$1==l {print $3}')
+    [ -n "$src" ] && cp -L "$src" "$build/lib/$lib"
+done
+# libmicrohttpd pulls GnuTLS in Debian; carry its closure too when not on Ubuntu's base.
+for dep in $(ldd "$build/lib/libmicrohttpd.so.12" 2>/dev/null | awk '/=>/ {print $3}'); do
+    case "$(basename "$dep")" in libc.so*|libm.so*|libpthread.so*|libdl.so*|ld-linux*) ;; *) cp -Ln "$dep" "$build/lib/" ;; esac
+done
+ls "$build/lib"

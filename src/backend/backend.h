@@ -1,0 +1,75 @@
+/* The backend interface: the one boundary between the engine and the kernels.
+ * CPU (src/backend/cpu/) and CUDA (src/backend/cuda/) implement it; the engine,
+ * scheduler and every front end above it see only this.
+ *
+ * The engine owns KV *block ids* (src/engine/kv_blocks.c); the backend owns the
+ * KV *memory*: n_blocks blocks of block_size token slots, each holding K and V
+ * for every layer. A token at position p of a sequence lives in block
+ * block_table[p / block_size], slot p % block_size. */
+#ifndef LPX_BACKEND_BACKEND_H
+#define LPX_BACKEND_BACKEND_H
+
+#include "lpx.h"
+#include "model/model.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct lpx_backend lpx_backend;
+
+typedef struct lpx_backend_opts {
+    int device;            /* CUDA ordinal; ignored by the CPU backend */
+    int n_threads;         /* CPU: 0 = all cores */
+    int32_t block_size;    /* tokens per KV block (16 by default) */
+    int32_t n_blocks;      /* KV blocks to allocate */
+    int32_t max_batch_tokens; /* most tokens one step may carry */
+    int32_t max_seqs;      /* most sequences one step may carry */
+} lpx_backend_opts;
+
+/* One step over a batch of sequences. Tokens are grouped by sequence: the
+ * tokens of sequence s are tokens[seq_start[s] .. seq_start[s+1]), at
+ * consecutive positions ending at seq_len[s]-1 (a prefill chunk or 1 decode
+ * token). Their K/V are written to the cache, then attention runs over
+ * positions 0 .. seq_len[s]-1 of that sequence. */
+typedef struct lpx_batch {
+    int32_t n_tokens;
+    const int32_t *tokens;      /* [n_tokens] */
+    const int32_t *positions;   /* [n_tokens] */
+    int32_t n_seqs;
+    const int32_t *seq_start;   /* [n_seqs + 1] */
+    const int32_t *seq_len;     /* [n_seqs] context length after this step */
+    const int32_t *block_table; /* [n_seqs][max_blocks] block ids, row-major */
+    int32_t max_blocks;         /* row stride of block_table */
+    int32_t n_logits;
+    const int32_t *logit_rows;  /* [n_logits] token indices whose logits are wanted */
+} lpx_batch;
+
+typedef struct lpx_backend_ops {
+    const char *name;
+    /* Uploads/prepares weights and allocates the KV cache. */
+    lpx_status (*create)(const lpx_model *m, const lpx_backend_opts *o, lpx_backend **out);
+    /* Runs one step; writes float logits [n_logits][vocab_size] to logits (host memory). */
+    lpx_status (*step)(lpx_backend *b, const lpx_batch *batch, float *logits);
+    /* Copies KV slots of one block to another (prefix sharing/forking; optional, may be NULL). */
+    lpx_status (*copy_block)(lpx_backend *b, int32_t src, int32_t dst);
+    /* Bytes of device memory in use (weights + KV + scratch). */
+    size_t (*memory_used)(const lpx_backend *b);
+    void (*destroy)(lpx_backend *b);
+} lpx_backend_ops;
+
+struct lpx_backend {
+    const lpx_backend_ops *ops;
+    const lpx_model *model;
+    lpx_backend_opts opts;
+};
+
+extern const lpx_backend_ops lpx_cpu_backend_ops;
+#ifdef LPX_HAVE_CUDA
+extern const lpx_backend_ops lpx_cuda_backend_ops;
+#endif
+
+/* Bytes of K+V for one token across all layers, as the backend stores it. */
+size_t lpx_kv_bytes_per_token(const lpx_config *c, size_t bytes_per_elem);
+
+#endif

@@ -1,0 +1,19 @@
+/* Subcommands of the lpx program; each is a thin front end over liblpx and
+ * returns the process exit status (0 ok, 1 failure, 2 usage error). */
+#ifndef LPX_CLI_COMMANDS_H
+#define LPX_CLI_COMMANDS_H
+
+typedef struct lpx_command {
+    const char *name;
+    const char *summary;
+    int (*main)(int argc, char **argv); /* argv[0] is the subcommand name */
+} lpx_command;
+
+/* Each cmd_*.c defines one of these. Add new ones to the table in main.c. */
+int cmd_inspect(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

@@ -1,0 +1,38 @@
+/* lpx: one program, every front end a subcommand. */
+#include "cli/commands.h"
+#include "lpx.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const lpx_command commands[] = {
+    {NULL, NULL, NULL},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "lpx %s: fast, dependable inference for small language models\n\n"
+               "usage: lpx <command> [options]   (lpx <command> --help for its options)\n\n"
+               "commands:\n",
+            lpx_version());
+    for (const lpx_command *c = commands; c->name; c++)
+        fprintf(f, "  %-10s %s\n", c->name, c->summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
+        printf("lpx %s\n", lpx_version());
+        return 0;
+    }
+    for (const lpx_command *c = commands; c->name; c++)
+        if (!strcmp(argv[1], c->name)) return c->main(argc - 1, argv + 1);
+    fprintf(stderr, "lpx: unknown command '%s' (lpx --help lists them)\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,144 @@
+/* The loaded model as every backend sees it: a config, and weight tensors that
+ * point into the mmapped file (or into buffers made at load for converted types).
+ *
+ * Conventions shared by all loaders and backends:
+ * - A matrix is stored row-major as [rows = out_features, cols = in_features],
+ *   Hugging Face's nn.Linear layout: y[r] = sum_c W[r][c] * x[c]. GGUF's ne[0]
+ *   is the innermost (cols) dimension, so loaders reverse GGUF shapes.
+ * - Quantized block types (Q8_0, Q4_0, Q4_1) pack blocks of 32 along a row;
+ *   rows never share a block (cols % 32 == 0 is checked at load).
+ * - RoPE: rope_interleaved == false is Hugging Face's rotate_half (pairs i and
+ *   i + head_dim/2); true pairs 2i and 2i+1 (GGUF "llama" files, whose q/k rows
+ *   were permuted by the converter). */
+#ifndef LPX_MODEL_MODEL_H
+#define LPX_MODEL_MODEL_H
+
+#include "lpx.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum lpx_dtype {
+    LPX_DT_F32 = 0,
+    LPX_DT_F16 = 1,
+    LPX_DT_BF16 = 2,
+    LPX_DT_Q8_0 = 3, /* block of 32: f16 scale d, int8 q[32]; x = d*q          (34 bytes) */
+    LPX_DT_Q4_0 = 4, /* block of 32: f16 d, 16 bytes of nibbles; x = d*(q-8)   (18 bytes) */
+    LPX_DT_Q4_1 = 5, /* block of 32: f16 d, f16 m, 16 bytes; x = d*q + m        (20 bytes) */
+    LPX_DT_COUNT = 6,
+} lpx_dtype;
+
+const char *lpx_dtype_name(lpx_dtype t);
+/* Elements per block (1 for plain types) and bytes per block. */
+int lpx_dtype_block_elems(lpx_dtype t);
+int lpx_dtype_block_bytes(lpx_dtype t);
+/* Bytes of a row of n elements; false on overflow or n not a multiple of the block. */
+bool lpx_dtype_row_bytes(lpx_dtype t, int64_t n, size_t *out);
+/* Converts row of n elements of type t to float (n a multiple of the block). */
+void lpx_dequantize_row(lpx_dtype t, const void *src, float *dst, int64_t n);
+
+#define LPX_MAX_DIMS 4
+typedef struct lpx_tensor {
+    char name[96];
+    lpx_dtype type;
+    int n_dims;
+    int64_t shape[LPX_MAX_DIMS]; /* outermost first: a matrix is {rows, cols} */
+    const void *data;            /* validated: data .. data+nbytes lies inside its mapping */
+    size_t nbytes;
+} lpx_tensor;
+
+static inline int64_t lpx_tensor_rows(const lpx_tensor *t) {
+    return t->n_dims == 1 ? 1 : t->shape[0];
+}
+static inline int64_t lpx_tensor_cols(const lpx_tensor *t) { return t->shape[t->n_dims - 1]; }
+
+typedef enum lpx_arch {
+    LPX_ARCH_LLAMA = 0,
+    LPX_ARCH_QWEN2 = 1,
+    LPX_ARCH_QWEN3 = 2,
+    LPX_ARCH_MISTRAL = 3,
+} lpx_arch;
+
+typedef enum lpx_rope_scaling {
+    LPX_ROPE_NONE = 0,
+    LPX_ROPE_LLAMA3 = 1,
+    LPX_ROPE_LINEAR = 2,
+} lpx_rope_scaling;
+
+typedef struct lpx_config {
+    lpx_arch arch;
+    int32_t n_layers;
+    int32_t d_model;     /* hidden_size */
+    int32_t n_heads;     /* query heads */
+    int32_t n_kv_heads;  /* key/value heads (GQA) */
+    int32_t head_dim;    /* may differ from d_model / n_heads (Qwen3) */
+    int32_t d_ff;        /* intermediate_size */
+    int32_t vocab_size;
+    int32_t max_position_embeddings;
+    float rms_norm_eps;
+    float rope_theta;
+    bool rope_interleaved;
+    lpx_rope_scaling rope_scaling;
+    float rope_factor;              /* llama3 and linear */
+    float rope_low_freq_factor;     /* llama3 */
+    float rope_high_freq_factor;    /* llama3 */
+    int32_t rope_original_max_pos;  /* llama3: original_max_position_embeddings */
+    bool qkv_bias;                  /* Qwen2 */
+    bool qk_norm;                   /* Qwen3: RMSNorm over head_dim on q and k */
+    bool tied_embeddings;           /* lm_head == tok_embd */
+    int32_t sliding_window;         /* 0 = none (Mistral may set it) */
+} lpx_config;
+
+typedef struct lpx_layer {
+    const lpx_tensor *attn_norm; /* (d_model) */
+    const lpx_tensor *wq;        /* (n_heads*head_dim, d_model) */
+    const lpx_tensor *wk;        /* (n_kv_heads*head_dim, d_model) */
+    const lpx_tensor *wv;        /* (n_kv_heads*head_dim, d_model) */
+    const lpx_tensor *bq, *bk, *bv; /* (rows of wq/wk/wv), NULL unless qkv_bias */
+    const lpx_tensor *q_norm, *k_norm; /* (head_dim), NULL unless qk_norm */
+    const lpx_tensor *wo;        /* (d_model, n_heads*head_dim) */
+    const lpx_tensor *ffn_norm;  /* (d_model) */
+    const lpx_tensor *w_gate;    /* (d_ff, d_model) */
+    const lpx_tensor *w_up;      /* (d_ff, d_model) */
+    const lpx_tensor *w_down;    /* (d_model, d_ff) */
+} lpx_layer;
+
+typedef struct lpx_weights {
+    const lpx_tensor *tok_embd; /* (vocab_size, d_model) */
+    const lpx_tensor *out_norm; /* (d_model) */
+    const lpx_tensor *lm_head;  /* (vocab_size, d_model); == tok_embd when tied */
+    lpx_layer *layers;          /* [n_layers] */
+} lpx_weights;
+
+/* Defaults from generation_config.json or GGUF metadata. */
+typedef struct lpx_gen_defaults {
+    float temperature; /* < 0: not given */
+    float top_p;       /* < 0: not given */
+    int32_t top_k;     /* < 0: not given */
+    float repetition_penalty; /* < 0: not given */
+    int32_t eos_ids[8];
+    int32_t n_eos;
+    int32_t bos_id; /* -1: none */
+} lpx_gen_defaults;
+
+struct lpx_tokenizer; /* src/tokenizer/tokenizer.h */
+
+struct lpx_model {
+    char path[4096];
+    char format[16];          /* "gguf" or "safetensors" */
+    lpx_config cfg;
+    lpx_weights w;
+    lpx_tensor *tensors;      /* all tensors of the file(s) */
+    int64_t n_tensors;
+    int32_t n_dequantized_at_load;
+    struct lpx_tokenizer *tok;
+    char *chat_template;      /* NUL-terminated, or NULL */
+    lpx_gen_defaults gen;
+    void *impl;               /* loader-private: mappings, owned buffers */
+};
+
+/* Looks up a tensor by name (NULL when absent). */
+const lpx_tensor *lpx_model_find_tensor(const lpx_model *m, const char *name);
+
+#endif

@@ -1,0 +1,48 @@
+/* Tokenizers: byte-level BPE (GPT-2 style: Llama 3, Qwen2/3, SmolLM2) and
+ * SentencePiece-style BPE with byte fallback (Llama 2, Mistral, GGUF "llama"). */
+#ifndef LPX_TOKENIZER_TOKENIZER_H
+#define LPX_TOKENIZER_TOKENIZER_H
+
+#include "lpx.h"
+#include "model/gguf.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct lpx_tokenizer lpx_tokenizer;
+
+/* From a Hugging Face model directory's tokenizer.json (+ tokenizer_config.json
+ * when present, for add_bos/add_eos and special tokens). */
+lpx_status lpx_tokenizer_load_hf(const char *dir, lpx_tokenizer **out);
+/* From tokenizer JSON text held in memory (config_json may be NULL). */
+lpx_status lpx_tokenizer_from_json(const char *json, size_t len, const char *config_json,
+                                   size_t config_len, lpx_tokenizer **out);
+/* From GGUF metadata (tokenizer.ggml.*). */
+lpx_status lpx_tokenizer_load_gguf(const lpx_gguf *g, lpx_tokenizer **out);
+void lpx_tokenizer_free(lpx_tokenizer *t);
+
+int32_t lpx_tokenizer_bos(const lpx_tokenizer *t); /* -1 when none */
+int32_t lpx_tokenizer_eos(const lpx_tokenizer *t); /* -1 when none */
+bool lpx_tokenizer_is_special(const lpx_tokenizer *t, int32_t id);
+/* Token id of an exact token text (special or not), -1 when absent. */
+int32_t lpx_tokenizer_find(const lpx_tokenizer *t, const char *text);
+
+/* Streaming decoder: feed ids one at a time, get the bytes that became complete
+ * UTF-8 text; never emits half a character. */
+typedef struct lpx_detok_stream {
+    const lpx_tokenizer *tok;
+    bool skip_special;
+    unsigned char pending[16];
+    int n_pending;
+    bool first; /* SentencePiece: strip the leading space of the first piece */
+} lpx_detok_stream;
+
+void lpx_detok_stream_init(lpx_detok_stream *s, const lpx_tokenizer *t, bool skip_special);
+/* Appends the newly complete text for id to out (cap bytes, NUL-terminated);
+ * returns the number of bytes written (0 while a character is incomplete). */
+size_t lpx_detok_stream_push(lpx_detok_stream *s, int32_t id, char *out, size_t cap);
+/* Flushes what is left (invalid trailing bytes become U+FFFD). */
+size_t lpx_detok_stream_flush(lpx_detok_stream *s, char *out, size_t cap);
+
+#endif
