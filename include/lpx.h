@@ -100,6 +100,153 @@ lpx_status lpx_chat_render(const lpx_model *m, const lpx_chat_message *msgs, siz
 
 void lpx_free(void *p);
 
+/* ---- engine -------------------------------------------------------------- */
+
+/* An engine serves many concurrent requests on one model: a paged KV cache,
+ * a continuous-batching scheduler with chunked prefill and preemption, the
+ * sampler and the stop logic. submit/cancel/stats are thread-safe; the work
+ * runs either on the engine's own thread (lpx_engine_start) or in the
+ * caller's lpx_engine_step calls, never both. Callbacks run on the thread that
+ * steps the engine, with no engine lock held: they may call submit/cancel/
+ * stats, never lpx_engine_step/stop/destroy. docs/engine.md has the design. */
+typedef struct lpx_engine lpx_engine;
+
+typedef struct lpx_engine_opts {
+    const char *device;             /* "cpu", "cuda", "cuda:N"; NULL or "": cuda when built
+                                       with CUDA and a GPU is usable, else cpu */
+    int32_t max_num_seqs;           /* sequences in one step; 0 = 16 (cpu) / 64 (cuda) */
+    int32_t max_num_batched_tokens; /* tokens in one step; 0 = 512 (cpu) / 2048 (cuda) */
+    int32_t max_model_len;          /* prompt + output; 0 = the model's max positions */
+    int64_t kv_cache_bytes;         /* KV pool budget; 0 = derived (see docs/engine.md) */
+    float gpu_memory_utilization;   /* cuda, when kv_cache_bytes == 0; 0 = 0.9 */
+    int32_t block_size;             /* tokens per KV block; 0 = 16 */
+    int32_t n_threads;              /* cpu threads; 0 = all cores */
+} lpx_engine_opts;
+
+/* Sampling, applied in this order (vLLM's): repetition, presence and frequency
+ * penalties; temperature; min_p; top_k; top_p; then a draw from the per-request
+ * generator seeded by (seed, index of the generated token), so a request gives
+ * the same tokens whatever else is in the batch and across preemptions. */
+typedef struct lpx_sampling_params {
+    float temperature;        /* 0 = greedy (argmax after penalties) */
+    int32_t top_k;            /* 0 or -1 = off */
+    float top_p;              /* in (0, 1]; 1 = off */
+    float min_p;              /* in [0, 1]; 0 = off */
+    float repetition_penalty; /* > 0; 1 = off (transformers: over prompt and output) */
+    float presence_penalty;   /* 0 = off (vLLM: over output tokens) */
+    float frequency_penalty;  /* 0 = off (vLLM: over output tokens) */
+    int64_t seed;             /* < 0: a fresh random seed per request */
+    int32_t logprobs;         /* top-n log-probabilities per token, 0..20 */
+} lpx_sampling_params;
+
+/* One request. The prompt is exactly one of: token ids; text (tokenized with
+ * the tokenizer's BOS/EOS rules, special tokens recognised); chat messages
+ * (rendered with the model's chat template + generation prompt, then
+ * tokenized without adding specials). Everything is copied by submit. */
+typedef struct lpx_request {
+    const int32_t *prompt_ids;
+    size_t n_prompt_ids;
+    const char *prompt_text;
+    const lpx_chat_message *messages;
+    size_t n_messages;
+    lpx_sampling_params sampling;
+    int32_t max_tokens;           /* generated tokens; -1 = up to max_model_len */
+    const char *const *stop;      /* stop strings: end the output, never emitted */
+    size_t n_stop;
+    const int32_t *stop_token_ids; /* extra ids that end the output (kept in token_ids) */
+    size_t n_stop_token_ids;
+    bool ignore_eos;              /* don't stop on the model's EOS ids */
+    bool skip_special;            /* leave special tokens out of the text (default true) */
+} lpx_request;
+
+/* Defaults: greedy, no penalties, random seed, max_tokens -1, skip_special. */
+void lpx_request_init(lpx_request *r);
+void lpx_engine_opts_init(lpx_engine_opts *o);
+
+typedef enum lpx_finish_reason {
+    LPX_FINISH_NONE = 0,      /* not finished */
+    LPX_FINISH_STOP = 1,      /* EOS, a stop token id or a stop string */
+    LPX_FINISH_LENGTH = 2,    /* max_tokens or max_model_len */
+    LPX_FINISH_CANCELLED = 3, /* lpx_engine_cancel */
+    LPX_FINISH_ERROR = 4,     /* the backend failed; see lpx_event.error */
+} lpx_finish_reason;
+
+const char *lpx_finish_reason_name(lpx_finish_reason r); /* "stop", "length", ... */
+
+typedef struct lpx_token_logprob {
+    int32_t id;
+    float logprob;
+} lpx_token_logprob;
+
+/* One callback per generated token, plus the finish (which may come with the
+ * last token or alone, token == -1). text is the output text that became final
+ * with this event: it may be empty (an incomplete UTF-8 character, or text held
+ * back because it could begin a stop string) and a later event may release it.
+ * The concatenation of all texts is the output. Pointers are valid during the
+ * callback only. Logprobs are log-softmax of the logits after penalties and
+ * temperature, before min_p/top_k/top_p (greedy: temperature 1). */
+typedef struct lpx_event {
+    uint64_t id;
+    int32_t token;               /* -1: no new token (a finish alone) */
+    int32_t index;               /* index of this token in the output */
+    const char *text;
+    size_t text_len;
+    float logprob;               /* of token, when sampling.logprobs > 0 */
+    const lpx_token_logprob *top; /* [n_top], most likely first */
+    int32_t n_top;
+    lpx_finish_reason finish;
+    const char *error;           /* finish == LPX_FINISH_ERROR: the message */
+    /* Set on the finish event. */
+    int32_t n_prompt_tokens, n_output_tokens, n_preemptions;
+    double ttft_ms;              /* submit to first token */
+    double total_ms;             /* submit to finish */
+    double decode_tok_s;         /* output tokens after the first / their time */
+} lpx_event;
+
+typedef void (*lpx_event_cb)(const lpx_event *ev, void *user);
+
+/* Loads the backend for opts->device and allocates the KV pool. The model must
+ * outlive the engine. */
+lpx_status lpx_engine_create(const lpx_model *m, const lpx_engine_opts *opts, lpx_engine **out);
+/* Stops the engine thread if running; outstanding requests finish as cancelled. */
+void lpx_engine_destroy(lpx_engine *e);
+
+/* Validates and queues a request; *id identifies it. Refuses (LPX_ERR_TOO_LONG,
+ * with both numbers in the message) a prompt that leaves no room for one output
+ * token within max_model_len or within the whole KV pool, before taking memory. */
+lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb cb, void *user,
+                             uint64_t *id);
+/* Ends a request with LPX_FINISH_CANCELLED at the next step; a finished or
+ * unknown-but-issued id is a no-op. */
+lpx_status lpx_engine_cancel(lpx_engine *e, uint64_t id);
+
+/* Single-threaded use: runs one scheduling step (may run no model step when
+ * idle); *busy tells whether requests remain. Not while the engine thread runs. */
+lpx_status lpx_engine_step(lpx_engine *e, bool *busy);
+/* Runs the engine loop on its own thread until lpx_engine_stop. */
+lpx_status lpx_engine_start(lpx_engine *e);
+void lpx_engine_stop(lpx_engine *e);
+
+typedef struct lpx_engine_stats {
+    char device[32];
+    int64_t n_submitted, n_finished, n_running, n_waiting;
+    int64_t prompt_tokens;      /* prompt tokens of admitted requests */
+    int64_t generated_tokens;
+    int64_t computed_tokens;    /* tokens through the model (prefill + decode + recompute) */
+    int64_t n_steps, n_preemptions;
+    double ttft_ms_mean;        /* over finished requests that produced a token */
+    double busy_s;              /* time inside steps */
+    double tok_s;               /* generated_tokens / busy_s */
+    int32_t block_size;
+    int32_t kv_blocks_total, kv_blocks_used, kv_blocks_peak;
+    int64_t kv_bytes;           /* KV pool size */
+    int32_t max_model_len, max_num_seqs, max_num_batched_tokens;
+    size_t backend_memory;      /* backend's memory_used */
+    size_t peak_rss;            /* this process, bytes */
+} lpx_engine_stats;
+
+lpx_status lpx_engine_get_stats(lpx_engine *e, lpx_engine_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,257 @@
+#include "engine/sampler.h"
+
+#include "base/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+lpx_status lpx_sampler_init(lpx_sampler *s, int32_t vocab) {
+    memset(s, 0, sizeof *s);
+    if (vocab <= 0)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "sampler: vocab %d: expected > 0", vocab);
+    s->vocab = vocab;
+    s->w = malloc((size_t)vocab * sizeof *s->w);
+    s->count = calloc((size_t)vocab, sizeof *s->count);
+    s->seen = calloc((size_t)vocab, 1);
+    s->cand = malloc((size_t)vocab * sizeof *s->cand);
+    if (!s->w || !s->count || !s->seen || !s->cand) {
+        lpx_sampler_free(s);
+        return lpx_errorf(LPX_ERR_NOMEM, "sampler: vocab %d: out of memory", vocab);
+    }
+    return LPX_OK;
+}
+
+void lpx_sampler_free(lpx_sampler *s) {
+    free(s->w);
+    free(s->count);
+    free(s->seen);
+    free(s->cand);
+    memset(s, 0, sizeof *s);
+}
+
+lpx_status lpx_sampling_validate(const lpx_sampling_params *p) {
+    if (!(p->temperature >= 0) || isinf(p->temperature))
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "temperature %g: expected a finite value >= 0",
+                          p->temperature);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "top_p %g: expected a value in (0, 1]", p->top_p);
+    if (!(p->min_p >= 0 && p->min_p <= 1))
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "min_p %g: expected a value in [0, 1]", p->min_p);
+    if (p->top_k < -1)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "top_k %d: expected >= 1, or 0 / -1 for off",
+                          p->top_k);
+    if (!(p->repetition_penalty > 0) || isinf(p->repetition_penalty))
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "repetition_penalty %g: expected a finite value > 0",
+                          p->repetition_penalty);
+    if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "presence/frequency penalty %g/%g: expected finite",
+                          p->presence_penalty, p->frequency_penalty);
+    if (p->logprobs < 0 || p->logprobs > LPX_MAX_LOGPROBS)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "logprobs %d: expected 0..%d", p->logprobs,
+                          LPX_MAX_LOGPROBS);
+    return LPX_OK;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+double lpx_sample_uniform(uint64_t seed, int64_t index) {
+    uint64_t x = splitmix64(splitmix64(seed) ^ (uint64_t)index);
+    return (double)(x >> 11) * (1.0 / 9007199254740992.0); /* 53 bits */
+}
+
+static void apply_penalties(lpx_sampler *s, const lpx_sampling_params *p, float *logits,
+                            const int32_t *prompt, int32_t n_prompt, const int32_t *output,
+                            int32_t n_output) {
+    if (p->repetition_penalty != 1.0f) {
+        float r = p->repetition_penalty;
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t *ids = pass ? output : prompt;
+            int32_t n = pass ? n_output : n_prompt;
+            for (int32_t i = 0; i < n; i++) {
+                int32_t t = ids[i];
+                if (s->seen[t]) continue;
+                s->seen[t] = 1;
+                logits[t] = logits[t] < 0 ? logits[t] * r : logits[t] / r;
+            }
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t *ids = pass ? output : prompt;
+            int32_t n = pass ? n_output : n_prompt;
+            for (int32_t i = 0; i < n; i++)
+                s->seen[ids[i]] = 0;
+        }
+    }
+    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
+        for (int32_t i = 0; i < n_output; i++)
+            s->count[output[i]]++;
+        for (int32_t i = 0; i < n_output; i++) {
+            int32_t t = output[i];
+            if (!s->count[t]) continue; /* already applied for this id */
+            logits[t] -= p->frequency_penalty * (float)s->count[t] + p->presence_penalty;
+            s->count[t] = 0;
+        }
+    }
+}
+
+/* a ranks before b: more probable, then lower id. */
+static inline bool cand_before(const struct lpx_cand *a, const struct lpx_cand *b) {
+    return a->w > b->w || (a->w == b->w && a->id < b->id);
+}
+
+static int cand_cmp(const void *x, const void *y) {
+    const struct lpx_cand *a = x, *b = y;
+    return cand_before(a, b) ? -1 : cand_before(b, a) ? 1 : 0;
+}
+
+/* Moves the k best of c[0..n) to c[0..k) (any order): quickselect. */
+static void select_top(struct lpx_cand *c, int32_t n, int32_t k) {
+    int32_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        struct lpx_cand pivot = c[lo + (hi - lo) / 2];
+        int32_t i = lo, j = hi;
+        while (i <= j) {
+            while (cand_before(&c[i], &pivot))
+                i++;
+            while (cand_before(&pivot, &c[j]))
+                j--;
+            if (i <= j) {
+                struct lpx_cand t = c[i];
+                c[i++] = c[j];
+                c[j--] = t;
+            }
+        }
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
+    }
+}
+
+/* Moves elements with w >= t to the front; returns their count and mass. */
+static int32_t partition_at(struct lpx_cand *c, int32_t n, float t, double *mass) {
+    int32_t m = 0;
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (c[i].w >= t) {
+            struct lpx_cand x = c[i];
+            c[i] = c[m];
+            c[m++] = x;
+            sum += x.w;
+        }
+    *mass = sum;
+    return m;
+}
+
+/* Keeps the smallest most-probable prefix whose mass reaches top_p of the
+ * total (at least one token); sorts that prefix. Only the candidates above a
+ * falling threshold are sorted, which is exact: everything below the
+ * threshold ranks after everything above it. */
+static int32_t apply_top_p(struct lpx_cand *c, int32_t n, float top_p) {
+    double total = 0;
+    for (int32_t i = 0; i < n; i++)
+        total += c[i].w;
+    double want = (double)top_p * total;
+    int32_t m = n;
+    for (float t = 1e-3f; t > 1e-30f; t *= 1e-3f) {
+        double mass;
+        int32_t k = partition_at(c, n, t, &mass);
+        if (mass >= want) {
+            m = k;
+            break;
+        }
+    }
+    qsort(c, (size_t)m, sizeof *c, cand_cmp);
+    double cum = 0;
+    for (int32_t i = 0; i < m; i++) {
+        cum += c[i].w;
+        if (cum >= want) return i + 1;
+    }
+    return m;
+}
+
+static void top_logprobs(const float *logits, int32_t vocab, double lse, int32_t n,
+                         lpx_token_logprob *top) {
+    int32_t have = 0;
+    for (int32_t t = 0; t < vocab; t++) {
+        float l = logits[t];
+        if (have == n && !(l > top[n - 1].logprob)) continue;
+        int32_t j = have < n ? have++ : n - 1;
+        while (j > 0 && l > top[j - 1].logprob) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j].id = t;
+        top[j].logprob = l;
+    }
+    for (int32_t i = 0; i < have; i++)
+        top[i].logprob = (float)(top[i].logprob - lse);
+}
+
+int32_t lpx_sample(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, int64_t index,
+                   float *logits, const int32_t *prompt, int32_t n_prompt, const int32_t *output,
+                   int32_t n_output, lpx_token_logprob *top, float *chosen_lp) {
+    const int32_t V = s->vocab;
+    apply_penalties(s, p, logits, prompt, n_prompt, output, n_output);
+    bool greedy = p->temperature < 1e-5f;
+    if (!greedy && p->temperature != 1.0f)
+        for (int32_t t = 0; t < V; t++)
+            logits[t] /= p->temperature;
+
+    int32_t best = 0;
+    for (int32_t t = 1; t < V; t++)
+        if (logits[t] > logits[best]) best = t;
+    float max = logits[best];
+    double total = 0;
+    for (int32_t t = 0; t < V; t++)
+        total += s->w[t] = expf(logits[t] - max);
+    double lse = max + log(total);
+
+    int32_t chosen = best;
+    if (!greedy) {
+        double u = lpx_sample_uniform(seed, index);
+        bool filter = p->min_p > 0 || (p->top_k > 0 && p->top_k < V) || p->top_p < 1;
+        if (!filter) {
+            double target = u * total, cum = 0;
+            for (int32_t t = 0; t < V; t++) {
+                cum += s->w[t];
+                if (s->w[t] > 0) chosen = t;
+                if (cum > target) break;
+            }
+        } else {
+            struct lpx_cand *c = s->cand;
+            int32_t n = 0;
+            for (int32_t t = 0; t < V; t++) /* w[best] == 1, so min_p is relative to the max */
+                if (s->w[t] >= p->min_p) c[n++] = (struct lpx_cand){s->w[t], t};
+            if (p->top_k > 0 && p->top_k < n) {
+                select_top(c, n, p->top_k);
+                n = p->top_k;
+            }
+            if (p->top_p < 1) n = apply_top_p(c, n, p->top_p);
+            double mass = 0;
+            for (int32_t i = 0; i < n; i++)
+                mass += c[i].w;
+            double target = u * mass, cum = 0;
+            chosen = c[n - 1].id;
+            for (int32_t i = 0; i < n; i++) {
+                cum += c[i].w;
+                if (cum > target) {
+                    chosen = c[i].id;
+                    break;
+                }
+            }
+        }
+    }
+    if (p->logprobs > 0) {
+        top_logprobs(logits, V, lse, p->logprobs, top);
+        *chosen_lp = (float)(logits[chosen] - lse);
+    }
+    return chosen;
+}
