@@ -72,4 +72,9 @@ extern const lpx_backend_ops lpx_cuda_backend_ops;
 /* Bytes of K+V for one token across all layers, as the backend stores it. */
 size_t lpx_kv_bytes_per_token(const lpx_config *c, size_t bytes_per_elem);
 
+/* The one place that maps a device name to a backend: NULL, "" or "cpu" gives
+ * the CPU backend; "cuda" or "cuda:N" the CUDA backend and ordinal N (an
+ * LPX_ERR_UNSUPPORTED error when built without CUDA). */
+lpx_status lpx_backend_select(const char *device, const lpx_backend_ops **ops, int *ordinal);
+
 #endif

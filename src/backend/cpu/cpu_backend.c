@@ -1,0 +1,505 @@
+/* The CPU backend: the reference implementation of the backend interface.
+ *
+ * fp32 arithmetic, weights used in place from the model file (dequantized a row
+ * at a time inside the products), a paged fp32 KV cache, and a thread pool that
+ * splits every product over its output rows and attention over (token, head).
+ *
+ * KV memory: n_blocks contiguous blocks; block b holds, for every layer, K then V
+ * of its block_size slots:
+ *   kv[b][layer][0 = K, 1 = V][slot][kv_head][head_dim]
+ * so copy_block is one memcpy and a layer's keys of one block are contiguous. */
+#include "backend/backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "base/checked.h"
+#include "base/error.h"
+#include "base/threadpool.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cpu_layer_vecs {
+    const float *attn_norm, *ffn_norm; /* (d_model) */
+    const float *bq, *bk, *bv;         /* (q_dim), (kv_dim), (kv_dim), or NULL */
+    const float *q_norm, *k_norm;      /* (head_dim), or NULL */
+} cpu_layer_vecs;
+
+typedef struct cpu_backend {
+    lpx_backend base; /* first: the engine holds an lpx_backend * */
+    lpx_threadpool *pool;
+    int n_threads;
+    int64_t q_dim, kv_dim; /* n_heads * head_dim, n_kv_heads * head_dim */
+    int64_t ctx_cap;       /* n_blocks * block_size: the longest possible context */
+    int64_t block_floats;  /* floats in one KV block */
+    size_t bytes;          /* weights + everything allocated here */
+
+    float *kv;               /* [n_blocks][n_layers][2][block_size][n_kv_heads][head_dim] */
+    float *vec_store;        /* 1-D weights converted to float */
+    cpu_layer_vecs *layers;  /* [n_layers], pointers into vec_store */
+    const float *out_norm;   /* (d_model) */
+    float *inv_freq;         /* (head_dim / 2) RoPE frequencies after scaling */
+
+    /* scratch for up to max_batch_tokens tokens (T) */
+    float *x;        /* [T][d_model] residual stream */
+    float *xb;       /* [T][max(d_model, q_dim)] normed input / attention output */
+    float *q;        /* [T][q_dim] */
+    float *k, *v;    /* [T][kv_dim] */
+    float *gate, *up; /* [T][d_ff] */
+    float *rope_cos, *rope_sin; /* [T][head_dim / 2] */
+    float *rowbuf;   /* [n_threads][max cols] dequantized weight rows */
+    float *scores;   /* [n_threads][ctx_cap] attention weights */
+    int32_t *tok_seq; /* [T] sequence index of each token */
+} cpu_backend;
+
+/* ---- creation ----------------------------------------------------------- */
+
+static lpx_status alloc_floats(cpu_backend *b, float **p, int64_t n, const char *what) {
+    size_t bytes;
+    if (n < 0 || !lpx_mul_size((size_t)n, sizeof(float), &bytes))
+        return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: %s: size overflows", what);
+    *p = calloc(bytes ? bytes : 1, 1);
+    if (!*p) return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: %s: cannot allocate %zu bytes", what, bytes);
+    b->bytes += bytes;
+    return LPX_OK;
+}
+
+static lpx_status check_matrix(const lpx_tensor *t, const char *role, int layer, int64_t rows,
+                               int64_t cols) {
+    if (!t) return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: layer %d: %s missing", layer, role);
+    size_t row_bytes;
+    if (t->n_dims != 2 || t->shape[0] != rows || t->shape[1] != cols)
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "cpu backend: tensor %s (%s): expected shape (%lld, %lld), found %d dims "
+                          "(%lld, %lld)",
+                          t->name, role, (long long)rows, (long long)cols, t->n_dims,
+                          (long long)t->shape[0], (long long)(t->n_dims > 1 ? t->shape[1] : 0));
+    if ((unsigned)t->type >= LPX_DT_COUNT || !lpx_dtype_row_bytes(t->type, cols, &row_bytes))
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "cpu backend: tensor %s: type %d with %lld columns",
+                          t->name, (int)t->type, (long long)cols);
+    size_t want;
+    if (!lpx_mul_size(row_bytes, (size_t)rows, &want) || want != t->nbytes || !t->data)
+        return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: tensor %s: %zu bytes, expected %zu",
+                          t->name, t->nbytes, want);
+    return LPX_OK;
+}
+
+/* Converts a 1-D weight (norm scale, bias) of n elements to float at *dst and
+ * advances *dst; a NULL tensor where optional gives NULL. */
+static lpx_status load_vec(const lpx_tensor *t, const char *role, int64_t n, bool required,
+                           float **dst, const float **out) {
+    *out = NULL;
+    if (!t) {
+        if (required) return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: %s missing", role);
+        return LPX_OK;
+    }
+    size_t bytes;
+    if (t->n_dims != 1 || t->shape[0] != n)
+        return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: tensor %s (%s): expected shape (%lld)",
+                          t->name, role, (long long)n);
+    if ((unsigned)t->type >= LPX_DT_COUNT || !lpx_dtype_row_bytes(t->type, n, &bytes) ||
+        bytes != t->nbytes || !t->data)
+        return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: tensor %s (%s): bad type or size",
+                          t->name, role);
+    cpu_dequantize(t->type, t->data, *dst, n);
+    *out = *dst;
+    *dst += n;
+    return LPX_OK;
+}
+
+/* RoPE inverse frequencies as Hugging Face computes them (in float32), with
+ * Llama 3 or linear scaling applied. */
+static void rope_frequencies(const lpx_config *c, float *inv_freq) {
+    int64_t half = c->head_dim / 2;
+    for (int64_t i = 0; i < half; i++) {
+        float f = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        if (c->rope_scaling == LPX_ROPE_LINEAR) {
+            f /= c->rope_factor;
+        } else if (c->rope_scaling == LPX_ROPE_LLAMA3) {
+            float old_ctx = (float)c->rope_original_max_pos;
+            float low_wavelen = old_ctx / c->rope_low_freq_factor;
+            float high_wavelen = old_ctx / c->rope_high_freq_factor;
+            float wavelen = 2.0f * (float)M_PI / f;
+            if (wavelen > low_wavelen) {
+                f /= c->rope_factor;
+            } else if (wavelen >= high_wavelen) {
+                float smooth = (old_ctx / wavelen - c->rope_low_freq_factor) /
+                               (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                f = (1.0f - smooth) * f / c->rope_factor + smooth * f;
+            }
+        }
+        inv_freq[i] = f;
+    }
+}
+
+static lpx_status check_config(const lpx_config *c) {
+    if (c->n_layers <= 0 || c->d_model <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
+        c->head_dim <= 0 || c->head_dim % 2 || c->d_ff <= 0 || c->vocab_size <= 0 ||
+        c->n_heads % c->n_kv_heads)
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "cpu backend: bad config: %d layers, d_model %d, %d heads, %d kv heads, "
+                          "head_dim %d, d_ff %d, vocab %d",
+                          c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff,
+                          c->vocab_size);
+    if (c->rope_scaling != LPX_ROPE_NONE && !(c->rope_factor > 0))
+        return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: rope scaling factor %g", c->rope_factor);
+    if (c->rope_scaling == LPX_ROPE_LLAMA3 &&
+        !(c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_low_freq_factor > 0 &&
+          c->rope_original_max_pos > 0))
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "cpu backend: llama3 rope: low_freq_factor %g, high_freq_factor %g, "
+                          "original_max_position_embeddings %d",
+                          c->rope_low_freq_factor, c->rope_high_freq_factor,
+                          c->rope_original_max_pos);
+    return LPX_OK;
+}
+
+static lpx_status check_weights(const lpx_model *m) {
+    const lpx_config *c = &m->cfg;
+    const lpx_weights *w = &m->w;
+    int64_t d = c->d_model, q = (int64_t)c->n_heads * c->head_dim,
+            kv = (int64_t)c->n_kv_heads * c->head_dim;
+    LPX_TRY(check_matrix(w->tok_embd, "token embedding", -1, c->vocab_size, d));
+    LPX_TRY(check_matrix(w->lm_head, "lm_head", -1, c->vocab_size, d));
+    if (!w->layers) return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: model has no layers");
+    for (int l = 0; l < c->n_layers; l++) {
+        const lpx_layer *L = &w->layers[l];
+        LPX_TRY(check_matrix(L->wq, "attn_q", l, q, d));
+        LPX_TRY(check_matrix(L->wk, "attn_k", l, kv, d));
+        LPX_TRY(check_matrix(L->wv, "attn_v", l, kv, d));
+        LPX_TRY(check_matrix(L->wo, "attn_output", l, d, q));
+        LPX_TRY(check_matrix(L->w_gate, "ffn_gate", l, c->d_ff, d));
+        LPX_TRY(check_matrix(L->w_up, "ffn_up", l, c->d_ff, d));
+        LPX_TRY(check_matrix(L->w_down, "ffn_down", l, d, c->d_ff));
+    }
+    return LPX_OK;
+}
+
+static void cpu_destroy(lpx_backend *base) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (!b) return;
+    lpx_threadpool_destroy(b->pool);
+    free(b->kv);
+    free(b->vec_store);
+    free(b->layers);
+    free(b->inv_freq);
+    free(b->x);
+    free(b->xb);
+    free(b->q);
+    free(b->k);
+    free(b->v);
+    free(b->gate);
+    free(b->up);
+    free(b->rope_cos);
+    free(b->rope_sin);
+    free(b->rowbuf);
+    free(b->scores);
+    free(b->tok_seq);
+    free(b);
+}
+
+static lpx_status cpu_create_into(cpu_backend *b, const lpx_model *m) {
+    const lpx_config *c = &m->cfg;
+    const lpx_backend_opts *o = &b->base.opts;
+    LPX_TRY(check_config(c));
+    LPX_TRY(check_weights(m));
+    for (int64_t i = 0; i < m->n_tensors; i++) b->bytes += m->tensors[i].nbytes;
+
+    int64_t d = c->d_model, hd = c->head_dim, L = c->n_layers, T = o->max_batch_tokens;
+    b->q_dim = (int64_t)c->n_heads * hd;
+    b->kv_dim = (int64_t)c->n_kv_heads * hd;
+    b->ctx_cap = (int64_t)o->n_blocks * o->block_size;
+    b->block_floats = L * 2 * o->block_size * b->kv_dim;
+    int64_t kv_floats;
+    if (!lpx_mul_i64(b->block_floats, o->n_blocks, &kv_floats))
+        return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: KV cache of %d blocks overflows", o->n_blocks);
+    LPX_TRY(alloc_floats(b, &b->kv, kv_floats, "KV cache"));
+
+    /* 1-D weights: per layer 2 norms, up to 3 biases and 2 q/k norms; out_norm. */
+    int64_t per_layer = 2 * d + b->q_dim + 2 * b->kv_dim + 2 * hd;
+    LPX_TRY(alloc_floats(b, &b->vec_store, L * per_layer + d, "norm weights"));
+    b->layers = calloc((size_t)L, sizeof *b->layers);
+    if (!b->layers) return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: out of memory");
+    float *dst = b->vec_store;
+    for (int l = 0; l < L; l++) {
+        const lpx_layer *src = &m->w.layers[l];
+        cpu_layer_vecs *v = &b->layers[l];
+        LPX_TRY(load_vec(src->attn_norm, "attn_norm", d, true, &dst, &v->attn_norm));
+        LPX_TRY(load_vec(src->ffn_norm, "ffn_norm", d, true, &dst, &v->ffn_norm));
+        LPX_TRY(load_vec(src->bq, "attn_q bias", b->q_dim, c->qkv_bias, &dst, &v->bq));
+        LPX_TRY(load_vec(src->bk, "attn_k bias", b->kv_dim, c->qkv_bias, &dst, &v->bk));
+        LPX_TRY(load_vec(src->bv, "attn_v bias", b->kv_dim, c->qkv_bias, &dst, &v->bv));
+        LPX_TRY(load_vec(src->q_norm, "attn_q_norm", hd, c->qk_norm, &dst, &v->q_norm));
+        LPX_TRY(load_vec(src->k_norm, "attn_k_norm", hd, c->qk_norm, &dst, &v->k_norm));
+    }
+    LPX_TRY(load_vec(m->w.out_norm, "output_norm", d, true, &dst, &b->out_norm));
+
+    LPX_TRY(alloc_floats(b, &b->inv_freq, hd / 2, "rope"));
+    rope_frequencies(c, b->inv_freq);
+
+    LPX_TRY(lpx_threadpool_create(o->n_threads, &b->pool));
+    b->n_threads = lpx_threadpool_size(b->pool);
+    int64_t wide = d > b->q_dim ? d : b->q_dim;
+    int64_t max_cols = wide > c->d_ff ? wide : c->d_ff;
+    LPX_TRY(alloc_floats(b, &b->x, T * d, "activations"));
+    LPX_TRY(alloc_floats(b, &b->xb, T * wide, "activations"));
+    LPX_TRY(alloc_floats(b, &b->q, T * b->q_dim, "activations"));
+    LPX_TRY(alloc_floats(b, &b->k, T * b->kv_dim, "activations"));
+    LPX_TRY(alloc_floats(b, &b->v, T * b->kv_dim, "activations"));
+    LPX_TRY(alloc_floats(b, &b->gate, T * c->d_ff, "activations"));
+    LPX_TRY(alloc_floats(b, &b->up, T * c->d_ff, "activations"));
+    LPX_TRY(alloc_floats(b, &b->rope_cos, T * (hd / 2), "rope"));
+    LPX_TRY(alloc_floats(b, &b->rope_sin, T * (hd / 2), "rope"));
+    LPX_TRY(alloc_floats(b, &b->rowbuf, b->n_threads * max_cols, "row buffers"));
+    int64_t score_floats;
+    if (!lpx_mul_i64(b->ctx_cap, b->n_threads, &score_floats))
+        return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: attention scratch overflows");
+    LPX_TRY(alloc_floats(b, &b->scores, score_floats, "attention scratch"));
+    b->tok_seq = calloc((size_t)T, sizeof *b->tok_seq);
+    if (!b->tok_seq) return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: out of memory");
+    return LPX_OK;
+}
+
+static lpx_status cpu_create(const lpx_model *m, const lpx_backend_opts *o, lpx_backend **out) {
+    *out = NULL;
+    lpx_backend_opts opts = *o;
+    if (opts.block_size == 0) opts.block_size = 16;
+    if (opts.block_size < 0 || opts.n_blocks <= 0 || opts.max_batch_tokens <= 0 ||
+        opts.max_seqs <= 0)
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "cpu backend: block_size %d, n_blocks %d, max_batch_tokens %d, max_seqs "
+                          "%d: all must be positive",
+                          opts.block_size, opts.n_blocks, opts.max_batch_tokens, opts.max_seqs);
+    cpu_backend *b = calloc(1, sizeof *b);
+    if (!b) return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: out of memory");
+    b->base.ops = &lpx_cpu_backend_ops;
+    b->base.model = m;
+    b->base.opts = opts;
+    lpx_status s = cpu_create_into(b, m);
+    if (s != LPX_OK) {
+        cpu_destroy(&b->base);
+        return s;
+    }
+    *out = &b->base;
+    return LPX_OK;
+}
+
+/* ---- one step ----------------------------------------------------------- */
+
+static lpx_status check_batch(const cpu_backend *b, const lpx_batch *bt) {
+    const lpx_backend_opts *o = &b->base.opts;
+    const int32_t vocab = b->base.model->cfg.vocab_size;
+    if (bt->n_tokens <= 0 || bt->n_tokens > o->max_batch_tokens)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cpu backend: batch of %d tokens (limit %d)",
+                          bt->n_tokens, o->max_batch_tokens);
+    if (bt->n_seqs <= 0 || bt->n_seqs > o->max_seqs || bt->max_blocks <= 0)
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "cpu backend: batch of %d sequences (limit %d), %d blocks per row",
+                          bt->n_seqs, o->max_seqs, bt->max_blocks);
+    if (bt->n_logits < 0 || bt->n_logits > bt->n_tokens)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cpu backend: %d logit rows for %d tokens",
+                          bt->n_logits, bt->n_tokens);
+    if (bt->seq_start[0] != 0 || bt->seq_start[bt->n_seqs] != bt->n_tokens)
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "cpu backend: seq_start must run from 0 to n_tokens %d", bt->n_tokens);
+    for (int32_t s = 0; s < bt->n_seqs; s++) {
+        int32_t a = bt->seq_start[s], e = bt->seq_start[s + 1], len = bt->seq_len[s];
+        if (e <= a || len < e - a || (int64_t)len > b->ctx_cap ||
+            (int64_t)len > (int64_t)bt->max_blocks * o->block_size)
+            return lpx_errorf(LPX_ERR_INVALID_ARG,
+                              "cpu backend: sequence %d: tokens %d..%d, context length %d "
+                              "(capacity %lld)",
+                              s, a, e, len, (long long)b->ctx_cap);
+        const int32_t *table = bt->block_table + (int64_t)s * bt->max_blocks;
+        for (int32_t i = 0; i < (len + o->block_size - 1) / o->block_size; i++)
+            if (table[i] < 0 || table[i] >= o->n_blocks)
+                return lpx_errorf(LPX_ERR_INVALID_ARG,
+                                  "cpu backend: sequence %d: block %d is %d (have %d blocks)", s,
+                                  i, table[i], o->n_blocks);
+        for (int32_t t = a; t < e; t++) {
+            if (bt->positions[t] != len - (e - t))
+                return lpx_errorf(LPX_ERR_INVALID_ARG,
+                                  "cpu backend: token %d of sequence %d at position %d, expected %d",
+                                  t, s, bt->positions[t], len - (e - t));
+            if (bt->tokens[t] < 0 || bt->tokens[t] >= vocab)
+                return lpx_errorf(LPX_ERR_INVALID_ARG,
+                                  "cpu backend: token id %d outside the vocabulary (%d)",
+                                  bt->tokens[t], vocab);
+        }
+    }
+    for (int32_t i = 0; i < bt->n_logits; i++)
+        if (bt->logit_rows[i] < 0 || bt->logit_rows[i] >= bt->n_tokens)
+            return lpx_errorf(LPX_ERR_INVALID_ARG, "cpu backend: logit row %d of %d tokens",
+                              bt->logit_rows[i], bt->n_tokens);
+    return LPX_OK;
+}
+
+/* K (which = 0) or V (1) of one token slot of one layer: [n_kv_heads][head_dim]. */
+static float *kv_slot(const cpu_backend *b, int32_t block, int layer, int which, int64_t slot) {
+    int64_t bs = b->base.opts.block_size;
+    return b->kv + block * b->block_floats + ((int64_t)layer * 2 + which) * bs * b->kv_dim +
+           slot * b->kv_dim;
+}
+
+typedef struct attn_ctx {
+    cpu_backend *b;
+    const lpx_batch *bt;
+    int layer;
+} attn_ctx;
+
+/* Attention of items [begin, end), item = token * n_heads + head: softmax of
+ * q.k / sqrt(head_dim) over the sequence's positions up to the token's own
+ * (and inside the sliding window when the model has one), times V. */
+static void attention_items(void *arg, int64_t begin, int64_t end, int thread) {
+    const attn_ctx *a = arg;
+    cpu_backend *b = a->b;
+    const lpx_config *c = &b->base.model->cfg;
+    const lpx_batch *bt = a->bt;
+    const int64_t hd = c->head_dim, bs = b->base.opts.block_size;
+    const int group = c->n_heads / c->n_kv_heads;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *scores = b->scores + (int64_t)thread * b->ctx_cap;
+    for (int64_t it = begin; it < end; it++) {
+        int64_t t = it / c->n_heads;
+        int h = (int)(it % c->n_heads), kvh = h / group;
+        const int32_t *table = bt->block_table + (int64_t)b->tok_seq[t] * bt->max_blocks;
+        int64_t pos = bt->positions[t];
+        int64_t lo = c->sliding_window > 0 && pos >= c->sliding_window
+                         ? pos - c->sliding_window + 1 : 0;
+        const float *q = b->q + t * b->q_dim + h * hd; /* (head_dim) */
+        float *out = b->xb + t * b->q_dim + h * hd;    /* (head_dim) */
+        float mx = -INFINITY;
+        for (int64_t j = lo; j <= pos; j++) {
+            const float *k = kv_slot(b, table[j / bs], a->layer, 0, j % bs) + kvh * hd;
+            float s = cpu_dot(q, k, hd) * scale;
+            scores[j - lo] = s;
+            if (s > mx) mx = s;
+        }
+        float sum = 0.0f;
+        for (int64_t j = lo; j <= pos; j++) {
+            float e = expf(scores[j - lo] - mx);
+            scores[j - lo] = e;
+            sum += e;
+        }
+        memset(out, 0, (size_t)hd * sizeof *out);
+        float inv = 1.0f / sum;
+        for (int64_t j = lo; j <= pos; j++) {
+            const float *v = kv_slot(b, table[j / bs], a->layer, 1, j % bs) + kvh * hd;
+            cpu_axpy(out, scores[j - lo] * inv, v, hd);
+        }
+    }
+}
+
+static void matmul(cpu_backend *b, const cpu_matmul_job *jobs, int n_jobs, const float *x,
+                   int64_t ldx, int64_t n_tok) {
+    const lpx_config *c = &b->base.model->cfg;
+    int64_t wide = c->d_model > b->q_dim ? c->d_model : b->q_dim;
+    cpu_matmul(b->pool, jobs, n_jobs, x, ldx, n_tok, b->rowbuf, wide > c->d_ff ? wide : c->d_ff);
+}
+
+static void layer_forward(cpu_backend *b, const lpx_batch *bt, int l) {
+    const lpx_config *c = &b->base.model->cfg;
+    const lpx_layer *w = &b->base.model->w.layers[l];
+    const cpu_layer_vecs *v = &b->layers[l];
+    const int64_t T = bt->n_tokens, d = c->d_model, hd = c->head_dim, bs = b->base.opts.block_size;
+
+    for (int64_t t = 0; t < T; t++)
+        cpu_rmsnorm(b->xb + t * d, b->x + t * d, v->attn_norm, d, c->rms_norm_eps);
+    cpu_matmul_job qkv[3] = {
+        {w->wq, v->bq, b->q, b->q_dim, false},
+        {w->wk, v->bk, b->k, b->kv_dim, false},
+        {w->wv, v->bv, b->v, b->kv_dim, false},
+    };
+    matmul(b, qkv, 3, b->xb, d, T);
+
+    for (int64_t t = 0; t < T; t++) {
+        const float *cs = b->rope_cos + t * (hd / 2), *sn = b->rope_sin + t * (hd / 2);
+        for (int h = 0; h < c->n_heads; h++) {
+            float *q = b->q + t * b->q_dim + h * hd; /* (head_dim) */
+            if (v->q_norm) cpu_rmsnorm(q, q, v->q_norm, hd, c->rms_norm_eps);
+            cpu_rope(q, cs, sn, hd, c->rope_interleaved);
+        }
+        for (int h = 0; h < c->n_kv_heads; h++) {
+            float *k = b->k + t * b->kv_dim + h * hd; /* (head_dim) */
+            if (v->k_norm) cpu_rmsnorm(k, k, v->k_norm, hd, c->rms_norm_eps);
+            cpu_rope(k, cs, sn, hd, c->rope_interleaved);
+        }
+        /* The chunk's own K/V go into the cache first; causality comes from
+         * each token attending only up to its own position. */
+        const int32_t *table = bt->block_table + (int64_t)b->tok_seq[t] * bt->max_blocks;
+        int64_t pos = bt->positions[t];
+        size_t row = (size_t)b->kv_dim * sizeof(float);
+        memcpy(kv_slot(b, table[pos / bs], l, 0, pos % bs), b->k + t * b->kv_dim, row);
+        memcpy(kv_slot(b, table[pos / bs], l, 1, pos % bs), b->v + t * b->kv_dim, row);
+    }
+
+    attn_ctx a = {b, bt, l};
+    lpx_parallel_for(b->pool, T * c->n_heads, 1, attention_items, &a);
+    cpu_matmul_job o = {w->wo, NULL, b->x, d, true};
+    matmul(b, &o, 1, b->xb, b->q_dim, T);
+
+    for (int64_t t = 0; t < T; t++)
+        cpu_rmsnorm(b->xb + t * d, b->x + t * d, v->ffn_norm, d, c->rms_norm_eps);
+    cpu_matmul_job gu[2] = {
+        {w->w_gate, NULL, b->gate, c->d_ff, false},
+        {w->w_up, NULL, b->up, c->d_ff, false},
+    };
+    matmul(b, gu, 2, b->xb, d, T);
+    cpu_swiglu(b->gate, b->up, T * c->d_ff);
+    cpu_matmul_job down = {w->w_down, NULL, b->x, d, true};
+    matmul(b, &down, 1, b->gate, c->d_ff, T);
+}
+
+static lpx_status cpu_step(lpx_backend *base, const lpx_batch *bt, float *logits) {
+    cpu_backend *b = (cpu_backend *)base;
+    const lpx_model *m = base->model;
+    const lpx_config *c = &m->cfg;
+    LPX_TRY(check_batch(b, bt));
+    const int64_t T = bt->n_tokens, d = c->d_model, half = c->head_dim / 2;
+
+    for (int32_t s = 0; s < bt->n_seqs; s++)
+        for (int32_t t = bt->seq_start[s]; t < bt->seq_start[s + 1]; t++) b->tok_seq[t] = s;
+    for (int64_t t = 0; t < T; t++) {
+        /* Angles in float32 as Hugging Face computes them (position * inv_freq). */
+        for (int64_t i = 0; i < half; i++) {
+            float ang = (float)bt->positions[t] * b->inv_freq[i];
+            b->rope_cos[t * half + i] = cosf(ang);
+            b->rope_sin[t * half + i] = sinf(ang);
+        }
+        const float *e = cpu_weight_row(m->w.tok_embd, bt->tokens[t], b->x + t * d);
+        if (e != b->x + t * d) memcpy(b->x + t * d, e, (size_t)d * sizeof(float));
+    }
+
+    for (int l = 0; l < c->n_layers; l++) layer_forward(b, bt, l);
+
+    if (bt->n_logits == 0) return LPX_OK;
+    for (int32_t i = 0; i < bt->n_logits; i++)
+        cpu_rmsnorm(b->xb + i * d, b->x + (int64_t)bt->logit_rows[i] * d, b->out_norm, d,
+                    c->rms_norm_eps);
+    cpu_matmul_job head = {m->w.lm_head, NULL, logits, c->vocab_size, false};
+    matmul(b, &head, 1, b->xb, d, bt->n_logits);
+    return LPX_OK;
+}
+
+static lpx_status cpu_copy_block(lpx_backend *base, int32_t src, int32_t dst) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (src < 0 || dst < 0 || src >= base->opts.n_blocks || dst >= base->opts.n_blocks)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cpu backend: copy block %d to %d of %d", src, dst,
+                          base->opts.n_blocks);
+    if (src != dst)
+        memcpy(b->kv + dst * b->block_floats, b->kv + src * b->block_floats,
+               (size_t)b->block_floats * sizeof(float));
+    return LPX_OK;
+}
+
+static size_t cpu_memory_used(const lpx_backend *base) {
+    return ((const cpu_backend *)base)->bytes;
+}
+
+const lpx_backend_ops lpx_cpu_backend_ops = {
+    .name = "cpu",
+    .create = cpu_create,
+    .step = cpu_step,
+    .copy_block = cpu_copy_block,
+    .memory_used = cpu_memory_used,
+    .destroy = cpu_destroy,
+};
