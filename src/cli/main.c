@@ -6,6 +6,7 @@
 #include <string.h>
 
 static const lpx_command commands[] = {
+    {"inspect", "model summary: architecture, sizes, dtypes, bytes per token", cmd_inspect},
     {NULL, NULL, NULL},
 };
 

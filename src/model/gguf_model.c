@@ -1,0 +1,207 @@
+/* A model from a GGUF file: hyperparameters from general.architecture and the
+ * <arch>.* keys, tensors kept in their blocks or converted at load, chat
+ * template and special token ids from tokenizer.* metadata. */
+#include "model/ggml.h"
+#include "model/loader.h"
+
+#include "base/checked.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct hp {
+    const lpx_gguf *g;
+    const char *path, *arch;
+} hp;
+
+static lpx_status hp_int(const hp *h, const char *key, int32_t dflt, int32_t *out) {
+    char k[128];
+    int64_t v;
+    snprintf(k, sizeof k, "%s.%s", h->arch, key);
+    if (lpx_gguf_find(h->g, k) < 0) {
+        if (dflt < 0) return lpx_errorf(LPX_ERR_FORMAT, "%s: key %s missing", h->path, k);
+        *out = dflt;
+        return LPX_OK;
+    }
+    if (!lpx_gguf_get_i64(h->g, k, &v) || v < 1 || v > INT32_MAX)
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: key %s must be a positive 32-bit integer", h->path, k);
+    *out = (int32_t)v;
+    return LPX_OK;
+}
+
+static lpx_status hp_float(const hp *h, const char *key, double dflt, float *out) {
+    char k[128];
+    double v;
+    snprintf(k, sizeof k, "%s.%s", h->arch, key);
+    if (lpx_gguf_find(h->g, k) < 0) {
+        if (dflt < 0) return lpx_errorf(LPX_ERR_FORMAT, "%s: key %s missing", h->path, k);
+        *out = (float)dflt;
+        return LPX_OK;
+    }
+    if (!lpx_gguf_get_f64(h->g, k, &v) || !isfinite(v) || v < 0)
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: key %s must be a non-negative float", h->path, k);
+    *out = (float)v;
+    return LPX_OK;
+}
+
+static lpx_status parse_rope(const hp *h, lpx_config *c) {
+    char k[128];
+    const char *s;
+    size_t len;
+    LPX_TRY(hp_float(h, "rope.freq_base", 10000.0, &c->rope_theta));
+    int32_t rot;
+    LPX_TRY(hp_int(h, "rope.dimension_count", c->head_dim, &rot));
+    if (rot != c->head_dim)
+        return lpx_errorf(LPX_ERR_UNSUPPORTED,
+                          "%s: partial rotary embedding (rope.dimension_count %d, head_dim %d) is "
+                          "not supported",
+                          h->path, rot, c->head_dim);
+    c->rope_scaling = LPX_ROPE_NONE;
+    snprintf(k, sizeof k, "%s.rope.scaling.type", h->arch);
+    if (lpx_gguf_get_str(h->g, k, &s, &len) && !(len == 4 && !memcmp(s, "none", 4))) {
+        if (!(len == 6 && !memcmp(s, "linear", 6)))
+            return lpx_errorf(LPX_ERR_UNSUPPORTED,
+                              "%s: %s '%.*s' is not supported (none, linear)", h->path, k,
+                              (int)(len > 32 ? 32 : len), s);
+        c->rope_scaling = LPX_ROPE_LINEAR;
+        LPX_TRY(hp_float(h, "rope.scaling.factor", -1, &c->rope_factor));
+    }
+    return LPX_OK;
+}
+
+static lpx_status parse_hparams(const hp *h, lpx_config *c) {
+    int32_t value_len;
+    LPX_TRY(hp_int(h, "block_count", -1, &c->n_layers));
+    LPX_TRY(hp_int(h, "embedding_length", -1, &c->d_model));
+    LPX_TRY(hp_int(h, "feed_forward_length", -1, &c->d_ff));
+    LPX_TRY(hp_int(h, "attention.head_count", -1, &c->n_heads));
+    LPX_TRY(hp_int(h, "attention.head_count_kv", c->n_heads, &c->n_kv_heads));
+    LPX_TRY(hp_int(h, "context_length", -1, &c->max_position_embeddings));
+    char k[128];
+    snprintf(k, sizeof k, "%s.attention.key_length", h->arch);
+    if (lpx_gguf_find(h->g, k) < 0 && c->d_model % c->n_heads)
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "%s: embedding_length %d is not divisible by head_count %d", h->path,
+                          c->d_model, c->n_heads);
+    LPX_TRY(hp_int(h, "attention.key_length", c->d_model / c->n_heads, &c->head_dim));
+    LPX_TRY(hp_int(h, "attention.value_length", c->head_dim, &value_len));
+    if (value_len != c->head_dim)
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: value_length %d differs from key_length %d",
+                          h->path, value_len, c->head_dim);
+    LPX_TRY(hp_float(h, "attention.layer_norm_rms_epsilon", -1, &c->rms_norm_eps));
+    int32_t vocab;
+    LPX_TRY(hp_int(h, "vocab_size", 0, &vocab));
+    c->vocab_size = vocab; /* 0: taken from the embedding by the checks in model.c */
+    return parse_rope(h, c);
+}
+
+static void gen_from_metadata(const lpx_gguf *g, lpx_gen_defaults *gen) {
+    int64_t v;
+    double f;
+    static const char *eos_keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                     "tokenizer.ggml.eom_token_id"};
+    for (size_t i = 0; i < sizeof eos_keys / sizeof eos_keys[0]; i++) {
+        if (!lpx_gguf_get_i64(g, eos_keys[i], &v) || v < 0 || v > INT32_MAX) continue;
+        bool dup = false;
+        for (int j = 0; j < gen->n_eos; j++) dup |= gen->eos_ids[j] == v;
+        if (!dup) gen->eos_ids[gen->n_eos++] = (int32_t)v;
+    }
+    if (lpx_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) && v >= 0 && v <= INT32_MAX)
+        gen->bos_id = (int32_t)v;
+    if (lpx_gguf_get_f64(g, "general.sampling.temp", &f) && f >= 0) gen->temperature = (float)f;
+    if (lpx_gguf_get_f64(g, "general.sampling.top_p", &f) && f >= 0) gen->top_p = (float)f;
+    if (lpx_gguf_get_f64(g, "general.sampling.penalty_repeat", &f) && f >= 0)
+        gen->repetition_penalty = (float)f;
+    if (lpx_gguf_get_i64(g, "general.sampling.top_k", &v) && v >= 0 && v <= INT32_MAX)
+        gen->top_k = (int32_t)v;
+}
+
+/* Converts a K-quant tensor to an F32 buffer owned by the model. */
+static lpx_status dequantize_at_load(lpx_model *m, const char *path, uint32_t type,
+                                     const void *src, lpx_tensor *t) {
+    int64_t cols = lpx_tensor_cols(t), rows = 1;
+    for (int d = 0; d < t->n_dims - 1; d++) rows *= t->shape[d]; /* fits: checked by the reader */
+    const lpx_ggml_type_info *ti = lpx_ggml_type(type);
+    size_t bytes, src_row = (size_t)(cols / ti->block_elems) * (size_t)ti->block_bytes;
+    if (!lpx_mul_size((size_t)rows * (size_t)cols, sizeof(float), &bytes))
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: F32 size overflows", path, t->name);
+    float *dst = lpx_store_alloc(m->impl, bytes); /* (rows, cols) */
+    if (!dst)
+        return lpx_errorf(LPX_ERR_NOMEM, "%s: tensor %s: cannot allocate %zu bytes to convert %s",
+                          path, t->name, bytes, ti->name);
+    for (int64_t r = 0; r < rows; r++)
+        lpx_ggml_dequantize_row(type, (const uint8_t *)src + (size_t)r * src_row,
+                                dst + (size_t)r * (size_t)cols, cols);
+    t->type = LPX_DT_F32;
+    t->data = dst;
+    t->nbytes = bytes;
+    m->n_dequantized_at_load++;
+    return LPX_OK;
+}
+
+static lpx_status load_tensors(lpx_model *m, const lpx_gguf *g, const char *path) {
+    int64_t n = lpx_gguf_n_tensors(g);
+    m->tensors = calloc((size_t)(n ? n : 1), sizeof *m->tensors);
+    if (!m->tensors) return lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", path);
+    m->n_tensors = n;
+    for (int64_t i = 0; i < n; i++) {
+        lpx_tensor *t = &m->tensors[i];
+        uint32_t type = lpx_gguf_tensor_ggml_type(g, i);
+        const lpx_ggml_type_info *ti = lpx_ggml_type(type);
+        snprintf(t->name, sizeof t->name, "%s", lpx_gguf_tensor_name(g, i));
+        t->n_dims = lpx_gguf_tensor_n_dims(g, i);
+        for (int d = 0; d < t->n_dims; d++) t->shape[d] = lpx_gguf_tensor_dim(g, i, d);
+        const void *data = lpx_gguf_tensor_data(g, i, &t->nbytes);
+        if (ti->lpx_type >= 0) {
+            t->type = (lpx_dtype)ti->lpx_type;
+            t->data = data;
+        } else if (ti->dequant_at_load) {
+            LPX_TRY(dequantize_at_load(m, path, type, data, t));
+        } else {
+            return lpx_errorf(LPX_ERR_UNSUPPORTED,
+                              "%s: tensor %s has type %s, which lpx does not support (F32, F16, "
+                              "BF16, Q8_0, Q4_0, Q4_1; Q4_K, Q5_K, Q6_K converted at load)",
+                              path, t->name, ti->name);
+        }
+    }
+    return LPX_OK;
+}
+
+lpx_status lpx_gguf_model_load(lpx_model *m, const char *path) {
+    lpx_model_store *st = m->impl;
+    LPX_TRY(lpx_gguf_open(path, &st->gguf));
+    const lpx_gguf *g = st->gguf;
+    const char *s;
+    size_t len;
+    if (!lpx_gguf_get_str(g, "general.architecture", &s, &len))
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: key general.architecture missing", path);
+    const lpx_arch_info *ai = lpx_arch_by_gguf(s, len);
+    if (!ai)
+        return lpx_errorf(LPX_ERR_UNSUPPORTED,
+                          "%s: architecture '%.*s' is not supported (llama, qwen2, qwen3)", path,
+                          (int)(len > 32 ? 32 : len), s);
+    lpx_config *c = &m->cfg;
+    c->arch = ai->arch;
+    c->qkv_bias = ai->qkv_bias;
+    c->qk_norm = ai->qk_norm;
+    c->rope_interleaved = ai->gguf_rope_interleaved;
+    hp h = {g, path, ai->gguf_arch};
+    LPX_TRY(parse_hparams(&h, c));
+    LPX_TRY(load_tensors(m, g, path));
+    /* llama.cpp's converter stores Llama 3 rope scaling as per-frequency factors. */
+    if (lpx_model_find_tensor(m, "rope_freqs.weight"))
+        return lpx_errorf(LPX_ERR_UNSUPPORTED,
+                          "%s: tensor rope_freqs.weight (Llama 3 rope scaling in GGUF) is not "
+                          "supported",
+                          path);
+    c->tied_embeddings = !lpx_model_find_tensor(m, "output.weight");
+    gen_from_metadata(g, &m->gen);
+    if (lpx_gguf_get_str(g, "tokenizer.chat_template", &s, &len)) {
+        if (!(m->chat_template = strndup(s, len)))
+            return lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", path);
+    }
+    return LPX_OK;
+}
