@@ -1,0 +1,87 @@
+/* lpx doctor: diagnoses driver, CUDA, GPUs, container and memory; prints fixes.
+ * Exit status: 0 all OK, 1 a FAIL, 3 WARN without FAIL, 2 usage error. */
+#include "cli/commands.h"
+#include "doctor/doctor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lpx doctor [-m MODEL] [--max-model-len L] [--max-num-seqs N] [--json]\n\n"
+            "Checks the NVIDIA driver, CUDA, every GPU (architecture, memory, ECC, PCIe link,\n"
+            "clocks and throttling, temperature, power, persistence, MIG, other processes),\n"
+            "containers and the CPU fallback. Each check prints OK, WARN or FAIL, what was\n"
+            "found and the fix.\n\n"
+            "  -m MODEL            also check that MODEL fits in each GPU's free memory\n"
+            "  --max-model-len L   tokens per sequence for that check (default: the model's)\n"
+            "  --max-num-seqs N    sequences for that check (default 1)\n"
+            "  --json              print the report as JSON\n\n"
+            "exit status: 0 all OK, 1 at least one FAIL, 3 WARN but no FAIL, 2 usage error\n");
+}
+
+static bool parse_i64(const char *s, int64_t *out) {
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || v < 1) return false;
+    *out = v;
+    return true;
+}
+
+int cmd_doctor(int argc, char **argv) {
+    const char *model = NULL;
+    int64_t max_len = 0, max_seqs = 1;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "-m") && has_val) {
+            model = argv[++i];
+        } else if (!strcmp(a, "--max-model-len") && has_val) {
+            if (!parse_i64(argv[++i], &max_len)) {
+                fprintf(stderr, "lpx doctor: --max-model-len needs a positive integer\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--max-num-seqs") && has_val) {
+            if (!parse_i64(argv[++i], &max_seqs)) {
+                fprintf(stderr, "lpx doctor: --max-num-seqs needs a positive integer\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "lpx doctor: unknown or incomplete option '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (model) {
+        fprintf(stderr, "lpx doctor: -m needs the model loader, which is not in this build yet\n");
+        return 1;
+    }
+    lpx_model_need *needp = NULL;
+    lpx_doctor_report r;
+    if (lpx_doctor_run(needp, &r) != LPX_OK) {
+        fprintf(stderr, "lpx doctor: %s\n", lpx_last_error());
+        lpx_doctor_report_free(&r);
+        return 1;
+    }
+    if (json) {
+        char *s = lpx_doctor_json(&r);
+        if (!s) {
+            fprintf(stderr, "lpx doctor: out of memory\n");
+            lpx_doctor_report_free(&r);
+            return 1;
+        }
+        printf("%s\n", s);
+        lpx_free(s);
+    } else {
+        lpx_doctor_print(stdout, &r);
+    }
+    int rc = lpx_check_exit_status(lpx_checks_worst(&r.checks));
+    lpx_doctor_report_free(&r);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* lpx doctor: gathers the readings (host, driver, every GPU), runs the checks of
+ * checks.h over them and prints the verdicts as text or JSON. */
+#ifndef LPX_DOCTOR_DOCTOR_H
+#define LPX_DOCTOR_DOCTOR_H
+
+#include "doctor/checks.h"
+#include "doctor/plan.h"
+
+#include <stdio.h>
+
+typedef struct lpx_doctor_report {
+    lpx_build_facts build;
+    lpx_host_facts host;
+    lpx_telemetry_state state;
+    int n_gpus;
+    lpx_gpu_facts *facts;     /* [n_gpus] */
+    lpx_gpu_sample *samples;  /* [n_gpus] */
+    bool has_need;
+    lpx_model_need need;
+    lpx_checks checks;
+} lpx_doctor_report;
+
+/* Reads /proc, /dev, the environment and the CPU. */
+void lpx_host_facts_read(lpx_host_facts *h);
+
+/* What a model asks of GPU memory: weights + KV of max_num_seqs sequences of
+ * max_model_len tokens + a reserve for context, workspaces and activations. */
+lpx_status lpx_model_need_compute(const lpx_plan_model *m, int64_t max_model_len,
+                                  int64_t max_num_seqs, int64_t reserve, lpx_model_need *out);
+
+/* need may be NULL (no model given). */
+lpx_status lpx_doctor_run(const lpx_model_need *need, lpx_doctor_report *r);
+void lpx_doctor_report_free(lpx_doctor_report *r);
+
+void lpx_doctor_print(FILE *f, const lpx_doctor_report *r);
+/* The report as a JSON document (malloc'd; free with lpx_free), NULL when out of memory. */
+char *lpx_doctor_json(const lpx_doctor_report *r);
+
+#endif

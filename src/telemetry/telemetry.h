@@ -1,0 +1,110 @@
+/* GPU facts from the driver: NVML and the CUDA driver API, both loaded at run time
+ * with dlopen, so lpx has no link-time dependency on the driver and can explain what
+ * is missing on a machine without one. One source for doctor, monitor, the server's
+ * /metrics and bench.
+ *
+ * Every reading may be unavailable (not supported by the GPU or the driver, no
+ * permission, symbol missing in an old libnvidia-ml): such a field holds
+ * LPX_TEL_NA and the reason is appended to the struct's `unread` text. */
+#ifndef LPX_TELEMETRY_TELEMETRY_H
+#define LPX_TELEMETRY_TELEMETRY_H
+
+#include "lpx.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LPX_TEL_NA (-1)
+
+/* Clock event ("throttle") reason bits, as NVML reports them. */
+#define LPX_THR_GPU_IDLE 0x1ULL
+#define LPX_THR_APP_CLOCKS 0x2ULL
+#define LPX_THR_SW_POWER_CAP 0x4ULL
+#define LPX_THR_HW_SLOWDOWN 0x8ULL
+#define LPX_THR_SYNC_BOOST 0x10ULL
+#define LPX_THR_SW_THERMAL 0x20ULL
+#define LPX_THR_HW_THERMAL 0x40ULL
+#define LPX_THR_HW_POWER_BRAKE 0x80ULL
+#define LPX_THR_DISPLAY_CLOCKS 0x100ULL
+
+typedef struct lpx_telemetry lpx_telemetry;
+
+/* What could be loaded and initialised. Texts are "" when there is nothing to say. */
+typedef struct lpx_telemetry_state {
+    bool nvml_loaded;          /* libnvidia-ml.so.1 opened and its required symbols found */
+    bool nvml_ready;           /* nvmlInit_v2 succeeded */
+    char nvml_error[256];      /* why not: dlerror() text, missing symbol, nvmlInit error */
+    bool cuda_loaded;          /* libcuda.so.1 opened (only when asked for) */
+    int cuda_init_result;      /* CUresult of cuInit(0); LPX_TEL_NA when not called */
+    char cuda_error[256];      /* why libcuda failed to load or cuInit failed */
+    char driver_version[80];   /* "580.159.04"; "" unknown */
+    int driver_cuda_version;   /* newest CUDA the driver supports, 1000*major + 10*minor */
+    int nvml_device_count;     /* GPUs NVML sees (all of the machine's, in a container those
+                                  mapped in); 0 when NVML is not ready */
+    int cuda_device_count;     /* GPUs CUDA sees (after CUDA_VISIBLE_DEVICES); LPX_TEL_NA
+                                  when libcuda was not asked for or failed */
+    char missing_symbols[256]; /* optional NVML symbols the library lacks */
+} lpx_telemetry_state;
+
+/* Per-GPU facts that do not change while a program runs. */
+typedef struct lpx_gpu_facts {
+    int index;
+    char name[96];             /* "NVIDIA H200" */
+    char uuid[96];
+    int cc_major, cc_minor;    /* compute capability */
+    int64_t mem_total;         /* bytes */
+    int mem_bus_width;         /* bits */
+    int sm_clock_max_mhz, mem_clock_max_mhz;
+    int pcie_gen_max, pcie_width_max; /* of the link as the system allows */
+    int power_limit_mw;        /* enforced limit */
+    int power_default_limit_mw;
+    int temp_slowdown_c;       /* the GPU slows itself down from here */
+    int temp_shutdown_c;
+    int ecc_current, ecc_pending;   /* 0 off, 1 on */
+    int64_t ecc_uncorrected;   /* volatile uncorrected errors since the driver loaded */
+    int persistence;           /* 0 off, 1 on */
+    int mig_current, mig_pending;   /* 0 off, 1 on */
+    char unread[512];          /* readings NVML did not give, with its reason */
+} lpx_gpu_facts;
+
+/* One sample of the changing readings. */
+typedef struct lpx_gpu_sample {
+    double t;                  /* seconds, CLOCK_MONOTONIC */
+    int util_gpu, util_mem;    /* percent over the driver's last sample period */
+    int64_t mem_total, mem_used, mem_free; /* bytes */
+    int temp_c;
+    int power_mw;
+    int sm_clock_mhz, mem_clock_mhz;
+    int pcie_gen, pcie_width;  /* current link */
+    int64_t pcie_tx_kbps, pcie_rx_kbps; /* KB/s */
+    int64_t throttle;          /* LPX_THR_* bits; LPX_TEL_NA when unknown */
+    char unread[512];
+} lpx_gpu_sample;
+
+typedef struct lpx_gpu_process {
+    uint32_t pid;
+    int64_t mem_used;          /* bytes; LPX_TEL_NA when the driver does not say */
+    char name[64];             /* from /proc/PID/comm; "?" when not visible (other PID namespace) */
+} lpx_gpu_process;
+
+/* Flags for lpx_telemetry_open. */
+#define LPX_TEL_WITH_CUDA 1u   /* also load libcuda.so.1 and call cuInit (doctor) */
+
+/* Never fails for a missing driver: the state says what is missing. Fails only when
+ * memory runs out. */
+lpx_status lpx_telemetry_open(unsigned flags, lpx_telemetry **out);
+void lpx_telemetry_close(lpx_telemetry *t);
+const lpx_telemetry_state *lpx_telemetry_get_state(const lpx_telemetry *t);
+
+lpx_status lpx_telemetry_facts(lpx_telemetry *t, int index, lpx_gpu_facts *out);
+/* LPX_ERR_DEVICE when the GPU stopped answering (fell off the bus). */
+lpx_status lpx_telemetry_sample(lpx_telemetry *t, int index, lpx_gpu_sample *out);
+/* Compute processes on the GPU: writes up to cap, *n_out the full count. */
+lpx_status lpx_telemetry_processes(lpx_telemetry *t, int index, lpx_gpu_process *procs,
+                                   size_t cap, size_t *n_out);
+
+/* "thermal, power cap" style text of throttle bits (idle and sync boost omitted). */
+void lpx_throttle_text(int64_t bits, char *buf, size_t cap);
+
+#endif

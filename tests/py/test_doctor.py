@@ -1,0 +1,88 @@
+"""lpx doctor and lpx monitor end to end. CI has no GPU: there doctor must say so and
+exit with the FAIL status, and monitor must refuse with a clear message. On a machine
+with a GPU the no-GPU assertions are skipped; the JSON ones hold everywhere."""
+import ctypes
+import json
+import subprocess
+
+import pytest
+
+
+def run(*args):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=60)
+
+
+def have_nvml():
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+        return True
+    except OSError:
+        return False
+
+
+no_gpu = pytest.mark.skipif(have_nvml(), reason="a GPU driver is present")
+
+
+@no_gpu
+def test_doctor_without_gpu_says_so_and_fails(lpx_bin):
+    r = run(lpx_bin, "doctor")
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = r.stdout
+    assert "FAIL  gpu.count" in out and "no NVIDIA GPU found" in out
+    assert "libnvidia-ml.so.1" in out
+    assert "OK    cpu.backend" in out and "CPU backend available" in out
+    assert "result: FAIL" in out and "exit status 1" in out
+    assert "lpx runs on its CPU backend" in out
+
+
+def test_doctor_json_is_valid_and_matches_exit_status(lpx_bin):
+    r = run(lpx_bin, "doctor", "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == doc["exit_status"]
+    assert doc["result"] in ("OK", "WARN", "FAIL")
+    levels = [c["level"] for c in doc["checks"]]
+    assert set(levels) <= {"OK", "WARN", "FAIL"}
+    worst = "FAIL" if "FAIL" in levels else "WARN" if "WARN" in levels else "OK"
+    assert doc["result"] == worst
+    assert {"OK": 0, "FAIL": 1, "WARN": 3}[worst] == r.returncode
+    ids = [c["id"] for c in doc["checks"]]
+    assert len(ids) == len(set(ids))
+    for c in doc["checks"]:
+        assert c["found"]
+        if c["level"] != "OK":
+            assert c["fix"], c
+    assert doc["host"]["cpu_cores"] >= 1
+
+
+@no_gpu
+def test_doctor_json_without_gpu(lpx_bin):
+    doc = json.loads(run(lpx_bin, "doctor", "--json").stdout)
+    assert doc["gpus"] == [] and doc["driver"]["nvml"] is False
+    assert doc["exit_status"] == 1
+    count = next(c for c in doc["checks"] if c["id"] == "gpu.count")
+    assert count["level"] == "FAIL" and "no NVIDIA GPU found" in count["found"]
+
+
+def test_doctor_usage(lpx_bin):
+    r = run(lpx_bin, "doctor", "--help")
+    assert r.returncode == 0 and "exit status" in r.stdout
+    r = run(lpx_bin, "doctor", "--bogus")
+    assert r.returncode == 2 and r.stderr.startswith("lpx doctor: ")
+    r = run(lpx_bin, "doctor", "--max-num-seqs", "0")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+@no_gpu
+def test_monitor_without_gpu(lpx_bin):
+    r = run(lpx_bin, "monitor", "--count", "1")
+    assert r.returncode == 1
+    assert r.stderr.startswith("lpx monitor: no NVIDIA GPU to monitor")
+    assert r.stderr.count("\n") == 1 and r.stdout == ""
+
+
+def test_monitor_usage(lpx_bin):
+    assert run(lpx_bin, "monitor", "--help").returncode == 0
+    r = run(lpx_bin, "monitor", "--interval", "0")
+    assert r.returncode == 2 and r.stderr.startswith("lpx monitor: ")
+    r = run(lpx_bin, "monitor", "--url", "http://127.0.0.1:8000")
+    assert r.returncode == 2 and "not available yet" in r.stderr
