@@ -8,17 +8,16 @@
 #include <string.h>
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lpx doctor [-m MODEL] [--max-model-len L] [--max-num-seqs N] [--json]\n\n"
-            "Checks the NVIDIA driver, CUDA, every GPU (architecture, memory, ECC, PCIe link,\n"
-            "clocks and throttling, temperature, power, persistence, MIG, other processes),\n"
-            "containers and the CPU fallback. Each check prints OK, WARN or FAIL, what was\n"
-            "found and the fix.\n\n"
-            "  -m MODEL            also check that MODEL fits in each GPU's free memory\n"
-            "  --max-model-len L   tokens per sequence for that check (default: the model's)\n"
-            "  --max-num-seqs N    sequences for that check (default 1)\n"
-            "  --json              print the report as JSON\n\n"
-            "exit status: 0 all OK, 1 at least one FAIL, 3 WARN but no FAIL, 2 usage error\n");
+    fprintf(f, "usage: lpx doctor [-m MODEL] [--max-model-len L] [--max-num-seqs N] [--json]\n\n"
+               "Checks the NVIDIA driver, CUDA, every GPU (architecture, memory, ECC, PCIe link,\n"
+               "clocks and throttling, temperature, power, persistence, MIG, other processes),\n"
+               "containers and the CPU fallback. Each check prints OK, WARN or FAIL, what was\n"
+               "found and the fix.\n\n"
+               "  -m MODEL            also check that MODEL fits in each GPU's free memory\n"
+               "  --max-model-len L   tokens per sequence for that check (default: the model's)\n"
+               "  --max-num-seqs N    sequences for that check (default 1)\n"
+               "  --json              print the report as JSON\n\n"
+               "exit status: 0 all OK, 1 at least one FAIL, 3 WARN but no FAIL, 2 usage error\n");
 }
 
 static bool parse_i64(const char *s, int64_t *out) {
@@ -58,11 +57,22 @@ int cmd_doctor(int argc, char **argv) {
             return 2;
         }
     }
+    lpx_model_need need, *needp = NULL;
     if (model) {
-        fprintf(stderr, "lpx doctor: -m needs the model loader, which is not in this build yet\n");
-        return 1;
+        lpx_plan_model pm;
+        if (lpx_plan_model_load(model, &pm, NULL) != LPX_OK) {
+            fprintf(stderr, "lpx doctor: %s\n", lpx_last_error());
+            return 1;
+        }
+        if (!max_len) max_len = pm.max_position_embeddings;
+        lpx_plan_params pp;
+        lpx_plan_params_default(&pp);
+        if (lpx_model_need_compute(&pm, max_len, max_seqs, pp.reserve_bytes, &need) != LPX_OK) {
+            fprintf(stderr, "lpx doctor: %s\n", lpx_last_error());
+            return 2;
+        }
+        needp = &need;
     }
-    lpx_model_need *needp = NULL;
     lpx_doctor_report r;
     if (lpx_doctor_run(needp, &r) != LPX_OK) {
         fprintf(stderr, "lpx doctor: %s\n", lpx_last_error());

@@ -8,7 +8,9 @@
 #include <string.h>
 
 static volatile sig_atomic_t stop_requested;
-static void on_signal(int sig) { stop_requested = 1; }
+static void on_signal(int sig) {
+    stop_requested = 1;
+}
 
 static void usage(FILE *f) {
     lpx_monitor_limits l;

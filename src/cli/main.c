@@ -9,6 +9,7 @@ static const lpx_command commands[] = {
     {"inspect", "model summary: architecture, sizes, dtypes, bytes per token", cmd_inspect},
     {"doctor", "diagnose driver, CUDA, GPUs, container and memory; print fixes", cmd_doctor},
     {"monitor", "live GPU telemetry and alerts", cmd_monitor},
+    {"plan", "bandwidth floor and memory plan of a model on a GPU", cmd_plan},
     {NULL, NULL, NULL},
 };
 

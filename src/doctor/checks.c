@@ -9,7 +9,9 @@
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
-static double gib(int64_t b) { return (double)b / GIB; }
+static double gib(int64_t b) {
+    return (double)b / GIB;
+}
 
 static void setv(lpx_check *c, const char *id, lpx_check_level level, const char *fix,
                  const char *fmt, va_list ap) {
@@ -99,8 +101,7 @@ static void eval_cuda_version(const lpx_telemetry_state *st, const lpx_build_fac
     int dmaj = d / 1000, dmin = d % 1000 / 10, rmaj = r / 1000, rmin = r % 1000 / 10;
     char fix[512];
     if (d >= r) {
-        set(c, LPX_CHECK_OK, NULL,
-            "driver %s supports CUDA %d.%d; lpx was built with CUDA %d.%d",
+        set(c, LPX_CHECK_OK, NULL, "driver %s supports CUDA %d.%d; lpx was built with CUDA %d.%d",
             st->driver_version[0] ? st->driver_version : "(version unknown)", dmaj, dmin, rmaj,
             rmin);
     } else if (dmaj == rmaj) {
@@ -127,9 +128,8 @@ static void eval_cuda_version(const lpx_telemetry_state *st, const lpx_build_fac
 }
 
 static const char *container_fix(const lpx_host_facts *h) {
-    if (h->nvidia_visible_set &&
-        (!strcmp(h->nvidia_visible, "void") || !strcmp(h->nvidia_visible, "none") ||
-         !h->nvidia_visible[0]))
+    if (h->nvidia_visible_set && (!strcmp(h->nvidia_visible, "void") ||
+                                  !strcmp(h->nvidia_visible, "none") || !h->nvidia_visible[0]))
         return "NVIDIA_VISIBLE_DEVICES hides every GPU: start the container with "
                "NVIDIA_VISIBLE_DEVICES=all (or GPU indices/UUIDs)";
     return "start the container with the GPU: `docker run --gpus all ...` (the host needs the "
@@ -169,8 +169,8 @@ static void eval_cuda_driver(const lpx_host_facts *h, const lpx_telemetry_state 
         lpx_checks_add(out, id, LPX_CHECK_FAIL,
                        "unset CUDA_VISIBLE_DEVICES or set it to GPU indices/UUIDs that exist "
                        "(nvidia-smi -L)",
-                       "%s with CUDA_VISIBLE_DEVICES=\"%s\": it hides every GPU",
-                       st->cuda_error, h->cuda_visible);
+                       "%s with CUDA_VISIBLE_DEVICES=\"%s\": it hides every GPU", st->cuda_error,
+                       h->cuda_visible);
     else if (r != 0)
         lpx_checks_add(out, id, LPX_CHECK_FAIL,
                        h->in_container ? container_fix(h)
@@ -181,21 +181,23 @@ static void eval_cuda_driver(const lpx_host_facts *h, const lpx_telemetry_state 
         lpx_checks_add(out, id, LPX_CHECK_FAIL,
                        h->cuda_visible_set ? "fix CUDA_VISIBLE_DEVICES (nvidia-smi -L lists GPUs)"
                                            : "check `nvidia-smi`",
-                       "cuInit succeeded but CUDA sees no GPU%s%s%s", h->cuda_visible_set ? " (CUDA_VISIBLE_DEVICES=\"" : "",
+                       "cuInit succeeded but CUDA sees no GPU%s%s%s",
+                       h->cuda_visible_set ? " (CUDA_VISIBLE_DEVICES=\"" : "",
                        h->cuda_visible_set ? h->cuda_visible : "",
                        h->cuda_visible_set ? "\")" : "");
     else
         lpx_checks_add(out, id, LPX_CHECK_OK, NULL,
                        "libcuda.so.1 loaded, cuInit ok, CUDA sees %d GPU(s)%s%s%s",
-                       st->cuda_device_count, h->cuda_visible_set ? " (CUDA_VISIBLE_DEVICES=\"" : "",
+                       st->cuda_device_count,
+                       h->cuda_visible_set ? " (CUDA_VISIBLE_DEVICES=\"" : "",
                        h->cuda_visible_set ? h->cuda_visible : "",
                        h->cuda_visible_set ? "\"; NVML numbers GPUs in PCI order, CUDA "
                                              "fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID)"
                                            : "");
 }
 
-void lpx_eval_host(const lpx_host_facts *h, const lpx_telemetry_state *st,
-                   const lpx_build_facts *b, lpx_checks *out) {
+void lpx_eval_host(const lpx_host_facts *h, const lpx_telemetry_state *st, const lpx_build_facts *b,
+                   lpx_checks *out) {
     bool gpu = st->nvml_ready && st->nvml_device_count > 0;
     /* lpx build */
     if (b->have_cuda)
@@ -214,8 +216,7 @@ void lpx_eval_host(const lpx_host_facts *h, const lpx_telemetry_state *st,
                        "cannot tell: /proc/modules is not readable here%s",
                        gpu ? "; the driver answers through NVML" : "");
     else if (h->nvidia_module)
-        lpx_checks_add(out, "driver.module", LPX_CHECK_OK, NULL,
-                       "nvidia kernel module loaded%s",
+        lpx_checks_add(out, "driver.module", LPX_CHECK_OK, NULL, "nvidia kernel module loaded%s",
                        h->nvidia_uvm_module ? ", nvidia_uvm loaded" : "");
     else if (st->nvml_ready)
         lpx_checks_add(out, "driver.module", LPX_CHECK_OK, NULL,
@@ -347,7 +348,7 @@ static int arch_support(const char *archs, int cc, char *ptx_arch, size_t ptx_ca
             tok[len] = '\0';
             char *end;
             long v = strtol(tok, &end, 10);
-            if (end == tok) return -1; /* native, all, all-major */
+            if (end == tok) return -1;   /* native, all, all-major */
             bool specific = *end == 'a'; /* sm_90a: this exact GPU only, no PTX forward */
             if (*end == 'a' || *end == 'f') end++;
             bool sass = strcmp(end, "-virtual") != 0, ptx = strcmp(end, "-real") != 0;
@@ -359,7 +360,8 @@ static int arch_support(const char *archs, int cc, char *ptx_arch, size_t ptx_ca
             }
         }
         p += len;
-        while (*p == ';' || *p == ',' || *p == ' ') p++;
+        while (*p == ';' || *p == ',' || *p == ' ')
+            p++;
     }
     return best;
 }
@@ -384,8 +386,10 @@ void lpx_eval_arch(const lpx_gpu_facts *f, const lpx_build_facts *b, lpx_check *
              cc);
     switch (arch_support(b->cuda_archs, cc, ptx, sizeof ptx)) {
     case 2:
-        set(c, LPX_CHECK_OK, NULL, "%s, compute capability %d.%d; lpx has sm_%d-compatible "
-            "machine code (built for %s)", f->name, f->cc_major, f->cc_minor, cc, b->cuda_archs);
+        set(c, LPX_CHECK_OK, NULL,
+            "%s, compute capability %d.%d; lpx has sm_%d-compatible "
+            "machine code (built for %s)",
+            f->name, f->cc_major, f->cc_minor, cc, b->cuda_archs);
         break;
     case 1:
         set(c, LPX_CHECK_WARN, fix,
@@ -429,8 +433,7 @@ void lpx_eval_memory(const lpx_gpu_facts *f, const lpx_gpu_sample *s, const lpx_
              "lower --max-model-len or --max-num-seqs (lpx plan -m MODEL shows what fits), use a "
              "quantized model, or free the GPU");
     if (need->total > s->mem_total)
-        set(c, LPX_CHECK_FAIL, fix, "the model needs %s, more than the GPU's %.1f GiB", what,
-            tot);
+        set(c, LPX_CHECK_FAIL, fix, "the model needs %s, more than the GPU's %.1f GiB", what, tot);
     else if (need->total > s->mem_free)
         set(c, LPX_CHECK_FAIL, fix,
             "the model needs %s, only %.1f GiB of %.1f GiB are free (%.1f GiB in use: see "
@@ -440,8 +443,7 @@ void lpx_eval_memory(const lpx_gpu_facts *f, const lpx_gpu_sample *s, const lpx_
         set(c, LPX_CHECK_WARN, fix, "the model needs %s of %.1f GiB free: less than 10%% to spare",
             what, fr);
     else
-        set(c, LPX_CHECK_OK, NULL, "the model needs %s; %.1f GiB of %.1f GiB free", what, fr,
-            tot);
+        set(c, LPX_CHECK_OK, NULL, "the model needs %s; %.1f GiB of %.1f GiB free", what, fr, tot);
 }
 
 void lpx_eval_ecc(const lpx_gpu_facts *f, lpx_check *c) {
@@ -479,8 +481,7 @@ void lpx_eval_pcie(const lpx_gpu_facts *f, const lpx_gpu_sample *s, lpx_check *c
             s->pcie_width, f->pcie_width_max, s->pcie_gen, f->pcie_gen_max,
             100 * s->pcie_width / f->pcie_width_max);
     else if (s->pcie_gen < f->pcie_gen_max && s->util_gpu >= 50)
-        set(c, LPX_CHECK_WARN,
-            "check the BIOS PCIe speed setting, the slot and any riser",
+        set(c, LPX_CHECK_WARN, "check the BIOS PCIe speed setting, the slot and any riser",
             "PCIe gen %d of %d at x%d while the GPU is busy (%d%%)", s->pcie_gen, f->pcie_gen_max,
             s->pcie_width, s->util_gpu);
     else if (s->pcie_gen < f->pcie_gen_max)
@@ -516,8 +517,7 @@ void lpx_eval_clocks(const lpx_gpu_facts *f, const lpx_gpu_sample *s, lpx_check 
             "POWER, sudo nvidia-smi -pl <watts>",
             "%s; power cap active: %s", clk, why);
     else if (t & LPX_THR_APP_CLOCKS)
-        set(c, LPX_CHECK_WARN,
-            "reset clocks: sudo nvidia-smi -rac && sudo nvidia-smi -rgc",
+        set(c, LPX_CHECK_WARN, "reset clocks: sudo nvidia-smi -rac && sudo nvidia-smi -rgc",
             "%s; clocks limited by an application/locked clock setting", clk);
     else
         set(c, LPX_CHECK_OK, NULL, "%s; no throttling%s", clk,
@@ -573,8 +573,7 @@ void lpx_eval_persistence(const lpx_gpu_facts *f, lpx_check *c) {
     if (f->persistence == LPX_TEL_NA)
         set(c, LPX_CHECK_OK, NULL, "persistence mode not reported");
     else if (f->persistence == 0)
-        set(c, LPX_CHECK_WARN,
-            "sudo nvidia-smi -pm 1, or enable the nvidia-persistenced service",
+        set(c, LPX_CHECK_WARN, "sudo nvidia-smi -pm 1, or enable the nvidia-persistenced service",
             "persistence mode off: when no process holds the GPU the driver tears it down, and "
             "each lpx start pays the re-initialisation (seconds)");
     else

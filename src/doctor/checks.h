@@ -19,10 +19,10 @@ typedef enum lpx_check_level {
 } lpx_check_level;
 
 typedef struct lpx_check {
-    char id[32];           /* "driver.module", "gpu0.pcie" */
+    char id[32]; /* "driver.module", "gpu0.pcie" */
     lpx_check_level level;
-    char found[768];       /* what was seen */
-    char fix[512];         /* what to do; "" when nothing */
+    char found[768]; /* what was seen */
+    char fix[512];   /* what to do; "" when nothing */
 } lpx_check;
 
 typedef struct lpx_checks {
@@ -43,35 +43,35 @@ const char *lpx_check_level_name(lpx_check_level l);
 /* How lpx was built. */
 typedef struct lpx_build_facts {
     bool have_cuda;
-    const char *cuda_archs;  /* CMAKE_CUDA_ARCHITECTURES: "90", "80;89;90-real", "native" */
-    int cuda_version;        /* toolkit lpx was built with, 1000*major + 10*minor; 0 none */
+    const char *cuda_archs; /* CMAKE_CUDA_ARCHITECTURES: "90", "80;89;90-real", "native" */
+    int cuda_version;       /* toolkit lpx was built with, 1000*major + 10*minor; 0 none */
 } lpx_build_facts;
 lpx_build_facts lpx_build_facts_get(void);
 
 /* The machine outside the GPU. */
 typedef struct lpx_host_facts {
-    bool modules_readable;       /* /proc/modules could be read */
+    bool modules_readable; /* /proc/modules could be read */
     bool nvidia_module, nvidia_uvm_module, nouveau_module;
     bool dev_nvidiactl, dev_nvidia_uvm;
-    int dev_nvidia_n;            /* /dev/nvidia0, /dev/nvidia1, ... */
+    int dev_nvidia_n; /* /dev/nvidia0, /dev/nvidia1, ... */
     bool in_container;
-    char container_hint[96];     /* "/.dockerenv", "cgroup: kubepods", ... */
+    char container_hint[96]; /* "/.dockerenv", "cgroup: kubepods", ... */
     bool nvidia_visible_set, cuda_visible_set, nvidia_caps_set;
-    char nvidia_visible[128];    /* NVIDIA_VISIBLE_DEVICES */
-    char cuda_visible[128];      /* CUDA_VISIBLE_DEVICES */
-    char nvidia_caps[128];       /* NVIDIA_DRIVER_CAPABILITIES */
-    int cpu_cores;               /* usable by this process */
+    char nvidia_visible[128];         /* NVIDIA_VISIBLE_DEVICES */
+    char cuda_visible[128];           /* CUDA_VISIBLE_DEVICES */
+    char nvidia_caps[128];            /* NVIDIA_DRIVER_CAPABILITIES */
+    int cpu_cores;                    /* usable by this process */
     int64_t ram_total, ram_available; /* bytes */
-    char cpu_features[64];       /* "avx2 fma avx512f" */
+    char cpu_features[64];            /* "avx2 fma avx512f" */
 } lpx_host_facts;
 
 /* Driver, libraries, CUDA version, GPU count, container, CPU fallback. */
-void lpx_eval_host(const lpx_host_facts *h, const lpx_telemetry_state *st,
-                   const lpx_build_facts *b, lpx_checks *out);
+void lpx_eval_host(const lpx_host_facts *h, const lpx_telemetry_state *st, const lpx_build_facts *b,
+                   lpx_checks *out);
 
 /* Memory a model needs on the GPU; need < 0: no model given. */
 typedef struct lpx_model_need {
-    int64_t total;           /* bytes */
+    int64_t total; /* bytes */
     int64_t weights, kv, reserve;
     int64_t max_model_len, max_num_seqs;
 } lpx_model_need;

@@ -46,7 +46,8 @@ static void read_devices(lpx_host_facts *h) {
         const char *p = e->d_name;
         if (strncmp(p, "nvidia", 6) || !p[6]) continue;
         p += 6;
-        while (*p >= '0' && *p <= '9') p++;
+        while (*p >= '0' && *p <= '9')
+            p++;
         if (!*p) h->dev_nvidia_n++;
     }
     closedir(d);
@@ -108,8 +109,7 @@ void lpx_host_facts_read(lpx_host_facts *h) {
     read_container(h);
     read_env("NVIDIA_VISIBLE_DEVICES", &h->nvidia_visible_set, h->nvidia_visible,
              sizeof h->nvidia_visible);
-    read_env("CUDA_VISIBLE_DEVICES", &h->cuda_visible_set, h->cuda_visible,
-             sizeof h->cuda_visible);
+    read_env("CUDA_VISIBLE_DEVICES", &h->cuda_visible_set, h->cuda_visible, sizeof h->cuda_visible);
     read_env("NVIDIA_DRIVER_CAPABILITIES", &h->nvidia_caps_set, h->nvidia_caps,
              sizeof h->nvidia_caps);
     read_cpu(h);
@@ -194,7 +194,8 @@ void lpx_doctor_print(FILE *f, const lpx_doctor_report *r) {
         const lpx_check *c = &r->checks.v[i];
         count[c->level]++;
         fprintf(f, "  %-4s  %-18s %s\n", lpx_check_level_name(c->level), c->id, c->found);
-        if (c->fix[0] && c->level != LPX_CHECK_OK) fprintf(f, "        %-18s fix: %s\n", "", c->fix);
+        if (c->fix[0] && c->level != LPX_CHECK_OK)
+            fprintf(f, "        %-18s fix: %s\n", "", c->fix);
     }
     lpx_check_level w = lpx_checks_worst(&r->checks);
     fprintf(f, "\nresult: %s (%zu OK, %zu WARN, %zu FAIL), exit status %d\n",

@@ -13,8 +13,8 @@ typedef struct lpx_doctor_report {
     lpx_host_facts host;
     lpx_telemetry_state state;
     int n_gpus;
-    lpx_gpu_facts *facts;     /* [n_gpus] */
-    lpx_gpu_sample *samples;  /* [n_gpus] */
+    lpx_gpu_facts *facts;    /* [n_gpus] */
+    lpx_gpu_sample *samples; /* [n_gpus] */
     bool has_need;
     lpx_model_need need;
     lpx_checks checks;

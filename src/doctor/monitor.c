@@ -43,11 +43,13 @@ unsigned lpx_monitor_alerts(const lpx_monitor_limits *l, const lpx_gpu_facts *f,
         int mem_pct = (int)(100 * s->mem_used / s->mem_total);
         if (s->util_gpu >= l->util_high && mem_pct >= l->mem_high) {
             a |= LPX_ALERT_SATURATED;
-            clause(text, cap, "saturated: utilisation %d%% and memory %d%% in use (limits %d%%, "
-                   "%d%%)", s->util_gpu, mem_pct, l->util_high, l->mem_high);
+            clause(text, cap,
+                   "saturated: utilisation %d%% and memory %d%% in use (limits %d%%, "
+                   "%d%%)",
+                   s->util_gpu, mem_pct, l->util_high, l->mem_high);
         }
     }
-    int limit = l->temp_limit_c > 0                    ? l->temp_limit_c
+    int limit = l->temp_limit_c > 0                     ? l->temp_limit_c
                 : f && f->temp_slowdown_c != LPX_TEL_NA ? f->temp_slowdown_c - 5
                                                         : 85;
     if (s->temp_c != LPX_TEL_NA && s->temp_c >= limit) {
@@ -95,8 +97,8 @@ static void clock_text(char *buf, size_t cap) {
 }
 
 static void print_header(FILE *out) {
-    fprintf(out, "# %-8s %3s %4s %4s %15s %5s %13s %11s %13s  %s\n", "time", "gpu", "sm%",
-            "mem%", "fb used/total", "temp", "power/limit", "sm/mem MHz", "pcie rx/tx", "throttle");
+    fprintf(out, "# %-8s %3s %4s %4s %15s %5s %13s %11s %13s  %s\n", "time", "gpu", "sm%", "mem%",
+            "fb used/total", "temp", "power/limit", "sm/mem MHz", "pcie rx/tx", "throttle");
     fprintf(out, "# %-8s %3s %4s %4s %15s %5s %13s %11s %13s\n", "", "", "", "", "GiB", "C", "W",
             "", "MB/s");
 }
@@ -203,8 +205,10 @@ lpx_status lpx_monitor_run(const lpx_monitor_opts *o, FILE *out) {
     lpx_status status = g ? LPX_OK : lpx_errorf(LPX_ERR_NOMEM, "monitor: out of memory");
     for (int i = 0; i < n && status == LPX_OK; i++) {
         g[i].hist = calloc(w, sizeof *g[i].hist);
-        if (!g[i].hist) status = lpx_errorf(LPX_ERR_NOMEM, "monitor: out of memory");
-        else status = lpx_telemetry_facts(t, i, &g[i].facts);
+        if (!g[i].hist)
+            status = lpx_errorf(LPX_ERR_NOMEM, "monitor: out of memory");
+        else
+            status = lpx_telemetry_facts(t, i, &g[i].facts);
     }
     for (long k = 0; status == LPX_OK && (o->count <= 0 || k < o->count); k++) {
         if (o->stop && *o->stop) break;
@@ -218,8 +222,8 @@ lpx_status lpx_monitor_run(const lpx_monitor_opts *o, FILE *out) {
             if (status != LPX_OK) break;
             gs->n++;
             char text[512];
-            unsigned a = lpx_monitor_alerts(&o->limits, &gs->facts, gs->hist, gs->n, text,
-                                            sizeof text);
+            unsigned a =
+                lpx_monitor_alerts(&o->limits, &gs->facts, gs->hist, gs->n, text, sizeof text);
             if (o->json)
                 print_json(out, gs, &gs->hist[gs->n - 1], text);
             else
@@ -227,9 +231,11 @@ lpx_status lpx_monitor_run(const lpx_monitor_opts *o, FILE *out) {
             report_alerts(o, out, gs, a, text, clk);
         }
         fflush(out);
-        if (status == LPX_OK && (o->count <= 0 || k + 1 < o->count)) sleep_s(o->interval_s, o->stop);
+        if (status == LPX_OK && (o->count <= 0 || k + 1 < o->count))
+            sleep_s(o->interval_s, o->stop);
     }
-    for (int i = 0; g && i < n; i++) free(g[i].hist);
+    for (int i = 0; g && i < n; i++)
+        free(g[i].hist);
     free(g);
     lpx_telemetry_close(t);
     return status;

@@ -10,11 +10,11 @@
 #include <stdio.h>
 
 typedef struct lpx_monitor_limits {
-    int util_high;          /* percent: with mem_high, "saturated" */
-    int mem_high;           /* percent of memory in use */
-    int temp_limit_c;       /* 0: the GPU's slowdown threshold - 5 C (85 C when unknown) */
-    int64_t growth_bytes;   /* memory growth over growth_window samples that alerts */
-    int growth_window;      /* samples (>= 2) */
+    int util_high;        /* percent: with mem_high, "saturated" */
+    int mem_high;         /* percent of memory in use */
+    int temp_limit_c;     /* 0: the GPU's slowdown threshold - 5 C (85 C when unknown) */
+    int64_t growth_bytes; /* memory growth over growth_window samples that alerts */
+    int growth_window;    /* samples (>= 2) */
 } lpx_monitor_limits;
 
 enum {
@@ -33,11 +33,11 @@ unsigned lpx_monitor_alerts(const lpx_monitor_limits *l, const lpx_gpu_facts *f,
 
 typedef struct lpx_monitor_opts {
     double interval_s;
-    long count;                    /* samples per GPU; 0: until *stop */
-    bool json;                     /* one JSON object a line instead of the table */
+    long count; /* samples per GPU; 0: until *stop */
+    bool json;  /* one JSON object a line instead of the table */
     lpx_monitor_limits limits;
-    FILE *log;                     /* alerts are appended here too; may be NULL */
-    volatile sig_atomic_t *stop;   /* set by a signal handler to end the loop; may be NULL */
+    FILE *log;                   /* alerts are appended here too; may be NULL */
+    volatile sig_atomic_t *stop; /* set by a signal handler to end the loop; may be NULL */
 } lpx_monitor_opts;
 
 /* Samples until count or *stop. LPX_ERR_DEVICE when there is no GPU to watch. */

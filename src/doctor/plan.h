@@ -16,20 +16,20 @@
 
 /* What plan needs of a model (lpx_model_info has all of it). */
 typedef struct lpx_plan_model {
-    int64_t weight_bytes;           /* held in GPU memory */
-    int64_t decode_bytes_per_step;  /* read per decode step at batch 1 */
-    int64_t kv_bytes_per_token;     /* K and V of every layer */
+    int64_t weight_bytes;          /* held in GPU memory */
+    int64_t decode_bytes_per_step; /* read per decode step at batch 1 */
+    int64_t kv_bytes_per_token;    /* K and V of every layer */
     int64_t max_position_embeddings;
 } lpx_plan_model;
 
 /* A GPU of the built-in table. */
 typedef struct lpx_gpu_spec {
-    const char *key;          /* --gpu name: "h200" */
-    const char *name;         /* "NVIDIA H200 SXM 141GB" */
-    const char *match;        /* substring of the NVML name that picks this row */
-    int64_t mem_bytes;        /* as NVML reports it (MiB granularity) */
-    double bandwidth;         /* bytes/s: datasheet peak */
-    double measured;          /* bytes/s read-only bandwidth measured by lpx; 0: none */
+    const char *key;   /* --gpu name: "h200" */
+    const char *name;  /* "NVIDIA H200 SXM 141GB" */
+    const char *match; /* substring of the NVML name that picks this row */
+    int64_t mem_bytes; /* as NVML reports it (MiB granularity) */
+    double bandwidth;  /* bytes/s: datasheet peak */
+    double measured;   /* bytes/s read-only bandwidth measured by lpx; 0: none */
 } lpx_gpu_spec;
 
 /* Opens a model (lpx_model_open) and takes its sizes; info may be NULL. */
@@ -43,19 +43,19 @@ const lpx_gpu_spec *lpx_gpu_spec_match(const char *nvml_name);
 
 /* The GPU a plan is made for. */
 typedef struct lpx_plan_gpu {
-    char name[96];
+    char name[128];
     int64_t mem_bytes;
-    double bandwidth;         /* bytes/s used for the floor */
+    double bandwidth;           /* bytes/s used for the floor */
     char bandwidth_source[160]; /* where that figure comes from */
 } lpx_plan_gpu;
 
 #define LPX_PLAN_MAX_BATCHES 16
 
 typedef struct lpx_plan_params {
-    int64_t max_model_len;    /* tokens a sequence may reach */
-    int64_t context;          /* average context per sequence for the floor table */
-    double mem_utilization;   /* share of GPU memory lpx may take (vLLM's default 0.9) */
-    int64_t reserve_bytes;    /* CUDA context, workspaces, activations (an estimate) */
+    int64_t max_model_len;  /* tokens a sequence may reach */
+    int64_t context;        /* average context per sequence for the floor table */
+    double mem_utilization; /* share of GPU memory lpx may take (vLLM's default 0.9) */
+    int64_t reserve_bytes;  /* CUDA context, workspaces, activations (an estimate) */
     int64_t batches[LPX_PLAN_MAX_BATCHES];
     int n_batches;
 } lpx_plan_params;
@@ -63,13 +63,13 @@ typedef struct lpx_plan_params {
 typedef struct lpx_plan_row {
     int64_t batch;
     int64_t bytes_per_step;
-    double ms_per_step;       /* floor */
-    double tok_s;             /* all sequences together: batch / step time */
-    bool fits;                /* batch sequences of `context` tokens fit in memory */
+    double ms_per_step; /* floor */
+    double tok_s;       /* all sequences together: batch / step time */
+    bool fits;          /* batch sequences of `context` tokens fit in memory */
 } lpx_plan_row;
 
 typedef struct lpx_plan {
-    double floor_ms;          /* batch 1, empty context: weights alone */
+    double floor_ms; /* batch 1, empty context: weights alone */
     double floor_tok_s;
     int64_t usable_bytes;     /* mem_bytes * mem_utilization */
     int64_t kv_bytes_per_seq; /* at max_model_len */

@@ -76,8 +76,10 @@ typedef struct {
     X(nvmlDeviceGetTotalEccErrors, 0, (nvml_device, int, int, unsigned long long *))               \
     X(nvmlDeviceGetPersistenceMode, 0, (nvml_device, int *))                                       \
     X(nvmlDeviceGetMigMode, 0, (nvml_device, unsigned int *, unsigned int *))                      \
-    X(nvmlDeviceGetComputeRunningProcesses_v3, 0, (nvml_device, unsigned int *, nvml_process_info *)) \
-    X(nvmlDeviceGetComputeRunningProcesses_v2, 0, (nvml_device, unsigned int *, nvml_process_info *))
+    X(nvmlDeviceGetComputeRunningProcesses_v3, 0,                                                  \
+      (nvml_device, unsigned int *, nvml_process_info *))                                          \
+    X(nvmlDeviceGetComputeRunningProcesses_v2, 0,                                                  \
+      (nvml_device, unsigned int *, nvml_process_info *))
 
 /* ---- CUDA driver ABI ----------------------------------------------------------------- */
 
@@ -139,7 +141,7 @@ static void load_nvml(lpx_telemetry *t) {
                  "libnvidia-ml.so.1 lacks %s (driver too old for lpx)", #name);                    \
         ok = false;                                                                                \
     } else if (!t->name)                                                                           \
-        appendf(st->missing_symbols, sizeof st->missing_symbols, "%s%s",                          \
+        appendf(st->missing_symbols, sizeof st->missing_symbols, "%s%s",                           \
                 st->missing_symbols[0] ? " " : "", #name);
     NVML_FUNCS(LOAD_FN)
     if (!ok) return;
@@ -178,7 +180,7 @@ static void load_cuda(lpx_telemetry *t) {
 #define LOAD_FN(name, required, args)                                                              \
     *(void **)&t->name = dlsym(t->cuda_lib, #name);                                                \
     if (!t->name && required) {                                                                    \
-        snprintf(st->cuda_error, sizeof st->cuda_error, "libcuda.so.1 lacks %s", #name);          \
+        snprintf(st->cuda_error, sizeof st->cuda_error, "libcuda.so.1 lacks %s", #name);           \
         return;                                                                                    \
     }
     CUDA_FUNCS(LOAD_FN)
@@ -222,7 +224,9 @@ void lpx_telemetry_close(lpx_telemetry *t) {
     free(t);
 }
 
-const lpx_telemetry_state *lpx_telemetry_get_state(const lpx_telemetry *t) { return &t->st; }
+const lpx_telemetry_state *lpx_telemetry_get_state(const lpx_telemetry *t) {
+    return &t->st;
+}
 
 static lpx_status device(lpx_telemetry *t, int index, nvml_device *d) {
     if (!t->st.nvml_ready)
@@ -257,7 +261,9 @@ static bool got(reader *rd, const char *what, nvml_ret r) {
 #define READ(rd, fn, what, ...)                                                                    \
     ((rd)->t->fn ? got(rd, what, (rd)->t->fn(__VA_ARGS__)) : got(rd, what, MISSING_SYMBOL))
 
-static int u2i(unsigned int v) { return v > 0x7fffffffu ? LPX_TEL_NA : (int)v; }
+static int u2i(unsigned int v) {
+    return v > 0x7fffffffu ? LPX_TEL_NA : (int)v;
+}
 
 lpx_status lpx_telemetry_facts(lpx_telemetry *t, int index, lpx_gpu_facts *f) {
     memset(f, 0, sizeof *f);
@@ -274,8 +280,8 @@ lpx_status lpx_telemetry_facts(lpx_telemetry *t, int index, lpx_gpu_facts *f) {
     if (READ(&rd, nvmlDeviceGetCudaComputeCapability, "compute capability", d, &a, &b))
         f->cc_major = a, f->cc_minor = b;
     nvml_memory m;
-    f->mem_total = READ(&rd, nvmlDeviceGetMemoryInfo, "memory", d, &m) ? (int64_t)m.total
-                                                                        : LPX_TEL_NA;
+    f->mem_total =
+        READ(&rd, nvmlDeviceGetMemoryInfo, "memory", d, &m) ? (int64_t)m.total : LPX_TEL_NA;
 #define READ_U(field, fn, what, ...)                                                               \
     f->field = READ(&rd, fn, what, __VA_ARGS__, &u) ? u2i(u) : LPX_TEL_NA
     READ_U(mem_bus_width, nvmlDeviceGetMemoryBusWidth, "memory bus width", d);
@@ -284,23 +290,23 @@ lpx_status lpx_telemetry_facts(lpx_telemetry *t, int index, lpx_gpu_facts *f) {
     READ_U(pcie_gen_max, nvmlDeviceGetMaxPcieLinkGeneration, "max PCIe generation", d);
     READ_U(pcie_width_max, nvmlDeviceGetMaxPcieLinkWidth, "max PCIe width", d);
     READ_U(power_limit_mw, nvmlDeviceGetEnforcedPowerLimit, "power limit", d);
-    READ_U(power_default_limit_mw, nvmlDeviceGetPowerManagementDefaultLimit,
-           "default power limit", d);
+    READ_U(power_default_limit_mw, nvmlDeviceGetPowerManagementDefaultLimit, "default power limit",
+           d);
     READ_U(temp_slowdown_c, nvmlDeviceGetTemperatureThreshold, "slowdown temperature", d,
            NVML_TEMP_THRESHOLD_SLOWDOWN);
     READ_U(temp_shutdown_c, nvmlDeviceGetTemperatureThreshold, "shutdown temperature", d,
            NVML_TEMP_THRESHOLD_SHUTDOWN);
 #undef READ_U
     f->ecc_current = f->ecc_pending = LPX_TEL_NA;
-    if (READ(&rd, nvmlDeviceGetEccMode, "ECC mode", d, &a, &b)) f->ecc_current = a, f->ecc_pending = b;
+    if (READ(&rd, nvmlDeviceGetEccMode, "ECC mode", d, &a, &b))
+        f->ecc_current = a, f->ecc_pending = b;
     unsigned long long ull = 0;
     f->ecc_uncorrected = LPX_TEL_NA;
-    if (f->ecc_current == 1 &&
-        READ(&rd, nvmlDeviceGetTotalEccErrors, "ECC errors", d, NVML_MEMORY_ERROR_UNCORRECTED,
-             NVML_VOLATILE_ECC, &ull))
+    if (f->ecc_current == 1 && READ(&rd, nvmlDeviceGetTotalEccErrors, "ECC errors", d,
+                                    NVML_MEMORY_ERROR_UNCORRECTED, NVML_VOLATILE_ECC, &ull))
         f->ecc_uncorrected = ull > INT64_MAX ? INT64_MAX : (int64_t)ull;
-    f->persistence = READ(&rd, nvmlDeviceGetPersistenceMode, "persistence mode", d, &a) ? a
-                                                                                       : LPX_TEL_NA;
+    f->persistence =
+        READ(&rd, nvmlDeviceGetPersistenceMode, "persistence mode", d, &a) ? a : LPX_TEL_NA;
     unsigned int mc = 0, mp = 0;
     f->mig_current = f->mig_pending = LPX_TEL_NA;
     if (READ(&rd, nvmlDeviceGetMigMode, "MIG mode", d, &mc, &mp))
@@ -345,11 +351,15 @@ lpx_status lpx_telemetry_sample(lpx_telemetry *t, int index, lpx_gpu_sample *s) 
     unsigned long long bits = 0;
     /* The "event reasons" name replaced "throttle reasons" in newer drivers; same bits. */
     if (t->nvmlDeviceGetCurrentClocksEventReasons)
-        s->throttle = READ(&rd, nvmlDeviceGetCurrentClocksEventReasons, "throttle reasons", d,
-                           &bits) ? (int64_t)(bits & 0x7fffffffffffffffULL) : LPX_TEL_NA;
+        s->throttle =
+            READ(&rd, nvmlDeviceGetCurrentClocksEventReasons, "throttle reasons", d, &bits)
+                ? (int64_t)(bits & 0x7fffffffffffffffULL)
+                : LPX_TEL_NA;
     else
-        s->throttle = READ(&rd, nvmlDeviceGetCurrentClocksThrottleReasons, "throttle reasons", d,
-                           &bits) ? (int64_t)(bits & 0x7fffffffffffffffULL) : LPX_TEL_NA;
+        s->throttle =
+            READ(&rd, nvmlDeviceGetCurrentClocksThrottleReasons, "throttle reasons", d, &bits)
+                ? (int64_t)(bits & 0x7fffffffffffffffULL)
+                : LPX_TEL_NA;
     if (rd.lost) return lpx_errorf(LPX_ERR_DEVICE, "GPU %d is lost (fell off the bus)", index);
     return LPX_OK;
 }
@@ -364,8 +374,8 @@ static void process_name(uint32_t pid, char *buf, size_t cap) {
     fclose(f);
 }
 
-lpx_status lpx_telemetry_processes(lpx_telemetry *t, int index, lpx_gpu_process *procs,
-                                   size_t cap, size_t *n_out) {
+lpx_status lpx_telemetry_processes(lpx_telemetry *t, int index, lpx_gpu_process *procs, size_t cap,
+                                   size_t *n_out) {
     *n_out = 0;
     nvml_device d;
     LPX_TRY(device(t, index, &d));
@@ -413,12 +423,9 @@ void lpx_throttle_text(int64_t bits, char *buf, size_t cap) {
         int64_t bit;
         const char *name;
     } names[] = {
-        {LPX_THR_SW_POWER_CAP, "power cap"},
-        {LPX_THR_HW_SLOWDOWN, "hardware slowdown"},
-        {LPX_THR_SW_THERMAL, "thermal (software)"},
-        {LPX_THR_HW_THERMAL, "thermal (hardware)"},
-        {LPX_THR_HW_POWER_BRAKE, "power brake"},
-        {LPX_THR_APP_CLOCKS, "application clocks"},
+        {LPX_THR_SW_POWER_CAP, "power cap"},        {LPX_THR_HW_SLOWDOWN, "hardware slowdown"},
+        {LPX_THR_SW_THERMAL, "thermal (software)"}, {LPX_THR_HW_THERMAL, "thermal (hardware)"},
+        {LPX_THR_HW_POWER_BRAKE, "power brake"},    {LPX_THR_APP_CLOCKS, "application clocks"},
         {LPX_THR_DISPLAY_CLOCKS, "display clocks"},
     };
     buf[0] = '\0';
@@ -427,7 +434,6 @@ void lpx_throttle_text(int64_t bits, char *buf, size_t cap) {
         return;
     }
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (bits & names[i].bit)
-            appendf(buf, cap, "%s%s", buf[0] ? ", " : "", names[i].name);
+        if (bits & names[i].bit) appendf(buf, cap, "%s%s", buf[0] ? ", " : "", names[i].name);
     if (!buf[0]) snprintf(buf, cap, "none");
 }

@@ -50,46 +50,46 @@ typedef struct lpx_telemetry_state {
 /* Per-GPU facts that do not change while a program runs. */
 typedef struct lpx_gpu_facts {
     int index;
-    char name[96];             /* "NVIDIA H200" */
+    char name[96]; /* "NVIDIA H200" */
     char uuid[96];
-    int cc_major, cc_minor;    /* compute capability */
-    int64_t mem_total;         /* bytes */
-    int mem_bus_width;         /* bits */
+    int cc_major, cc_minor; /* compute capability */
+    int64_t mem_total;      /* bytes */
+    int mem_bus_width;      /* bits */
     int sm_clock_max_mhz, mem_clock_max_mhz;
     int pcie_gen_max, pcie_width_max; /* of the link as the system allows */
-    int power_limit_mw;        /* enforced limit */
+    int power_limit_mw;               /* enforced limit */
     int power_default_limit_mw;
-    int temp_slowdown_c;       /* the GPU slows itself down from here */
+    int temp_slowdown_c; /* the GPU slows itself down from here */
     int temp_shutdown_c;
-    int ecc_current, ecc_pending;   /* 0 off, 1 on */
-    int64_t ecc_uncorrected;   /* volatile uncorrected errors since the driver loaded */
-    int persistence;           /* 0 off, 1 on */
-    int mig_current, mig_pending;   /* 0 off, 1 on */
-    char unread[512];          /* readings NVML did not give, with its reason */
+    int ecc_current, ecc_pending; /* 0 off, 1 on */
+    int64_t ecc_uncorrected;      /* volatile uncorrected errors since the driver loaded */
+    int persistence;              /* 0 off, 1 on */
+    int mig_current, mig_pending; /* 0 off, 1 on */
+    char unread[512];             /* readings NVML did not give, with its reason */
 } lpx_gpu_facts;
 
 /* One sample of the changing readings. */
 typedef struct lpx_gpu_sample {
-    double t;                  /* seconds, CLOCK_MONOTONIC */
-    int util_gpu, util_mem;    /* percent over the driver's last sample period */
+    double t;                              /* seconds, CLOCK_MONOTONIC */
+    int util_gpu, util_mem;                /* percent over the driver's last sample period */
     int64_t mem_total, mem_used, mem_free; /* bytes */
     int temp_c;
     int power_mw;
     int sm_clock_mhz, mem_clock_mhz;
-    int pcie_gen, pcie_width;  /* current link */
+    int pcie_gen, pcie_width;           /* current link */
     int64_t pcie_tx_kbps, pcie_rx_kbps; /* KB/s */
-    int64_t throttle;          /* LPX_THR_* bits; LPX_TEL_NA when unknown */
+    int64_t throttle;                   /* LPX_THR_* bits; LPX_TEL_NA when unknown */
     char unread[512];
 } lpx_gpu_sample;
 
 typedef struct lpx_gpu_process {
     uint32_t pid;
-    int64_t mem_used;          /* bytes; LPX_TEL_NA when the driver does not say */
-    char name[64];             /* from /proc/PID/comm; "?" when not visible (other PID namespace) */
+    int64_t mem_used; /* bytes; LPX_TEL_NA when the driver does not say */
+    char name[64];    /* from /proc/PID/comm; "?" when not visible (other PID namespace) */
 } lpx_gpu_process;
 
 /* Flags for lpx_telemetry_open. */
-#define LPX_TEL_WITH_CUDA 1u   /* also load libcuda.so.1 and call cuInit (doctor) */
+#define LPX_TEL_WITH_CUDA 1u /* also load libcuda.so.1 and call cuInit (doctor) */
 
 /* Never fails for a missing driver: the state says what is missing. Fails only when
  * memory runs out. */
@@ -101,8 +101,8 @@ lpx_status lpx_telemetry_facts(lpx_telemetry *t, int index, lpx_gpu_facts *out);
 /* LPX_ERR_DEVICE when the GPU stopped answering (fell off the bus). */
 lpx_status lpx_telemetry_sample(lpx_telemetry *t, int index, lpx_gpu_sample *out);
 /* Compute processes on the GPU: writes up to cap, *n_out the full count. */
-lpx_status lpx_telemetry_processes(lpx_telemetry *t, int index, lpx_gpu_process *procs,
-                                   size_t cap, size_t *n_out);
+lpx_status lpx_telemetry_processes(lpx_telemetry *t, int index, lpx_gpu_process *procs, size_t cap,
+                                   size_t *n_out);
 
 /* "thermal, power cap" style text of throttle bits (idle and sync boost omitted). */
 void lpx_throttle_text(int64_t bits, char *buf, size_t cap);

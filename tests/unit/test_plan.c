@@ -12,7 +12,9 @@
 #include <math.h>
 #include <string.h>
 
-static bool near(double a, double b, double rel) { return fabs(a - b) <= rel * fabs(b); }
+static bool near(double a, double b, double rel) {
+    return fabs(a - b) <= rel * fabs(b);
+}
 
 static const lpx_plan_model qwen3_06b = {
     .weight_bytes = 1192099840,

@@ -22,10 +22,11 @@ int main(void) {
         CHECK(strstr(lpx_last_error(), "NVML not available") != NULL);
         CHECK(lpx_telemetry_sample(t, 0, &s) == LPX_ERR_DEVICE);
         CHECK(lpx_telemetry_processes(t, 0, p, 8, &n) == LPX_ERR_DEVICE && n == 0);
-        if (!st->cuda_loaded) CHECK(st->cuda_error[0] != '\0' && st->cuda_device_count == LPX_TEL_NA);
+        if (!st->cuda_loaded)
+            CHECK(st->cuda_error[0] != '\0' && st->cuda_device_count == LPX_TEL_NA);
     } else {
-        printf("NVML: driver %s, CUDA %d, %d GPU(s)\n", st->driver_version,
-               st->driver_cuda_version, st->nvml_device_count);
+        printf("NVML: driver %s, CUDA %d, %d GPU(s)\n", st->driver_version, st->driver_cuda_version,
+               st->nvml_device_count);
         CHECK(st->nvml_device_count > 0);
         CHECK(lpx_telemetry_facts(t, 0, &f) == LPX_OK);
         CHECK(f.name[0] && f.mem_total > 0 && f.cc_major >= 3);

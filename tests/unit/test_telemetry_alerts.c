@@ -7,8 +7,12 @@
 #define MIB (1024LL * 1024)
 
 static lpx_gpu_sample sample(int util, int64_t used_mib, int temp, int64_t throttle) {
-    lpx_gpu_sample s = {.util_gpu = util, .util_mem = util / 2, .mem_total = 143771 * MIB,
-                        .mem_used = used_mib * MIB, .temp_c = temp, .throttle = throttle};
+    lpx_gpu_sample s = {.util_gpu = util,
+                        .util_mem = util / 2,
+                        .mem_total = 143771 * MIB,
+                        .mem_used = used_mib * MIB,
+                        .temp_c = temp,
+                        .throttle = throttle};
     s.mem_free = s.mem_total - s.mem_used;
     return s;
 }
@@ -56,7 +60,8 @@ int main(void) {
     CHECK(lpx_monitor_alerts(&l, &f, h, 1, text, sizeof text) == 0);
 
     /* memory rising at every one of 5 samples by 300 MiB in all: growth */
-    for (int i = 0; i < 5; i++) h[i] = sample(10, 1000 + 75 * i, 40, 0);
+    for (int i = 0; i < 5; i++)
+        h[i] = sample(10, 1000 + 75 * i, 40, 0);
     CHECK(lpx_monitor_alerts(&l, &f, h, 5, text, sizeof text) == LPX_ALERT_MEM_GROWTH);
     CHECK(strstr(text, "grew 300 MiB over the last 5 samples"));
     /* fewer samples than the window: not yet */
@@ -65,11 +70,13 @@ int main(void) {
     h[2].mem_used = 900 * MIB;
     CHECK(lpx_monitor_alerts(&l, &f, h, 5, text, sizeof text) == 0);
     /* steady but small */
-    for (int i = 0; i < 5; i++) h[i] = sample(10, 1000 + 10 * i, 40, 0);
+    for (int i = 0; i < 5; i++)
+        h[i] = sample(10, 1000 + 10 * i, 40, 0);
     CHECK(lpx_monitor_alerts(&l, &f, h, 5, text, sizeof text) == 0);
     /* only the newest window counts: a fall before it does not matter */
     h[0] = sample(10, 5000, 40, 0);
-    for (int i = 1; i < 6; i++) h[i] = sample(10, 1000 + 100 * i, 40, 0);
+    for (int i = 1; i < 6; i++)
+        h[i] = sample(10, 1000 + 100 * i, 40, 0);
     CHECK(lpx_monitor_alerts(&l, &f, h, 6, text, sizeof text) == LPX_ALERT_MEM_GROWTH);
 
     /* several at once, one clause each */

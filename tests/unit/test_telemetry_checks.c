@@ -55,7 +55,9 @@ static lpx_gpu_sample h200_idle(void) {
 
 static const lpx_build_facts build90 = {true, "90", 13000};
 
-static bool has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+static bool has(const char *s, const char *sub) {
+    return strstr(s, sub) != NULL;
+}
 
 static void test_healthy_gpu_is_all_ok(void) {
     lpx_gpu_facts f = h200_facts();
@@ -64,7 +66,8 @@ static void test_healthy_gpu_is_all_ok(void) {
     lpx_eval_gpu(&f, &s, NULL, 0, NULL, 1234, &build90, NULL, &c);
     CHECK(c.n == 10);
     for (size_t i = 0; i < c.n; i++) {
-        if (c.v[i].level != LPX_CHECK_OK) fprintf(stderr, "not OK: %s %s\n", c.v[i].id, c.v[i].found);
+        if (c.v[i].level != LPX_CHECK_OK)
+            fprintf(stderr, "not OK: %s %s\n", c.v[i].id, c.v[i].found);
         CHECK(c.v[i].level == LPX_CHECK_OK);
         CHECK(!strncmp(c.v[i].id, "gpu0.", 5));
     }
@@ -164,15 +167,19 @@ static void test_memory(void) {
     lpx_gpu_facts f = h200_facts();
     lpx_gpu_sample s = h200_idle();
     lpx_check c;
-    lpx_model_need need = {.weights = 1192099840, .kv = 40960LL * 114688, .reserve = GIB,
-                           .max_model_len = 40960, .max_num_seqs = 1};
+    lpx_model_need need = {.weights = 1192099840,
+                           .kv = 40960LL * 114688,
+                           .reserve = GIB,
+                           .max_model_len = 40960,
+                           .max_num_seqs = 1};
     need.total = need.weights + need.kv + need.reserve;
     lpx_eval_memory(&f, &s, &need, &c);
     CHECK(c.level == LPX_CHECK_OK && has(c.found, "40960 tokens x 1 sequences"));
     /* another process holds all but 5 GiB */
     s.mem_free = 5 * GIB, s.mem_used = s.mem_total - s.mem_free;
     lpx_eval_memory(&f, &s, &need, &c);
-    CHECK(c.level == LPX_CHECK_FAIL && has(c.found, "only 5.0 GiB") && has(c.fix, "--max-model-len"));
+    CHECK(c.level == LPX_CHECK_FAIL && has(c.found, "only 5.0 GiB") &&
+          has(c.fix, "--max-model-len"));
     /* tight: needs 6.47 GiB of 7 GiB free */
     s.mem_free = 7 * GIB;
     lpx_eval_memory(&f, &s, &need, &c);
@@ -250,17 +257,28 @@ static void test_processes(void) {
 
 static lpx_telemetry_state gpu_state(void) {
     lpx_telemetry_state st = {
-        .nvml_loaded = true, .nvml_ready = true, .cuda_loaded = true, .cuda_init_result = 0,
-        .driver_version = "580.159.04", .driver_cuda_version = 13000, .nvml_device_count = 1,
+        .nvml_loaded = true,
+        .nvml_ready = true,
+        .cuda_loaded = true,
+        .cuda_init_result = 0,
+        .driver_version = "580.159.04",
+        .driver_cuda_version = 13000,
+        .nvml_device_count = 1,
         .cuda_device_count = 1,
     };
     return st;
 }
 
 static lpx_host_facts bare_metal(void) {
-    lpx_host_facts h = {.modules_readable = true, .nvidia_module = true, .nvidia_uvm_module = true,
-                        .dev_nvidiactl = true, .dev_nvidia_uvm = true, .dev_nvidia_n = 1,
-                        .cpu_cores = 16, .ram_total = 128 * GIB, .ram_available = 120 * GIB};
+    lpx_host_facts h = {.modules_readable = true,
+                        .nvidia_module = true,
+                        .nvidia_uvm_module = true,
+                        .dev_nvidiactl = true,
+                        .dev_nvidia_uvm = true,
+                        .dev_nvidia_n = 1,
+                        .cpu_cores = 16,
+                        .ram_total = 128 * GIB,
+                        .ram_available = 120 * GIB};
     return h;
 }
 
@@ -331,9 +349,12 @@ static void test_host(void) {
     lpx_checks_free(&c);
 
     /* a container started without the GPU */
-    lpx_host_facts ch = {.in_container = true, .container_hint = "docker: /.dockerenv",
-                         .cpu_cores = 2, .ram_total = 8 * GIB};
-    lpx_telemetry_state none = {.cuda_init_result = LPX_TEL_NA, .driver_cuda_version = LPX_TEL_NA,
+    lpx_host_facts ch = {.in_container = true,
+                         .container_hint = "docker: /.dockerenv",
+                         .cpu_cores = 2,
+                         .ram_total = 8 * GIB};
+    lpx_telemetry_state none = {.cuda_init_result = LPX_TEL_NA,
+                                .driver_cuda_version = LPX_TEL_NA,
                                 .cuda_device_count = LPX_TEL_NA,
                                 .nvml_error = "libnvidia-ml.so.1: cannot open shared object file"};
     lpx_eval_host(&ch, &none, &build90, &c);

@@ -1,0 +1,268 @@
+/* lpx plan: bandwidth floor and memory plan of a model on a GPU, before running it. */
+#include "cli/commands.h"
+#include "doctor/plan.h"
+#include "telemetry/telemetry.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GB 1e9
+#define GIB (1024.0 * 1024.0 * 1024.0)
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: lpx plan -m MODEL [--gpu auto|NAME|list] [--max-model-len L] [--context T]\n"
+               "                [--batch B,...] [--gpu-memory-utilization U] [--bandwidth TB/s]\n"
+               "                [--memory GB] [--json]\n\n"
+               "Weight bytes read per decode step, KV bytes per token, the bandwidth floor\n"
+               "(ms/step and tok/s) at each batch size, and how many sequences fit in memory.\n"
+               "Traffic is decimal (1 GB = 1e9 bytes, 1 TB/s = 1e12 bytes/s); memory sizes are\n"
+               "binary (1 GiB = 2^30 bytes), as nvidia-smi shows them.\n\n"
+               "  --gpu auto|NAME     the GPU here (auto, default) or one of the table (list)\n"
+               "  --bandwidth TB/s    memory bandwidth to use instead\n"
+               "  --memory GiB        GPU memory to use instead\n"
+               "  --max-model-len L   tokens per sequence for the memory plan (default: model's)\n"
+               "  --context T         tokens per sequence for the floor table (default L/2)\n"
+               "  --batch B,...       batch sizes of the table (default 1,16,64,256)\n"
+               "  --gpu-memory-utilization U  share of GPU memory lpx may use (default 0.9)\n"
+               "  --json              print the plan as JSON\n");
+}
+
+static void list_gpus(void) {
+    int n;
+    const lpx_gpu_spec *s = lpx_gpu_specs(&n);
+    printf("%-16s %-36s %10s %12s %12s\n", "name", "GPU", "memory GiB", "datasheet", "measured");
+    for (int i = 0; i < n; i++) {
+        char meas[32] = "-";
+        if (s[i].measured > 0) snprintf(meas, sizeof meas, "%.2f TB/s", s[i].measured / 1e12);
+        printf("%-16s %-36s %10.1f %7.2f TB/s %12s\n", s[i].key, s[i].name, s[i].mem_bytes / GIB,
+               s[i].bandwidth / 1e12, meas);
+    }
+}
+
+static void from_spec(const lpx_gpu_spec *s, lpx_plan_gpu *g) {
+    snprintf(g->name, sizeof g->name, "%s", s->name);
+    g->mem_bytes = s->mem_bytes;
+    if (s->measured > 0) {
+        g->bandwidth = s->measured;
+        snprintf(g->bandwidth_source, sizeof g->bandwidth_source,
+                 "read bandwidth lpx measured on this GPU model (PERF.md); datasheet %.2f TB/s",
+                 s->bandwidth / 1e12);
+    } else {
+        g->bandwidth = s->bandwidth;
+        snprintf(g->bandwidth_source, sizeof g->bandwidth_source,
+                 "datasheet peak, not measured by lpx (on an H200, measured reads reached 85%% of "
+                 "the datasheet)");
+    }
+}
+
+/* --gpu auto: the first GPU NVML sees, its memory as reported, bandwidth from the table
+ * or, for a GPU not in it, max memory clock x bus width x 2 (double data rate). */
+static int detect_gpu(lpx_plan_gpu *g) {
+    lpx_telemetry *t;
+    if (lpx_telemetry_open(0, &t) != LPX_OK) return 1;
+    const lpx_telemetry_state *st = lpx_telemetry_get_state(t);
+    lpx_gpu_facts f;
+    if (!st->nvml_ready || st->nvml_device_count < 1 || lpx_telemetry_facts(t, 0, &f) != LPX_OK) {
+        fprintf(stderr,
+                "lpx plan: --gpu auto: no NVIDIA GPU detected (%s); name one with --gpu "
+                "(lpx plan --gpu list)\n",
+                st->nvml_ready ? "the driver reports none" : st->nvml_error);
+        lpx_telemetry_close(t);
+        return 1;
+    }
+    lpx_telemetry_close(t);
+    const lpx_gpu_spec *s = lpx_gpu_spec_match(f.name);
+    if (s) from_spec(s, g);
+    snprintf(g->name, sizeof g->name, "%s (GPU 0)", f.name);
+    if (f.mem_total > 0) g->mem_bytes = f.mem_total;
+    if (!s) {
+        if (f.mem_clock_max_mhz <= 0 || f.mem_bus_width <= 0) {
+            fprintf(stderr,
+                    "lpx plan: %s is not in the table and NVML gives no memory clock "
+                    "or bus width: give --bandwidth\n",
+                    f.name);
+            return 1;
+        }
+        g->bandwidth = f.mem_clock_max_mhz * 1e6 * 2.0 * f.mem_bus_width / 8.0;
+        snprintf(g->bandwidth_source, sizeof g->bandwidth_source,
+                 "theoretical: max memory clock %d MHz x %d-bit bus x 2 (not in lpx's table)",
+                 f.mem_clock_max_mhz, f.mem_bus_width);
+    }
+    return 0;
+}
+
+static bool num(const char *s, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end || !(v >= lo && v <= hi)) return false;
+    *out = v;
+    return true;
+}
+
+static void print_text(const char *model, const lpx_model_info *mi, const lpx_plan_model *m,
+                       const lpx_plan_gpu *g, const lpx_plan_params *p, const lpx_plan *r) {
+    printf("lpx plan: %s\n", model);
+    printf("  model        %s (%s), %lld parameters, %d layers, %d KV heads x %d\n", mi->arch,
+           mi->format, (long long)mi->n_params, mi->n_layers, mi->n_kv_heads, mi->head_dim);
+    printf("  GPU          %s: %.1f GiB, %.2f TB/s\n", g->name, g->mem_bytes / GIB,
+           g->bandwidth / 1e12);
+    printf("               bandwidth: %s\n", g->bandwidth_source);
+    printf("  weights      %.3f GB held, %.3f GB read per decode step\n", m->weight_bytes / GB,
+           m->decode_bytes_per_step / GB);
+    printf("  KV cache     %lld bytes per token, %.3f GiB per sequence of %lld tokens\n",
+           (long long)m->kv_bytes_per_token, r->kv_bytes_per_seq / GIB,
+           (long long)p->max_model_len);
+    printf("  floor        batch 1, empty context: %.3f ms/token = %.0f tok/s\n", r->floor_ms,
+           r->floor_tok_s);
+    printf("  memory       %.0f%% of %.1f GiB = %.1f GiB; minus weights %.2f GiB and reserve %.2f "
+           "GiB leaves %.1f GiB for KV\n",
+           p->mem_utilization * 100, g->mem_bytes / GIB, r->usable_bytes / GIB,
+           m->weight_bytes / GIB, p->reserve_bytes / GIB, r->kv_budget / GIB);
+    if (r->fits)
+        printf("  fits         yes: %lld sequences of %lld tokens (%lld KV tokens in all)\n",
+               (long long)r->max_seqs, (long long)p->max_model_len, (long long)r->max_tokens);
+    else
+        printf("  fits         NO: not even one sequence of %lld tokens (%lld KV tokens fit); "
+               "lower --max-model-len or use a GPU with more memory\n",
+               (long long)p->max_model_len, (long long)r->max_tokens);
+    printf("\n  decode floor at %lld tokens of context per sequence:\n", (long long)p->context);
+    printf("  %8s %10s %10s %12s %14s  %s\n", "batch", "GB/step", "ms/step", "tok/s", "tok/s/seq",
+           "fits");
+    for (int i = 0; i < r->n_rows; i++) {
+        const lpx_plan_row *w = &r->rows[i];
+        printf("  %8lld %10.3f %10.3f %12.0f %14.1f  %s\n", (long long)w->batch,
+               w->bytes_per_step / GB, w->ms_per_step, w->tok_s, w->tok_s / (double)w->batch,
+               w->fits ? "yes" : "no");
+    }
+}
+
+static int print_json(const char *model, const lpx_plan_model *m, const lpx_plan_gpu *g,
+                      const lpx_plan_params *p, const lpx_plan *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", model);
+    cJSON_AddNumberToObject(o, "weight_bytes", (double)m->weight_bytes);
+    cJSON_AddNumberToObject(o, "decode_bytes_per_step", (double)m->decode_bytes_per_step);
+    cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)m->kv_bytes_per_token);
+    cJSON *gj = cJSON_AddObjectToObject(o, "gpu");
+    cJSON_AddStringToObject(gj, "name", g->name);
+    cJSON_AddNumberToObject(gj, "memory_bytes", (double)g->mem_bytes);
+    cJSON_AddNumberToObject(gj, "bandwidth_bytes_per_s", g->bandwidth);
+    cJSON_AddStringToObject(gj, "bandwidth_source", g->bandwidth_source);
+    cJSON_AddNumberToObject(o, "max_model_len", (double)p->max_model_len);
+    cJSON_AddNumberToObject(o, "context", (double)p->context);
+    cJSON_AddNumberToObject(o, "gpu_memory_utilization", p->mem_utilization);
+    cJSON_AddNumberToObject(o, "reserve_bytes", (double)p->reserve_bytes);
+    cJSON_AddNumberToObject(o, "floor_ms_per_token", r->floor_ms);
+    cJSON_AddNumberToObject(o, "floor_tok_s", r->floor_tok_s);
+    cJSON_AddNumberToObject(o, "usable_bytes", (double)r->usable_bytes);
+    cJSON_AddNumberToObject(o, "kv_bytes_per_seq", (double)r->kv_bytes_per_seq);
+    cJSON_AddNumberToObject(o, "kv_budget_bytes", (double)r->kv_budget);
+    cJSON_AddNumberToObject(o, "max_seqs", (double)r->max_seqs);
+    cJSON_AddNumberToObject(o, "max_kv_tokens", (double)r->max_tokens);
+    cJSON_AddBoolToObject(o, "fits", r->fits);
+    cJSON *rows = cJSON_AddArrayToObject(o, "batches");
+    for (int i = 0; i < r->n_rows; i++) {
+        cJSON *w = cJSON_CreateObject();
+        cJSON_AddNumberToObject(w, "batch", (double)r->rows[i].batch);
+        cJSON_AddNumberToObject(w, "bytes_per_step", (double)r->rows[i].bytes_per_step);
+        cJSON_AddNumberToObject(w, "ms_per_step", r->rows[i].ms_per_step);
+        cJSON_AddNumberToObject(w, "tok_s", r->rows[i].tok_s);
+        cJSON_AddBoolToObject(w, "fits", r->rows[i].fits);
+        cJSON_AddItemToArray(rows, w);
+    }
+    char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!s) {
+        fprintf(stderr, "lpx plan: out of memory\n");
+        return 1;
+    }
+    printf("%s\n", s);
+    free(s);
+    return 0;
+}
+
+int cmd_plan(int argc, char **argv) {
+    const char *model = NULL, *gpu = "auto";
+    double bw_tbs = 0, mem_gb = 0, v;
+    bool json = false;
+    lpx_plan_params p;
+    lpx_plan_params_default(&p);
+    p.context = -1; /* not given: half of max-model-len */
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has_val = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "-m") && has_val) {
+            model = argv[++i];
+        } else if (!strcmp(a, "--gpu") && has_val) {
+            gpu = argv[++i];
+        } else if (!strcmp(a, "--batch") && has_val) {
+            if (lpx_plan_parse_batches(argv[++i], &p) != LPX_OK) {
+                fprintf(stderr, "lpx plan: %s\n", lpx_last_error());
+                return 2;
+            }
+        } else if (has_val && !strcmp(a, "--bandwidth") && num(argv[i + 1], 1e-3, 1e3, &v)) {
+            bw_tbs = v, i++;
+        } else if (has_val && !strcmp(a, "--memory") && num(argv[i + 1], 1e-3, 1e6, &v)) {
+            mem_gb = v, i++;
+        } else if (has_val && !strcmp(a, "--max-model-len") && num(argv[i + 1], 1, 1e9, &v)) {
+            p.max_model_len = (int64_t)v, i++;
+        } else if (has_val && !strcmp(a, "--context") && num(argv[i + 1], 0, 1e9, &v)) {
+            p.context = (int64_t)v, i++;
+        } else if (has_val && !strcmp(a, "--gpu-memory-utilization") &&
+                   num(argv[i + 1], 0.01, 1, &v)) {
+            p.mem_utilization = v, i++;
+        } else {
+            fprintf(stderr, "lpx plan: bad, incomplete or unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!strcmp(gpu, "list")) {
+        list_gpus();
+        return 0;
+    }
+    if (!model) {
+        fprintf(stderr, "lpx plan: -m MODEL is required (see --help)\n");
+        return 2;
+    }
+    lpx_plan_gpu g = {0};
+    if (!strcmp(gpu, "auto")) {
+        if (!(bw_tbs > 0 && mem_gb > 0) && detect_gpu(&g)) return 1;
+    } else {
+        const lpx_gpu_spec *s = lpx_gpu_spec_find(gpu);
+        if (!s) {
+            fprintf(stderr, "lpx plan: unknown GPU '%s' (lpx plan --gpu list shows the table)\n",
+                    gpu);
+            return 2;
+        }
+        from_spec(s, &g);
+    }
+    if (bw_tbs > 0) {
+        g.bandwidth = bw_tbs * 1e12;
+        snprintf(g.bandwidth_source, sizeof g.bandwidth_source, "given with --bandwidth");
+    }
+    if (mem_gb > 0) g.mem_bytes = (int64_t)(mem_gb * GIB);
+    if (!g.name[0]) snprintf(g.name, sizeof g.name, "given GPU");
+    lpx_plan_model m;
+    lpx_model_info mi;
+    if (lpx_plan_model_load(model, &m, &mi) != LPX_OK) {
+        fprintf(stderr, "lpx plan: %s\n", lpx_last_error());
+        return 1;
+    }
+    if (!p.max_model_len) p.max_model_len = m.max_position_embeddings;
+    if (p.context < 0) p.context = p.max_model_len / 2;
+    lpx_plan r;
+    if (lpx_plan_compute(&m, &g, &p, &r) != LPX_OK) {
+        fprintf(stderr, "lpx plan: %s\n", lpx_last_error());
+        return 1;
+    }
+    if (json) return print_json(model, &m, &g, &p, &r);
+    print_text(model, &mi, &m, &g, &p, &r);
+    return 0;
+}
