@@ -146,7 +146,9 @@ lpx_status lpx_doctor_run(const lpx_model_need *need, lpx_doctor_report *r) {
     if (n > 0) {
         r->facts = calloc((size_t)n, sizeof *r->facts);
         r->samples = calloc((size_t)n, sizeof *r->samples);
-        if (!r->facts || !r->samples) {
+        r->procs = calloc((size_t)n * LPX_DOCTOR_MAX_PROCS, sizeof *r->procs);
+        r->n_procs = calloc((size_t)n, sizeof *r->n_procs);
+        if (!r->facts || !r->samples || !r->procs || !r->n_procs) {
             lpx_telemetry_close(t);
             return lpx_errorf(LPX_ERR_NOMEM, "doctor: out of memory for %d GPUs", n);
         }
@@ -164,15 +166,16 @@ lpx_status lpx_doctor_run(const lpx_model_need *need, lpx_doctor_report *r) {
                            "%s", lpx_last_error());
             continue;
         }
-        lpx_gpu_process procs[64];
+        lpx_gpu_process *procs = r->procs + (size_t)i * LPX_DOCTOR_MAX_PROCS;
         size_t np = 0;
         const char *perr = NULL;
         char perr_buf[256];
-        if (lpx_telemetry_processes(t, i, procs, 64, &np) != LPX_OK) {
+        if (lpx_telemetry_processes(t, i, procs, LPX_DOCTOR_MAX_PROCS, &np) != LPX_OK) {
             snprintf(perr_buf, sizeof perr_buf, "%s", lpx_last_error());
             perr = perr_buf;
         }
-        if (np > 64) np = 64;
+        if (np > LPX_DOCTOR_MAX_PROCS) np = LPX_DOCTOR_MAX_PROCS;
+        r->n_procs[i] = np;
         lpx_eval_gpu(f, s, procs, np, perr, (uint32_t)getpid(), &r->build, need, &r->checks);
     }
     lpx_telemetry_close(t);
@@ -183,6 +186,8 @@ lpx_status lpx_doctor_run(const lpx_model_need *need, lpx_doctor_report *r) {
 void lpx_doctor_report_free(lpx_doctor_report *r) {
     free(r->facts);
     free(r->samples);
+    free(r->procs);
+    free(r->n_procs);
     lpx_checks_free(&r->checks);
     memset(r, 0, sizeof *r);
 }
@@ -213,7 +218,8 @@ static void add_num(cJSON *o, const char *k, int64_t v) {
         cJSON_AddNumberToObject(o, k, (double)v);
 }
 
-static cJSON *gpu_json(const lpx_gpu_facts *f, const lpx_gpu_sample *s) {
+static cJSON *gpu_json(const lpx_gpu_facts *f, const lpx_gpu_sample *s,
+                       const lpx_gpu_process *procs, size_t n_procs) {
     cJSON *g = cJSON_CreateObject();
     add_num(g, "index", f->index);
     cJSON_AddStringToObject(g, "name", f->name);
@@ -254,6 +260,14 @@ static cJSON *gpu_json(const lpx_gpu_facts *f, const lpx_gpu_sample *s) {
     snprintf(unread, sizeof unread, "%s%s%s", f->unread, f->unread[0] && s->unread[0] ? "; " : "",
              s->unread);
     cJSON_AddStringToObject(g, "unread", unread);
+    cJSON *pa = cJSON_AddArrayToObject(g, "processes");
+    for (size_t i = 0; i < n_procs; i++) {
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddNumberToObject(p, "pid", procs[i].pid);
+        cJSON_AddStringToObject(p, "name", procs[i].name);
+        add_num(p, "memory_used_bytes", procs[i].mem_used);
+        cJSON_AddItemToArray(pa, p);
+    }
     return g;
 }
 
@@ -295,7 +309,9 @@ char *lpx_doctor_json(const lpx_doctor_report *r) {
     cJSON_AddStringToObject(h, "cpu_features", r->host.cpu_features);
     cJSON *gpus = cJSON_AddArrayToObject(root, "gpus");
     for (int i = 0; i < r->n_gpus; i++)
-        cJSON_AddItemToArray(gpus, gpu_json(&r->facts[i], &r->samples[i]));
+        cJSON_AddItemToArray(gpus,
+                             gpu_json(&r->facts[i], &r->samples[i],
+                                      r->procs + (size_t)i * LPX_DOCTOR_MAX_PROCS, r->n_procs[i]));
     if (r->has_need) {
         cJSON *n = cJSON_AddObjectToObject(root, "model_need");
         cJSON_AddNumberToObject(n, "total_bytes", (double)r->need.total);

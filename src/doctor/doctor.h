@@ -8,6 +8,8 @@
 
 #include <stdio.h>
 
+#define LPX_DOCTOR_MAX_PROCS 64
+
 typedef struct lpx_doctor_report {
     lpx_build_facts build;
     lpx_host_facts host;
@@ -15,6 +17,8 @@ typedef struct lpx_doctor_report {
     int n_gpus;
     lpx_gpu_facts *facts;    /* [n_gpus] */
     lpx_gpu_sample *samples; /* [n_gpus] */
+    lpx_gpu_process *procs;  /* [n_gpus][LPX_DOCTOR_MAX_PROCS] */
+    size_t *n_procs;         /* [n_gpus], each at most LPX_DOCTOR_MAX_PROCS */
     bool has_need;
     lpx_model_need need;
     lpx_checks checks;
