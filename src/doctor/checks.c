@@ -456,6 +456,12 @@ void lpx_eval_ecc(const lpx_gpu_facts *f, lpx_check *c) {
             "the GPU needs service",
             "%lld uncorrected ECC error(s) since the driver loaded: results may be wrong",
             (long long)f->ecc_uncorrected);
+    else if (f->rows_remap_failed == 1)
+        set(c, LPX_CHECK_FAIL, "the GPU needs service (RMA): its spare memory rows are used up",
+            "a memory row could not be remapped: this GPU has failing memory");
+    else if (f->rows_remap_pending == 1)
+        set(c, LPX_CHECK_WARN, "reset the GPU (sudo nvidia-smi -r -i N) or reboot to remap them",
+            "memory rows with errors wait for a GPU reset to be remapped");
     else if (f->ecc_pending != LPX_TEL_NA && f->ecc_pending != f->ecc_current)
         set(c, LPX_CHECK_WARN, "reset the GPU (sudo nvidia-smi -r) or reboot to apply it",
             "ECC is %s now and switches %s at the next reset", f->ecc_current ? "on" : "off",
@@ -603,6 +609,12 @@ void lpx_eval_mig(const lpx_gpu_facts *f, lpx_check *c) {
 void lpx_eval_processes(const lpx_gpu_facts *f, const lpx_gpu_process *procs, size_t n,
                         const char *procs_error, uint32_t own_pid, lpx_check *c) {
     snprintf(c->id, sizeof c->id, "gpu%d.processes", f->index);
+    char fix[160];
+    snprintf(fix, sizeof fix, "sudo nvidia-smi -i %d -c DEFAULT", f->index);
+    if (f->compute_mode == LPX_COMPUTE_PROHIBITED) {
+        set(c, LPX_CHECK_FAIL, fix, "compute mode is Prohibited: no process may use this GPU");
+        return;
+    }
     if (procs_error) {
         set(c, LPX_CHECK_OK, NULL, "process list not available (%s)", procs_error);
         return;
@@ -622,8 +634,15 @@ void lpx_eval_processes(const lpx_gpu_facts *f, const lpx_gpu_process *procs, si
             snprintf(list + len, sizeof list - len, "%s%u %s", len ? ", " : "", procs[i].pid,
                      procs[i].name);
     }
-    if (!others)
-        set(c, LPX_CHECK_OK, NULL, "no other compute processes");
+    if (f->compute_mode == LPX_COMPUTE_EXCLUSIVE_PROCESS && others)
+        set(c, LPX_CHECK_FAIL, fix,
+            "compute mode is Exclusive_Process and %zu other process(es) hold the GPU: lpx "
+            "cannot create a context on it (%s)",
+            others, list);
+    else if (!others)
+        set(c, LPX_CHECK_OK, NULL, "no other compute processes%s",
+            f->compute_mode == LPX_COMPUTE_EXCLUSIVE_PROCESS ? " (compute mode Exclusive_Process)"
+                                                             : "");
     else
         set(c, LPX_CHECK_WARN,
             "they share its memory and bandwidth with lpx: stop them, or pick another GPU with "

@@ -76,6 +76,9 @@ typedef struct {
     X(nvmlDeviceGetTotalEccErrors, 0, (nvml_device, int, int, unsigned long long *))               \
     X(nvmlDeviceGetPersistenceMode, 0, (nvml_device, int *))                                       \
     X(nvmlDeviceGetMigMode, 0, (nvml_device, unsigned int *, unsigned int *))                      \
+    X(nvmlDeviceGetComputeMode, 0, (nvml_device, int *))                                           \
+    X(nvmlDeviceGetRemappedRows, 0,                                                                \
+      (nvml_device, unsigned int *, unsigned int *, unsigned int *, unsigned int *))               \
     X(nvmlDeviceGetComputeRunningProcesses_v3, 0,                                                  \
       (nvml_device, unsigned int *, nvml_process_info *))                                          \
     X(nvmlDeviceGetComputeRunningProcesses_v2, 0,                                                  \
@@ -311,6 +314,11 @@ lpx_status lpx_telemetry_facts(lpx_telemetry *t, int index, lpx_gpu_facts *f) {
     f->mig_current = f->mig_pending = LPX_TEL_NA;
     if (READ(&rd, nvmlDeviceGetMigMode, "MIG mode", d, &mc, &mp))
         f->mig_current = u2i(mc), f->mig_pending = u2i(mp);
+    f->compute_mode = READ(&rd, nvmlDeviceGetComputeMode, "compute mode", d, &a) ? a : LPX_TEL_NA;
+    unsigned int rc = 0, ru = 0, rp = 0, rf = 0;
+    f->rows_remap_pending = f->rows_remap_failed = LPX_TEL_NA;
+    if (READ(&rd, nvmlDeviceGetRemappedRows, "remapped rows", d, &rc, &ru, &rp, &rf))
+        f->rows_remap_pending = rp ? 1 : 0, f->rows_remap_failed = rf ? 1 : 0;
     if (rd.lost) return lpx_errorf(LPX_ERR_DEVICE, "GPU %d is lost (fell off the bus)", index);
     return LPX_OK;
 }

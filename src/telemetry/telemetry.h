@@ -17,6 +17,11 @@
 
 #define LPX_TEL_NA (-1)
 
+/* nvmlComputeMode_t values. */
+#define LPX_COMPUTE_DEFAULT 0
+#define LPX_COMPUTE_PROHIBITED 2
+#define LPX_COMPUTE_EXCLUSIVE_PROCESS 3
+
 /* Clock event ("throttle") reason bits, as NVML reports them. */
 #define LPX_THR_GPU_IDLE 0x1ULL
 #define LPX_THR_APP_CLOCKS 0x2ULL
@@ -65,6 +70,9 @@ typedef struct lpx_gpu_facts {
     int64_t ecc_uncorrected;      /* volatile uncorrected errors since the driver loaded */
     int persistence;              /* 0 off, 1 on */
     int mig_current, mig_pending; /* 0 off, 1 on */
+    int compute_mode;             /* LPX_COMPUTE_* */
+    int rows_remap_pending;       /* 1: memory rows wait for a GPU reset to be remapped */
+    int rows_remap_failed;        /* 1: a row could not be remapped (the GPU needs service) */
     char unread[512];             /* readings NVML did not give, with its reason */
 } lpx_gpu_facts;
 

@@ -204,6 +204,13 @@ static void test_ecc_persistence_mig_temp_power(void) {
     lpx_eval_ecc(&f, &c);
     CHECK(c.level == LPX_CHECK_FAIL && has(c.found, "3 uncorrected") && has(c.fix, "reset"));
     f = h200_facts();
+    f.rows_remap_pending = 1;
+    lpx_eval_ecc(&f, &c);
+    CHECK(c.level == LPX_CHECK_WARN && has(c.found, "wait for a GPU reset"));
+    f.rows_remap_failed = 1;
+    lpx_eval_ecc(&f, &c);
+    CHECK(c.level == LPX_CHECK_FAIL && has(c.fix, "RMA"));
+    f = h200_facts();
     f.ecc_pending = 0;
     lpx_eval_ecc(&f, &c);
     CHECK(c.level == LPX_CHECK_WARN && has(c.found, "switches off"));
@@ -251,6 +258,16 @@ static void test_processes(void) {
     lpx_eval_processes(&f, p, 2, NULL, 1234, &c);
     CHECK(c.level == LPX_CHECK_WARN && has(c.found, "1 other process(es) hold 20.0 GiB") &&
           has(c.found, "4321 python3"));
+    f.compute_mode = LPX_COMPUTE_EXCLUSIVE_PROCESS;
+    lpx_eval_processes(&f, p, 2, NULL, 1234, &c);
+    CHECK(c.level == LPX_CHECK_FAIL && has(c.found, "Exclusive_Process") &&
+          has(c.fix, "-c DEFAULT"));
+    lpx_eval_processes(&f, p, 1, NULL, 1234, &c);
+    CHECK(c.level == LPX_CHECK_OK);
+    f.compute_mode = LPX_COMPUTE_PROHIBITED;
+    lpx_eval_processes(&f, p, 1, NULL, 1234, &c);
+    CHECK(c.level == LPX_CHECK_FAIL && has(c.found, "Prohibited"));
+    f.compute_mode = LPX_COMPUTE_DEFAULT;
     lpx_eval_processes(&f, NULL, 0, "Insufficient Permissions", 1234, &c);
     CHECK(c.level == LPX_CHECK_OK && has(c.found, "Insufficient Permissions"));
 }
