@@ -246,7 +246,8 @@ static lpx_status add_shard(lpx_model *m, const char *dir, const char *file) {
     lpx_tensor *ts;
     int64_t n;
     if (strchr(file, '/') || !strcmp(file, "..") || !*file)
-        return lpx_errorf(LPX_ERR_FORMAT, "model.safetensors.index.json: bad shard name '%s'", file);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s/model.safetensors.index.json: bad shard name '%s'",
+                          dir, file);
     snprintf(path, sizeof path, "%s/%s", dir, file);
     LPX_TRY(lpx_store_map_file(m->impl, path, &data, &size));
     LPX_TRY(lpx_safetensors_parse(data, size, path, &ts, &n));
@@ -266,12 +267,12 @@ static lpx_status add_shard(lpx_model *m, const char *dir, const char *file) {
 static lpx_status load_sharded(lpx_model *m, const char *dir, const cJSON *index) {
     const cJSON *wm = item(index, "weight_map"), *e, *f;
     if (!cJSON_IsObject(wm))
-        return lpx_errorf(LPX_ERR_FORMAT, "model.safetensors.index.json: weight_map missing");
+        return lpx_errorf(LPX_ERR_FORMAT, "%s/model.safetensors.index.json: weight_map missing", dir);
     cJSON_ArrayForEach(e, wm) {
         if (!cJSON_IsString(e))
             return lpx_errorf(LPX_ERR_FORMAT,
-                              "model.safetensors.index.json: weight_map[%s] is not a file name",
-                              e->string);
+                              "%s/model.safetensors.index.json: weight_map[%s] is not a file name",
+                              dir, e->string);
         bool seen = false;
         for (f = wm->child; f != e && !seen; f = f->next) seen = !strcmp(f->valuestring, e->valuestring);
         if (!seen) LPX_TRY(add_shard(m, dir, e->valuestring));
@@ -280,8 +281,8 @@ static lpx_status load_sharded(lpx_model *m, const char *dir, const cJSON *index
         const lpx_tensor *t = lpx_model_find_tensor(m, e->string);
         if (!t)
             return lpx_errorf(LPX_ERR_FORMAT,
-                              "model.safetensors.index.json lists tensor %s in %s, which lacks it",
-                              e->string, e->valuestring);
+                              "%s/model.safetensors.index.json lists tensor %s in %s, which lacks it",
+                              dir, e->string, e->valuestring);
     }
     return LPX_OK;
 }
@@ -289,10 +290,12 @@ static lpx_status load_sharded(lpx_model *m, const char *dir, const cJSON *index
 lpx_status lpx_hf_load(lpx_model *m, const char *dir) {
     cJSON *cfg = NULL, *gen = NULL, *index = NULL;
     lpx_status s = load_json(dir, "config.json", true, &cfg);
-    if (s == LPX_OK) s = parse_config(cfg, &m->cfg);
+    if (s == LPX_OK && (s = parse_config(cfg, &m->cfg)) != LPX_OK) lpx_error_wrap(s, "%s", dir);
     if (s == LPX_OK) s = load_json(dir, "generation_config.json", false, &gen);
-    if (s == LPX_OK) s = parse_generation(cfg, gen, &m->gen);
-    if (s == LPX_OK) s = load_chat_template(dir, &m->chat_template);
+    if (s == LPX_OK && (s = parse_generation(cfg, gen, &m->gen)) != LPX_OK)
+        lpx_error_wrap(s, "%s", dir);
+    if (s == LPX_OK && (s = load_chat_template(dir, &m->chat_template)) != LPX_OK)
+        lpx_error_wrap(s, "%s", dir);
     if (s == LPX_OK) s = load_json(dir, "model.safetensors.index.json", false, &index);
     if (s == LPX_OK) s = index ? load_sharded(m, dir, index) : add_shard(m, dir, "model.safetensors");
     cJSON_Delete(cfg);
