@@ -111,9 +111,32 @@ def hf_tensors(d):
     return out
 
 
+# Tiny models of each family made with transformers by the CPU backend's
+# scripts/make-fixtures.py; the family is in their manifest.json.
+BACKEND_MODELS = sorted(p.parent for p in (ROOT / "tests/fixtures/models").glob("*/config.json"))
+
+
+@pytest.mark.parametrize("d", BACKEND_MODELS, ids=[d.name for d in BACKEND_MODELS])
+def test_backend_fixture_models(lpx_bin, d):
+    arch = json.loads((d / "manifest.json").read_text())["arch"]
+    check_hf_dir(lpx_bin, d, arch)
+
+
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "mistral"])
 def test_tiny_hf(lpx_bin, arch):
-    d = FIX / f"hf-{arch}"
+    got = check_hf_dir(lpx_bin, FIX / f"hf-{arch}", arch)
+    assert got["has_chat_template"]  # qwen2: the "default" entry of a template list
+    cfg = json.loads((FIX / f"hf-{arch}" / "config.json").read_text())
+    if arch == "llama":
+        rs = cfg["rope_scaling"]
+        assert got["rope"]["scaling"] == "llama3" and got["rope"]["factor"] == rs["factor"]
+        assert got["rope"]["original_max_position_embeddings"] == \
+            rs["original_max_position_embeddings"]
+    if arch == "mistral":
+        assert got["sliding_window"] == cfg["sliding_window"]
+
+
+def check_hf_dir(lpx_bin, d, arch):
     cfg = json.loads((d / "config.json").read_text())
     gen = json.loads((d / "generation_config.json").read_text())
     got = inspect_json(lpx_bin, d)
@@ -125,11 +148,12 @@ def test_tiny_hf(lpx_bin, arch):
     assert got["d_ff"] == cfg["intermediate_size"] and got["vocab_size"] == cfg["vocab_size"]
     assert got["context_length"] == cfg["max_position_embeddings"]
     assert got["tied_embeddings"] == cfg["tie_word_embeddings"]
-    assert got["rope"]["theta"] == pytest.approx(cfg["rope_theta"])
+    theta = cfg.get("rope_theta") or (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)
+    assert got["rope"]["theta"] == pytest.approx(theta)
     assert not got["rope"]["interleaved"]
     eos = gen["eos_token_id"]
     assert got["eos_token_ids"] == (eos if isinstance(eos, list) else [eos])
-    assert got["bos_token_id"] == gen["bos_token_id"] and got["has_chat_template"]
+    assert got["bos_token_id"] == gen["bos_token_id"]
     ts = hf_tensors(d)
     params = sum(int(np.prod(s.get_shape())) for s in ts.values())
     assert got["n_params"] == params
@@ -139,13 +163,12 @@ def test_tiny_hf(lpx_bin, arch):
         k = dt[s.get_dtype()]
         want[k] = want.get(k, 0) + int(np.prod(s.get_shape()))
     assert got["dtype_params"] == want
-    if arch == "llama":
-        rs = cfg["rope_scaling"]
-        assert got["rope"]["scaling"] == "llama3" and got["rope"]["factor"] == rs["factor"]
-        assert got["rope"]["original_max_position_embeddings"] == \
-            rs["original_max_position_embeddings"]
-    if arch == "mistral":
-        assert got["sliding_window"] == cfg["sliding_window"]
+    rs = cfg.get("rope_scaling") or cfg.get("rope_parameters") or {}
+    kind = rs.get("rope_type", rs.get("type", "default"))
+    assert got["rope"]["scaling"] == {"default": "none"}.get(kind, kind)
+    if kind != "default":
+        assert got["rope"]["factor"] == rs["factor"]
+    return got
 
 
 def test_text_output(lpx_bin, smollm2):
