@@ -18,5 +18,6 @@ int cmd_bench(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_monitor(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_template(int argc, char **argv);
 
 #endif

@@ -10,6 +10,8 @@ static const lpx_command commands[] = {
     {"doctor", "diagnose driver, CUDA, GPUs, container and memory; print fixes", cmd_doctor},
     {"monitor", "live GPU telemetry and alerts", cmd_monitor},
     {"plan", "bandwidth floor and memory plan of a model on a GPU", cmd_plan},
+    {"template", "render a chat template over a JSON conversation, as transformers does",
+     cmd_template},
     {NULL, NULL, NULL},
 };
 

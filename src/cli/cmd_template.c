@@ -1,0 +1,125 @@
+/* lpx template: renders a chat template over a conversation given as JSON,
+ * exactly as transformers' apply_chat_template would; a tool for checking a
+ * template (and what the tests drive the renderer through). */
+#include "cli/commands.h"
+#include "lpx.h"
+#include "tokenizer/template.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lpx template --file T.jinja --messages M.json [options]\n\n"
+            "Renders the chat template T.jinja over the messages in M.json (a JSON array of\n"
+            "{\"role\": ..., \"content\": ...} objects) and prints the prompt text, byte for\n"
+            "byte as Hugging Face transformers' apply_chat_template renders it.\n\n"
+            "  --file T.jinja            the template\n"
+            "  --messages M.json         the conversation ('-' reads standard input)\n"
+            "  --add-generation-prompt   end with the assistant turn's opening\n"
+            "  --enable-thinking BOOL    true or false (Qwen3); default: undefined\n"
+            "  --date-string S           Llama 3: the date the template prints\n"
+            "  --bos S, --eos S          texts of bos_token and eos_token\n"
+            "  --vars V.json             a JSON object of further template variables (tools, ...)\n"
+            "  -h, --help                this help\n");
+}
+
+/* Whole file (or standard input for "-") as a NUL-terminated string. */
+static char *read_all(const char *path) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) return NULL;
+    size_t n = 0, cap = 1 << 16;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n + 1 >= cap) {
+            char *p = cap > ((size_t)1 << 30) ? NULL : realloc(buf, cap * 2);
+            if (!p) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        size_t k = fread(buf + n, 1, cap - n - 1, f);
+        n += k;
+        if (k == 0) {
+            if (ferror(f)) {
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+    }
+    if (buf) buf[n] = '\0';
+    if (f != stdin) fclose(f);
+    return buf;
+}
+
+int cmd_template(int argc, char **argv) {
+    const char *file = NULL, *messages = NULL, *vars = NULL;
+    lpx_template_opts o = lpx_template_opts_default();
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--add-generation-prompt")) {
+            o.add_generation_prompt = true;
+            continue;
+        }
+        const char **dst = !strcmp(a, "--file")          ? &file
+                           : !strcmp(a, "--messages")    ? &messages
+                           : !strcmp(a, "--vars")        ? &vars
+                           : !strcmp(a, "--date-string") ? &o.date_string
+                           : !strcmp(a, "--bos")         ? &o.bos_token
+                           : !strcmp(a, "--eos")         ? &o.eos_token
+                                                         : NULL;
+        if (!strcmp(a, "--enable-thinking")) {
+            if (!v || (strcmp(v, "true") && strcmp(v, "false"))) {
+                fprintf(stderr, "lpx template: --enable-thinking takes true or false\n");
+                return 2;
+            }
+            o.enable_thinking = !strcmp(v, "true");
+            i++;
+            continue;
+        }
+        if (!dst) {
+            fprintf(stderr, "lpx template: unknown option '%s' (lpx template --help)\n", a);
+            return 2;
+        }
+        if (!v) {
+            fprintf(stderr, "lpx template: %s needs a value\n", a);
+            return 2;
+        }
+        *dst = v;
+        i++;
+    }
+    if (!file || !messages) {
+        fprintf(stderr, "lpx template: --file and --messages are required (lpx template --help)\n");
+        return 2;
+    }
+    char *tmpl = read_all(file), *msgs = read_all(messages), *extra = vars ? read_all(vars) : NULL;
+    int rc = 1;
+    if (!tmpl || !msgs || (vars && !extra)) {
+        fprintf(stderr, "lpx template: cannot read %s\n", !tmpl ? file : !msgs ? messages : vars);
+    } else {
+        o.extra_json = extra;
+        char *out = NULL;
+        lpx_status s = lpx_template_render_json(tmpl, msgs, &o, &out);
+        if (s == LPX_OK) {
+            fwrite(out, 1, strlen(out), stdout);
+            rc = fflush(stdout) == 0 ? 0 : 1;
+        } else {
+            fprintf(stderr, "lpx template: %s\n", lpx_last_error());
+        }
+        lpx_free(out);
+    }
+    free(tmpl);
+    free(msgs);
+    free(extra);
+    return rc;
+}

@@ -1,0 +1,157 @@
+"""Chat templates: `lpx template` must render every golden case (made by
+scripts/make-template-goldens.py with transformers' own renderer) byte for
+byte, and fail where transformers raises. When transformers imports here
+(CI installs it without torch), the goldens are also re-rendered live."""
+import datetime
+import json
+import pathlib
+import subprocess
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TDIR = ROOT / "tests/fixtures/templates"
+GOLDENS = json.loads((TDIR / "goldens.json").read_text())["cases"]
+
+try:
+    from transformers.utils.chat_template_utils import render_jinja_template
+except Exception:  # transformers missing or broken: goldens only
+    render_jinja_template = None
+
+
+def lpx_template(lpx_bin, tmp_path, template, messages, agp=False, bos=None, eos=None,
+                 enable_thinking=None, date_string=None, extra=None):
+    mfile = tmp_path / "messages.json"
+    mfile.write_text(json.dumps(messages, ensure_ascii=False))
+    tfile = template if isinstance(template, pathlib.Path) else tmp_path / "t.jinja"
+    if not isinstance(template, pathlib.Path):
+        tfile.write_bytes(template.encode())
+    cmd = [lpx_bin, "template", "--file", str(tfile), "--messages", str(mfile)]
+    if agp:
+        cmd.append("--add-generation-prompt")
+    if bos is not None:
+        cmd += ["--bos", bos]
+    if eos is not None:
+        cmd += ["--eos", eos]
+    if enable_thinking is not None:
+        cmd += ["--enable-thinking", "true" if enable_thinking else "false"]
+    if date_string is not None:
+        cmd += ["--date-string", date_string]
+    if extra:
+        vfile = tmp_path / "vars.json"
+        vfile.write_text(json.dumps(extra, ensure_ascii=False))
+        cmd += ["--vars", str(vfile)]
+    return subprocess.run(cmd, capture_output=True)
+
+
+def run_case(lpx_bin, tmp_path, case):
+    return lpx_template(lpx_bin, tmp_path, TDIR / case["template"], case["messages"],
+                        case["add_generation_prompt"], case.get("bos_token"),
+                        case.get("eos_token"), case.get("enable_thinking"),
+                        case.get("date_string"), case.get("vars"))
+
+
+@pytest.mark.parametrize("case", GOLDENS, ids=[c["id"] for c in GOLDENS])
+def test_golden(lpx_bin, tmp_path, case):
+    r = run_case(lpx_bin, tmp_path, case)
+    if "error" in case:
+        assert r.returncode == 1, r.stdout
+        err = r.stderr.decode()
+        assert err.startswith("lpx template: ") and case["error"] in err and err.count("\n") == 1
+    else:
+        assert r.returncode == 0, r.stderr.decode()
+        assert r.stdout.decode() == case["expected"]
+
+
+def test_goldens_cover_every_template():
+    names = {c["template"] for c in GOLDENS}
+    assert names == {p.name for p in TDIR.glob("*.jinja")}
+    assert len(GOLDENS) >= 400
+
+
+@pytest.mark.skipif(render_jinja_template is None, reason="transformers does not import")
+def test_goldens_match_live_transformers():
+    """The committed goldens are what the installed transformers renders now."""
+    for case in GOLDENS:
+        kwargs = dict(case.get("vars", {}))
+        tools = kwargs.pop("tools", None)
+        for k in ("bos_token", "eos_token", "enable_thinking", "date_string"):
+            if k in case:
+                kwargs[k] = case[k]
+        template = (TDIR / case["template"]).read_text()
+        try:
+            out = render_jinja_template(conversations=[case["messages"]], tools=tools,
+                                        chat_template=template,
+                                        add_generation_prompt=case["add_generation_prompt"],
+                                        **kwargs)[0][0]
+        except Exception as e:
+            assert case.get("error") == str(e), case["id"]
+            continue
+        assert case.get("expected") == out, case["id"]
+
+
+@pytest.mark.skipif(render_jinja_template is None, reason="transformers does not import")
+def test_llama32_default_date_is_strftime_now(lpx_bin, tmp_path):
+    """Without date_string, Llama 3.2's template prints strftime_now("%d %b %Y")."""
+    template = (TDIR / "meta-llama-Llama-3.2-3B-Instruct.jinja").read_text()
+    messages = [{"role": "user", "content": "What day is it?"}]
+    for _ in range(3):  # a render straddling midnight is retried
+        day = datetime.date.today()
+        want = render_jinja_template(conversations=[messages], chat_template=template,
+                                     add_generation_prompt=True,
+                                     bos_token="<|begin_of_text|>")[0][0]
+        r = lpx_template(lpx_bin, tmp_path, TDIR / "meta-llama-Llama-3.2-3B-Instruct.jinja",
+                         messages, agp=True, bos="<|begin_of_text|>")
+        if day == datetime.date.today():
+            break
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode() == want
+    assert "Today Date: " + day.strftime("%d %b %Y") in want
+
+
+# Constructs outside the subset fail cleanly, naming the construct and line.
+@pytest.mark.parametrize("template,needle", [
+    ("hi\n{% macro m() %}x{% endmacro %}", "line 2: unsupported construct: {% macro %}"),
+    ("{{ 'a' | wordwrap }}", "line 1: unsupported construct: filter 'wordwrap'"),
+    ("{% raw %}x{% endraw %}", "line 1: unsupported construct: {% raw %}"),
+    ("\n\n{{ x is divisible_by_seven }}", "line 3: unsupported construct: test 'divisible_by_seven'"),
+    ("{% include 'x' %}", "unsupported construct: {% include %}"),
+    ("{{ '%s' % 'a' }}", "unsupported construct: printf-style string formatting"),
+])
+def test_unsupported_construct(lpx_bin, tmp_path, template, needle):
+    r = lpx_template(lpx_bin, tmp_path, template, [])
+    assert r.returncode == 1
+    assert needle in r.stderr.decode()
+
+
+@pytest.mark.parametrize("template,needle", [
+    ("{% if x %}", "expected {% endif %}"),
+    ("{{ 'abc }}", "unterminated string"),
+    ("{{ (1 }}", "expected"),
+    ("{% endfor %}", "unexpected {% endfor %}"),
+    ("{% break %}", "outside a for loop"),
+    ("{{ messages.x.y }}", "'list object' has no attribute 'x'"),
+    ("{{ 1 + 'a' }}", "unsupported operand"),
+    ("{% for i in range(100001) %}{% endfor %}", "range too big"),
+    ("{{ raise_exception('stop: ' ~ messages|length) }}", "stop: 0"),
+    ("{% set ns = namespace(x='ab') %}{% for i in range(60) %}{% set ns.x = ns.x ~ ns.x %}"
+     "{% endfor %}", "more than"),
+    ("{% for i in range(99999) %}{% if " + "+".join(["i"] * 300) + " %}{% endif %}{% endfor %}",
+     "evaluation steps"),
+    ("{% for i in range(99999) %}{{ 'x' * 999 }}{% endfor %}", "output exceeds"),
+])
+def test_template_errors(lpx_bin, tmp_path, template, needle):
+    r = lpx_template(lpx_bin, tmp_path, template, [])
+    assert r.returncode == 1
+    err = r.stderr.decode()
+    assert needle in err and err.count("\n") == 1, err
+
+
+def test_usage(lpx_bin):
+    r = subprocess.run([lpx_bin, "template", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--messages" in r.stdout
+    r = subprocess.run([lpx_bin, "template", "--file"], capture_output=True, text=True)
+    assert r.returncode == 2
+    r = subprocess.run([lpx_bin, "template", "--enable-thinking", "maybe"], capture_output=True,
+                       text=True)
+    assert r.returncode == 2
