@@ -165,6 +165,19 @@ static void eval_cuda_driver(const lpx_host_facts *h, const lpx_telemetry_state 
                        "%s: the kernel module and libcuda.so.1 are from different driver "
                        "versions",
                        st->cuda_error);
+    else if (r == 802) /* CUDA_ERROR_SYSTEM_NOT_READY */
+        lpx_checks_add(out, id, LPX_CHECK_FAIL,
+                       "start the fabric manager (NVSwitch systems): sudo systemctl enable --now "
+                       "nvidia-fabricmanager; its version must match the driver's",
+                       "%s: the system is not ready for CUDA (NVSwitch fabric not initialised)",
+                       st->cuda_error);
+    else if (r == 804) /* CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE */
+        lpx_checks_add(
+            out, id, LPX_CHECK_FAIL,
+            "remove the CUDA forward-compatibility libcuda (cuda-compat) from the "
+            "library path: it works on data-center GPUs only",
+            "%s: a forward-compatibility libcuda was loaded on a GPU it does not support",
+            st->cuda_error);
     else if (r == 100 && h->cuda_visible_set) /* CUDA_ERROR_NO_DEVICE */
         lpx_checks_add(out, id, LPX_CHECK_FAIL,
                        "unset CUDA_VISIBLE_DEVICES or set it to GPU indices/UUIDs that exist "
@@ -268,6 +281,17 @@ void lpx_eval_host(const lpx_host_facts *h, const lpx_telemetry_state *st, const
                        "libnvidia-ml.so.1 loaded, driver %s%s%s",
                        st->driver_version[0] ? st->driver_version : "(version unknown)",
                        st->missing_symbols[0] ? "; this NVML lacks: " : "", st->missing_symbols);
+    else if (st->nvml_init_result == 18) /* NVML_ERROR_LIB_RM_VERSION_MISMATCH */
+        lpx_checks_add(out, "driver.nvml", LPX_CHECK_FAIL,
+                       "reboot: the driver was updated but the old kernel module is still loaded "
+                       "(or reinstall one driver version for both)",
+                       "%s: the kernel module and the driver libraries are different versions",
+                       st->nvml_error);
+    else if (st->nvml_init_result == 9) /* NVML_ERROR_DRIVER_NOT_LOADED */
+        lpx_checks_add(out, "driver.nvml", LPX_CHECK_FAIL,
+                       "load the kernel module: sudo modprobe nvidia (see driver.module)",
+                       "%s: the libraries are installed but the kernel module is not loaded",
+                       st->nvml_error);
     else
         lpx_checks_add(out, "driver.nvml", LPX_CHECK_FAIL,
                        h->in_container ? "the driver's libraries are mounted into a container "

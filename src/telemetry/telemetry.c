@@ -151,6 +151,7 @@ static void load_nvml(lpx_telemetry *t) {
     *(void **)&t->nvmlErrorString = dlsym(t->nvml_lib, "nvmlErrorString");
     st->nvml_loaded = true;
     nvml_ret r = t->nvmlInit_v2();
+    st->nvml_init_result = r;
     if (r != NVML_SUCCESS) {
         snprintf(st->nvml_error, sizeof st->nvml_error, "nvmlInit_v2: %s", nvml_err(t, r));
         return;
@@ -212,6 +213,7 @@ lpx_status lpx_telemetry_open(unsigned flags, lpx_telemetry **out) {
     if (!t) return lpx_errorf(LPX_ERR_NOMEM, "telemetry: out of memory");
     t->st.driver_cuda_version = LPX_TEL_NA;
     t->st.cuda_init_result = LPX_TEL_NA;
+    t->st.nvml_init_result = LPX_TEL_NA;
     t->st.cuda_device_count = LPX_TEL_NA;
     load_nvml(t);
     if (flags & LPX_TEL_WITH_CUDA) load_cuda(t);

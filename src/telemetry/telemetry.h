@@ -40,6 +40,7 @@ typedef struct lpx_telemetry_state {
     bool nvml_loaded;          /* libnvidia-ml.so.1 opened and its required symbols found */
     bool nvml_ready;           /* nvmlInit_v2 succeeded */
     char nvml_error[256];      /* why not: dlerror() text, missing symbol, nvmlInit error */
+    int nvml_init_result;      /* nvmlReturn_t of nvmlInit_v2; LPX_TEL_NA when not called */
     bool cuda_loaded;          /* libcuda.so.1 opened (only when asked for) */
     int cuda_init_result;      /* CUresult of cuInit(0); LPX_TEL_NA when not called */
     char cuda_error[256];      /* why libcuda failed to load or cuInit failed */

@@ -341,6 +341,16 @@ static void test_host(void) {
     CHECK(lpx_check_exit_status(lpx_checks_worst(&c)) == 1);
     lpx_checks_free(&c);
 
+    /* the classic after a driver update without reboot */
+    h = bare_metal();
+    st = gpu_state();
+    st.nvml_ready = false, st.nvml_device_count = 0, st.nvml_init_result = 18;
+    snprintf(st.nvml_error, sizeof st.nvml_error, "nvmlInit_v2: Driver/library version mismatch");
+    lpx_eval_host(&h, &st, &build90, &c);
+    CHECK(find(&c, "driver.nvml")->level == LPX_CHECK_FAIL &&
+          has(find(&c, "driver.nvml")->fix, "reboot"));
+    lpx_checks_free(&c);
+
     /* /dev/nvidia-uvm missing */
     h = bare_metal();
     st = gpu_state();
@@ -358,6 +368,11 @@ static void test_host(void) {
     lpx_eval_host(&h, &st, &build90, &c);
     CHECK(find(&c, "driver.cuda")->level == LPX_CHECK_FAIL &&
           has(find(&c, "driver.cuda")->fix, "CUDA_VISIBLE_DEVICES"));
+    lpx_checks_free(&c);
+    /* NVSwitch system without the fabric manager */
+    st.cuda_init_result = 802;
+    lpx_eval_host(&h, &st, &build90, &c);
+    CHECK(has(find(&c, "driver.cuda")->fix, "nvidia-fabricmanager"));
     lpx_checks_free(&c);
     /* kernel module and libcuda from different driver versions */
     st.cuda_init_result = 803;
