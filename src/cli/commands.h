@@ -19,5 +19,6 @@ int cmd_doctor(int argc, char **argv);
 int cmd_monitor(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_template(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
 
 #endif

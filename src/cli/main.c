@@ -12,6 +12,7 @@ static const lpx_command commands[] = {
     {"plan", "bandwidth floor and memory plan of a model on a GPU", cmd_plan},
     {"template", "render a chat template over a JSON conversation, as transformers does",
      cmd_template},
+    {"logits", "developer tool: run a backend on token ids, write logits", cmd_logits},
     {NULL, NULL, NULL},
 };
 

@@ -95,8 +95,8 @@ static void test_dequantize(void) {
 }
 
 static void test_matmul(lpx_threadpool *pool) {
-    enum { ROWS = 37, COLS = 96, NT = 3 };
-    float x[NT][COLS], y[NT][ROWS], bias[ROWS], rowbuf[4 * COLS], w[COLS];
+    enum { ROWS = 37, COLS = 96, NT = 5 };
+    float x[NT][COLS], y[NT][ROWS], bias[ROWS], rowbuf[2 * CPU_MATMUL_ROWBUF(COLS)], w[COLS];
     for (int t = 0; t < NT; t++)
         for (int c = 0; c < COLS; c++) x[t][c] = rndf();
     for (int r = 0; r < ROWS; r++) bias[r] = rndf();
@@ -107,7 +107,7 @@ static void test_matmul(lpx_threadpool *pool) {
             for (int t = 0; t < NT; t++)
                 for (int r = 0; r < ROWS; r++) y[t][r] = acc ? 1.0f : NAN;
             cpu_matmul_job job = {&W, bias, &y[0][0], ROWS, acc};
-            cpu_matmul(pool, &job, 1, &x[0][0], COLS, NT, rowbuf, COLS);
+            cpu_matmul(pool, &job, 1, &x[0][0], COLS, NT, rowbuf, CPU_MATMUL_ROWBUF(COLS));
             double worst = 0;
             size_t row_bytes = W.nbytes / ROWS;
             for (int r = 0; r < ROWS; r++) {

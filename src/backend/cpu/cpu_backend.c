@@ -46,7 +46,7 @@ typedef struct cpu_backend {
     float *k, *v;    /* [T][kv_dim] */
     float *gate, *up; /* [T][d_ff] */
     float *rope_cos, *rope_sin; /* [T][head_dim / 2] */
-    float *rowbuf;   /* [n_threads][max cols] dequantized weight rows */
+    float *rowbuf;   /* [n_threads][CPU_MATMUL_ROWBUF(max cols)] dequantized weight rows */
     float *scores;   /* [n_threads][ctx_cap] attention weights */
     int32_t *tok_seq; /* [T] sequence index of each token */
 } cpu_backend;
@@ -249,7 +249,7 @@ static lpx_status cpu_create_into(cpu_backend *b, const lpx_model *m) {
     LPX_TRY(alloc_floats(b, &b->up, T * c->d_ff, "activations"));
     LPX_TRY(alloc_floats(b, &b->rope_cos, T * (hd / 2), "rope"));
     LPX_TRY(alloc_floats(b, &b->rope_sin, T * (hd / 2), "rope"));
-    LPX_TRY(alloc_floats(b, &b->rowbuf, b->n_threads * max_cols, "row buffers"));
+    LPX_TRY(alloc_floats(b, &b->rowbuf, b->n_threads * CPU_MATMUL_ROWBUF(max_cols), "row buffers"));
     int64_t score_floats;
     if (!lpx_mul_i64(b->ctx_cap, b->n_threads, &score_floats))
         return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: attention scratch overflows");
@@ -393,7 +393,8 @@ static void matmul(cpu_backend *b, const cpu_matmul_job *jobs, int n_jobs, const
                    int64_t ldx, int64_t n_tok) {
     const lpx_config *c = &b->base.model->cfg;
     int64_t wide = c->d_model > b->q_dim ? c->d_model : b->q_dim;
-    cpu_matmul(b->pool, jobs, n_jobs, x, ldx, n_tok, b->rowbuf, wide > c->d_ff ? wide : c->d_ff);
+    cpu_matmul(b->pool, jobs, n_jobs, x, ldx, n_tok, b->rowbuf,
+               CPU_MATMUL_ROWBUF(wide > c->d_ff ? wide : c->d_ff));
 }
 
 static void layer_forward(cpu_backend *b, const lpx_batch *bt, int l) {

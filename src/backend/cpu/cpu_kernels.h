@@ -34,7 +34,8 @@ typedef struct cpu_matmul_job {
 
 /* Runs up to 4 products that share their input x [n_tok][ldx] (same cols) as
  * one parallel loop over all their rows. rowbuf: per-thread scratch, thread i
- * at rowbuf + i * rowbuf_stride, rowbuf_stride >= cols. */
+ * at rowbuf + i * rowbuf_stride, rowbuf_stride >= CPU_MATMUL_ROWBUF(cols). */
+#define CPU_MATMUL_ROWBUF(cols) (4 * (cols))
 void cpu_matmul(lpx_threadpool *pool, const cpu_matmul_job *jobs, int n_jobs, const float *x,
                 int64_t ldx, int64_t n_tok, float *rowbuf, int64_t rowbuf_stride);
 

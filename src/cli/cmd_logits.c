@@ -1,0 +1,368 @@
+/* lpx logits: a developer tool that drives a backend directly, without the
+ * engine: it feeds token ids through one or more sequences (all of them in
+ * each step), writes the float32 logits of every position, and can continue
+ * greedily. Used by the backend conformance tests. */
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "lpx.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_SEQS 64
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lpx logits -m MODEL --ids ID,ID,... [--ids ...] [options]\n\n"
+            "Runs a backend directly on token ids and writes float32 logits\n"
+            "[n_tokens][vocab] of every position (sequences in the order given).\n"
+            "Each --ids is one sequence; all sequences advance together, one step at a time.\n\n"
+            "  -m, --model MODEL     model directory or .gguf file\n"
+            "  --ids LIST            comma-separated token ids of one sequence (repeatable)\n"
+            "  --device DEV          cpu (default), cuda, cuda:N\n"
+            "  --mode MODE           prefill: all ids in one step (default);\n"
+            "                        decode: one id per step through the KV cache\n"
+            "  --chunk N[,N...]      ids per step for each sequence (overrides --mode)\n"
+            "  --block-size N        KV block size in tokens (default 16)\n"
+            "  --threads N           CPU threads (default: all cores)\n"
+            "  -o, --output FILE     write the logits there (raw little-endian float32)\n"
+            "  --greedy N            then generate N tokens greedily (all sequences batched);\n"
+            "                        prints one line of comma-separated ids per sequence\n"
+            "  --time                print prefill and decode speed to stderr\n");
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "lpx logits: %s: %s\n", what, lpx_last_error());
+    return 1;
+}
+
+/* Parses "1,2,3" into a malloc'd array; false on a malformed list. */
+static bool parse_ints(const char *s, int32_t **out, int32_t *n) {
+    int32_t cap = 16, k = 0;
+    int32_t *v = malloc((size_t)cap * sizeof *v);
+    if (!v) return false;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long x = strtol(s, &end, 10);
+        if (end == s || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
+            free(v);
+            return false;
+        }
+        if (k == cap) {
+            int32_t *nv = cap < (1 << 24) ? realloc(v, (size_t)(cap *= 2) * sizeof *v) : NULL;
+            if (!nv) {
+                free(v);
+                return false;
+            }
+            v = nv;
+        }
+        v[k++] = (int32_t)x;
+        s = *end ? end + 1 : end;
+    }
+    *out = v;
+    *n = k;
+    return k > 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct seq {
+    int32_t *ids; /* prompt ids, then generated ones: [n_ids + n_greedy] */
+    int32_t n_ids, chunk, done, *blocks;
+} seq;
+
+typedef struct run {
+    lpx_backend *b;
+    int32_t n_seqs, vocab, max_blocks;
+    seq *seqs;
+    int32_t *tokens, *positions, *seq_start, *seq_len, *table, *rows;
+    float *logits; /* [max batch tokens][vocab] */
+} run;
+
+/* One step: each sequence in `active` feeds its next `want` ids (clamped to
+ * what is left of `upto`); logits for every fed token land in r->logits in
+ * batch order. Returns the number of tokens fed (0: nothing left). */
+static lpx_status step(run *r, int32_t upto_greedy, int32_t *n_fed) {
+    int32_t n = 0, ns = 0, nl = 0;
+    for (int32_t s = 0; s < r->n_seqs; s++) {
+        seq *q = &r->seqs[s];
+        int32_t end = q->n_ids + upto_greedy, take = end - q->done;
+        if (take <= 0) continue;
+        if (take > q->chunk) take = q->chunk;
+        r->seq_start[ns] = n;
+        for (int32_t i = 0; i < take; i++, n++) {
+            r->tokens[n] = q->ids[q->done + i];
+            r->positions[n] = q->done + i;
+            r->rows[nl++] = n;
+        }
+        r->seq_len[ns] = q->done + take;
+        memcpy(r->table + (int64_t)ns * r->max_blocks, q->blocks,
+               (size_t)r->max_blocks * sizeof(int32_t));
+        ns++;
+    }
+    *n_fed = n;
+    if (!n) return LPX_OK;
+    r->seq_start[ns] = n;
+    lpx_batch bt = {n, r->tokens, r->positions, ns, r->seq_start, r->seq_len, r->table,
+                    r->max_blocks, nl, r->rows};
+    return r->b->ops->step(r->b, &bt, r->logits);
+}
+
+static int32_t argmax(const float *v, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return best;
+}
+
+int cmd_logits(int argc, char **argv) {
+    const char *model_path = NULL, *device = "cpu", *out_path = NULL, *mode = "prefill",
+               *chunk_arg = NULL;
+    const char *ids_arg[MAX_SEQS];
+    int n_seqs = 0, n_greedy = 0, threads = 0, block_size = 16;
+    bool timing = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) {
+            model_path = argv[++i];
+        } else if (!strcmp(a, "--ids") && has) {
+            if (n_seqs == MAX_SEQS) {
+                fprintf(stderr, "lpx logits: at most %d sequences\n", MAX_SEQS);
+                return 2;
+            }
+            ids_arg[n_seqs++] = argv[++i];
+        } else if (!strcmp(a, "--device") && has) {
+            device = argv[++i];
+        } else if (!strcmp(a, "--mode") && has) {
+            mode = argv[++i];
+        } else if (!strcmp(a, "--chunk") && has) {
+            chunk_arg = argv[++i];
+        } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && has) {
+            out_path = argv[++i];
+        } else if (!strcmp(a, "--time")) {
+            timing = true;
+        } else if ((!strcmp(a, "--block-size") || !strcmp(a, "--threads") ||
+                    !strcmp(a, "--greedy")) && has) {
+            char *end;
+            errno = 0;
+            long v = strtol(argv[++i], &end, 10);
+            bool is_threads = !strcmp(a, "--threads");
+            if (*end || errno || v < (is_threads || !strcmp(a, "--greedy") ? 0 : 1) ||
+                v > 1000000) {
+                fprintf(stderr, "lpx logits: %s: bad value '%s'\n", a, argv[i]);
+                return 2;
+            }
+            if (is_threads) threads = (int)v;
+            else if (!strcmp(a, "--greedy")) n_greedy = (int)v;
+            else block_size = (int)v;
+        } else {
+            fprintf(stderr, "lpx logits: unknown or incomplete option '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!model_path || !n_seqs) {
+        fprintf(stderr, "lpx logits: -m MODEL and --ids are required (see --help)\n");
+        return 2;
+    }
+    if (strcmp(mode, "prefill") && strcmp(mode, "decode")) {
+        fprintf(stderr, "lpx logits: --mode must be prefill or decode, not '%s'\n", mode);
+        return 2;
+    }
+    const lpx_backend_ops *ops;
+    int ordinal;
+    if (lpx_backend_select(device, &ops, &ordinal) != LPX_OK) {
+        fprintf(stderr, "lpx logits: %s\n", lpx_last_error());
+        return 2;
+    }
+
+    int rc = 1;
+    run r = {0};
+    r.n_seqs = n_seqs;
+    r.seqs = calloc((size_t)n_seqs, sizeof *r.seqs);
+    int32_t *chunks = NULL, n_chunks = 0;
+    lpx_model *m = NULL;
+    FILE *out = NULL;
+    if (!r.seqs) goto oom;
+    if (chunk_arg && (!parse_ints(chunk_arg, &chunks, &n_chunks) ||
+                      (n_chunks != 1 && n_chunks != n_seqs))) {
+        fprintf(stderr, "lpx logits: --chunk wants one size or one per sequence\n");
+        rc = 2;
+        goto done;
+    }
+    int64_t total_ids = 0, max_step = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        seq *q = &r.seqs[s];
+        int32_t *ids;
+        if (!parse_ints(ids_arg[s], &ids, &q->n_ids)) {
+            fprintf(stderr, "lpx logits: --ids '%s': expected comma-separated ids\n", ids_arg[s]);
+            rc = 2;
+            goto done;
+        }
+        q->ids = realloc(ids, ((size_t)q->n_ids + (size_t)n_greedy) * sizeof *ids);
+        if (!q->ids) {
+            free(ids);
+            goto oom;
+        }
+        q->chunk = chunks ? chunks[n_chunks == 1 ? 0 : s] : !strcmp(mode, "decode") ? 1 : q->n_ids;
+        if (q->chunk <= 0) {
+            fprintf(stderr, "lpx logits: --chunk sizes must be positive\n");
+            rc = 2;
+            goto done;
+        }
+        total_ids += q->n_ids;
+        max_step += q->chunk < q->n_ids ? q->chunk : q->n_ids;
+    }
+
+    if (lpx_model_open(model_path, &m) != LPX_OK) {
+        rc = fail(model_path);
+        goto done;
+    }
+    r.vocab = m->cfg.vocab_size;
+    /* Each sequence gets its own blocks, interleaved with the others' and in
+     * descending order, so the block table is really followed. */
+    int64_t longest = 0, n_blocks = 0;
+    for (int s = 0; s < n_seqs; s++)
+        if (r.seqs[s].n_ids + n_greedy > longest) longest = r.seqs[s].n_ids + n_greedy;
+    r.max_blocks = (int32_t)((longest + block_size - 1) / block_size);
+    n_blocks = (int64_t)r.max_blocks * n_seqs;
+    if (n_blocks > INT32_MAX / 2) {
+        fprintf(stderr, "lpx logits: %lld KV blocks: too many\n", (long long)n_blocks);
+        goto done;
+    }
+    for (int s = 0; s < n_seqs; s++) {
+        r.seqs[s].blocks = malloc((size_t)r.max_blocks * sizeof(int32_t));
+        if (!r.seqs[s].blocks) goto oom;
+        for (int32_t i = 0; i < r.max_blocks; i++)
+            r.seqs[s].blocks[i] = (int32_t)(n_blocks - 1 - ((int64_t)i * n_seqs + s));
+    }
+    if (max_step < n_seqs) max_step = n_seqs;
+    lpx_backend_opts o = {.device = ordinal, .n_threads = threads, .block_size = block_size,
+                          .n_blocks = (int32_t)n_blocks, .max_batch_tokens = (int32_t)max_step,
+                          .max_seqs = n_seqs};
+    r.tokens = malloc((size_t)max_step * sizeof(int32_t));
+    r.positions = malloc((size_t)max_step * sizeof(int32_t));
+    r.rows = malloc((size_t)max_step * sizeof(int32_t));
+    r.seq_start = malloc(((size_t)n_seqs + 1) * sizeof(int32_t));
+    r.seq_len = malloc((size_t)n_seqs * sizeof(int32_t));
+    r.table = malloc((size_t)n_blocks * sizeof(int32_t));
+    r.logits = malloc((size_t)max_step * (size_t)r.vocab * sizeof(float));
+    if (!r.tokens || !r.positions || !r.rows || !r.seq_start || !r.seq_len || !r.table ||
+        !r.logits)
+        goto oom;
+    if (ops->create(m, &o, &r.b) != LPX_OK) {
+        rc = fail("creating the backend");
+        goto done;
+    }
+    if (out_path && !(out = fopen(out_path, "wb"))) {
+        fprintf(stderr, "lpx logits: cannot write %s: %s\n", out_path, strerror(errno));
+        goto done;
+    }
+
+    /* The prompt ids. Rows come back in batch order; each sequence's rows go
+     * to its place in the output file. */
+    double t0 = now_s();
+    int64_t steps = 0;
+    for (;;) {
+        int32_t fed;
+        if (step(&r, 0, &fed) != LPX_OK) {
+            rc = fail("step");
+            goto done;
+        }
+        if (!fed) break;
+        steps++;
+        int32_t row = 0;
+        int64_t before = 0;
+        for (int s = 0; s < n_seqs; s++) {
+            seq *q = &r.seqs[s];
+            int32_t take = q->n_ids - q->done < q->chunk ? q->n_ids - q->done : q->chunk;
+            if (take > 0 && out) {
+                if (fseek(out, (long)((before + q->done) * r.vocab * (int64_t)sizeof(float)),
+                          SEEK_SET) ||
+                    fwrite(r.logits + (int64_t)row * r.vocab, sizeof(float),
+                           (size_t)take * (size_t)r.vocab, out) != (size_t)take * (size_t)r.vocab) {
+                    fprintf(stderr, "lpx logits: writing %s: %s\n", out_path, strerror(errno));
+                    goto done;
+                }
+            }
+            if (take > 0) {
+                q->done += take;
+                row += take;
+                /* The greedy continuation starts from the last prompt position. */
+                if (q->done == q->n_ids && n_greedy)
+                    q->ids[q->n_ids] = argmax(r.logits + (int64_t)(row - 1) * r.vocab, r.vocab);
+            }
+            before += q->n_ids;
+        }
+    }
+    double t1 = now_s();
+    if (timing)
+        fprintf(stderr, "lpx logits: prefill %lld tokens in %lld steps, %.1f ms, %.1f tok/s\n",
+                (long long)total_ids, (long long)steps, 1e3 * (t1 - t0),
+                (double)total_ids / (t1 - t0));
+
+    /* Greedy continuation, all sequences decoding together. */
+    for (int s = 0; s < n_seqs; s++) r.seqs[s].chunk = 1;
+    int64_t gen = 0;
+    for (int32_t g = 1; g < n_greedy; g++) {
+        int32_t fed;
+        if (step(&r, g, &fed) != LPX_OK) {
+            rc = fail("step");
+            goto done;
+        }
+        for (int s = 0; s < n_seqs; s++) {
+            seq *q = &r.seqs[s];
+            q->done++;
+            q->ids[q->n_ids + g] = argmax(r.logits + (int64_t)s * r.vocab, r.vocab);
+        }
+        gen += fed;
+    }
+    double t2 = now_s();
+    if (timing && n_greedy > 1)
+        fprintf(stderr, "lpx logits: decode %lld tokens in %d steps of %d, %.1f ms, %.1f tok/s\n",
+                (long long)gen, n_greedy - 1, n_seqs, 1e3 * (t2 - t1), (double)gen / (t2 - t1));
+    for (int s = 0; s < n_seqs && n_greedy; s++) {
+        for (int32_t g = 0; g < n_greedy; g++)
+            printf("%s%d", g ? "," : "", r.seqs[s].ids[r.seqs[s].n_ids + g]);
+        printf("\n");
+    }
+    if (out && fclose(out)) {
+        out = NULL;
+        fprintf(stderr, "lpx logits: writing %s: %s\n", out_path, strerror(errno));
+        goto done;
+    }
+    out = NULL;
+    rc = 0;
+    goto done;
+oom:
+    fprintf(stderr, "lpx logits: out of memory\n");
+done:
+    if (out) fclose(out);
+    if (r.b) r.b->ops->destroy(r.b);
+    lpx_model_close(m);
+    for (int s = 0; r.seqs && s < n_seqs; s++) {
+        free(r.seqs[s].ids);
+        free(r.seqs[s].blocks);
+    }
+    free(r.seqs);
+    free(chunks);
+    free(r.tokens);
+    free(r.positions);
+    free(r.rows);
+    free(r.seq_start);
+    free(r.seq_len);
+    free(r.table);
+    free(r.logits);
+    return rc;
+}

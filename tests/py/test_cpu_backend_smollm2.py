@@ -1,0 +1,53 @@
+"""CPU backend on the real SmolLM2-135M-Instruct Q4_1 GGUF (interleaved RoPE,
+block-quantized weights, tied embeddings) against transformers, which
+dequantizes the same GGUF to float32 (references: tests/fixtures/smollm2/,
+made by scripts/make-fixtures.py smollm2, run in float64).
+
+Tolerance (docs/backend.md): the first generated step's full logits within
+REL_TOL * max|logit|; greedy continuations identical, except that a first
+divergence is accepted at a near-tie, where the reference's top-2 gap is under
+twice that tolerance (none in the committed prompts: the smallest gap is 0.016).
+"""
+import json
+import pathlib
+import subprocess
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests/fixtures/smollm2"
+REL_TOL = 2e-5
+
+
+def test_first_logits_match_transformers(lpx_bin, smollm2, tmp_path):
+    doc = json.loads((FIX / "greedy.json").read_text())
+    ids = doc["prompts"][doc["first_logits"]["prompt"]]["ids"]
+    out = tmp_path / "logits.f32"
+    r = subprocess.run([lpx_bin, "logits", "-m", smollm2, "--ids", ",".join(map(str, ids)),
+                        "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = np.fromfile(out, dtype="<f4").reshape(len(ids), -1)[doc["first_logits"]["position"]]
+    ref = np.fromfile(FIX / doc["first_logits"]["file"], dtype="<f4").astype(np.float64)
+    err = np.abs(got - ref).max()
+    assert err <= REL_TOL * np.abs(ref).max(), f"max abs error {err:.3g}"
+
+
+def test_greedy_matches_transformers(lpx_bin, smollm2):
+    """All prompts decode together in one batch, so this also covers batched
+    decode of sequences of different lengths on a real model."""
+    doc = json.loads((FIX / "greedy.json").read_text())
+    cmd = [lpx_bin, "logits", "-m", smollm2, "--greedy", "32"]
+    for p in doc["prompts"]:
+        cmd += ["--ids", ",".join(map(str, p["ids"]))]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split()
+    assert len(lines) == len(doc["prompts"])
+    tie_tol = 2 * REL_TOL * 20.0  # SmolLM2's logits reach about 20 in magnitude
+    for p, line in zip(doc["prompts"], lines):
+        got = [int(x) for x in line.split(",")]
+        diverge = next((i for i, (a, b) in enumerate(zip(got, p["greedy"])) if a != b), None)
+        if diverge is not None:
+            gap = p["greedy_top2_gap"][diverge]
+            assert gap < tie_tol, f"{p['text']!r}: differs at step {diverge}, top-2 gap " \
+                f"{gap:.4g}: {got} vs {p['greedy']}"
