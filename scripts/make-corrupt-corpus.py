@@ -171,6 +171,9 @@ def gguf_cases():
     case("layer-count-mismatch.gguf", gguf(model_kvs(), model_tensors(layers=2)), "layer count")
     case("vocab-mismatch.gguf", gguf(model_kvs(**{"llama.vocab_size": 9}), model_tensors()),
          "vocab_size")
+    bogus = model_tensors() + [("rope_freqs.weight", (8,), GG_F32,
+                                np.arange(1, 9, dtype=np.float32).tobytes(), None)]
+    case("rope-freqs-not-llama3.gguf", gguf(model_kvs(), bogus), "rope_freqs")
     case("unsupported-tensor-type.gguf", gguf(model_kvs(), model_tensors(
         types={"blk.0.ffn_up.weight": GG_Q5_0})), "Q5_0")
 

@@ -9,7 +9,7 @@ and `safetensors` packages (the references lpx's readers are tested against):
 
 Deterministic (fixed seeds); rerun after changing it and commit the output."""
 import json
-import os
+import math
 import pathlib
 import shutil
 
@@ -175,9 +175,25 @@ def add_gguf_tensor(w, name, x, qt):
         w.add_tensor(name, quantize(x, qt), raw_dtype=qt)
 
 
-def write_tiny_gguf(arch):
+def llama3_rope_factors(theta, dim, factor, low, high, orig):
+    """rope_freqs as llama.cpp's convert_hf_to_gguf.py writes it for rope_type llama3."""
+    freqs = 1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < orig / high:
+            out.append(1)
+        elif wavelen > orig / low:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def write_tiny_gguf(arch, llama3=False):
     c = GGUF_FAMILIES[arch]
-    w = gguf.GGUFWriter(str(OUT / f"tiny-{arch}.gguf"), arch)
+    w = gguf.GGUFWriter(str(OUT / f"tiny-{'llama3' if llama3 else arch}.gguf"), arch)
     w.add_block_count(c["L"])
     w.add_context_length(512)
     w.add_embedding_length(c["d"])
@@ -189,7 +205,7 @@ def write_tiny_gguf(arch):
         w.add_value_length(c["hd"])
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0 if arch == "llama" else 1000000.0)
-    if arch == "llama":
+    if arch == "llama" and not llama3:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(2.0)
     w.add_tokenizer_model("gpt2")
@@ -210,6 +226,8 @@ def write_tiny_gguf(arch):
             qt = types.get(name.split(".")[0], Q.F32) if x.ndim == 2 else Q.F32
             add_gguf_tensor(w, f"blk.{i}.{name}", x, qt)
     add_gguf_tensor(w, "output_norm.weight", 1 + r(c["d"]), Q.F32)
+    if llama3:  # Llama 3.x: factor 32, low 1, high 4, original context 8192
+        w.add_tensor("rope_freqs.weight", llama3_rope_factors(10000.0, c["hd"], 32.0, 1.0, 4.0, 8192))
     if "output" in types:
         add_gguf_tensor(w, "output.weight", r(vocab, c["d"]), types["output"])
     w.write_header_to_file()
@@ -311,6 +329,7 @@ def main():
         write_tiny_gguf(arch)
     for arch in ("llama", "qwen2", "qwen3", "mistral"):
         write_hf(arch, sharded=arch == "qwen3")
+    write_tiny_gguf("llama", llama3=True)
 
 
 if __name__ == "__main__":

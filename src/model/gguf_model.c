@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define LPX_MAX_ROPE_PAIRS 1024
+
 typedef struct hp {
     const lpx_gguf *g;
     const char *path, *arch;
@@ -119,6 +121,51 @@ static void gen_from_metadata(const lpx_gguf *g, lpx_gen_defaults *gen) {
         gen->top_k = (int32_t)v;
 }
 
+/* llama.cpp's converter stores Llama 3 rope scaling as one divisor per frequency
+ * (rope_freqs.weight) instead of its parameters. Llama 3.x use low_freq_factor 1,
+ * high_freq_factor 4 and an original context of 8192 with factor = the largest
+ * divisor; those parameters are accepted only if they reproduce every value. */
+static lpx_status rope_from_freqs(const hp *h, lpx_config *c, const lpx_tensor *t) {
+    int64_t n = c->head_dim / 2;
+    if (t->type != LPX_DT_F32 || t->n_dims != 1 || t->shape[0] != n)
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "%s: tensor rope_freqs.weight: expected F32 of shape [%lld], found %s "
+                          "with %d dims",
+                          h->path, (long long)n, lpx_dtype_name(t->type), t->n_dims);
+    float div[LPX_MAX_ROPE_PAIRS];
+    if (n > LPX_MAX_ROPE_PAIRS)
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: rope_freqs.weight with head_dim %d", h->path,
+                          c->head_dim);
+    memcpy(div, t->data, (size_t)n * sizeof(float)); /* the file need not align it */
+    float factor = 1;
+    for (int64_t i = 0; i < n; i++) factor = div[i] > factor ? div[i] : factor;
+    int32_t orig;
+    LPX_TRY(hp_int(h, "rope.scaling.original_context_length", 8192, &orig));
+    const double lo = 1, hi = 4, pi = 3.14159265358979323846;
+    for (int64_t i = 0; i < n; i++) {
+        double freq = pow(c->rope_theta, -2.0 * (double)i / c->head_dim), wl = 2 * pi / freq, want;
+        if (wl < orig / hi)
+            want = 1;
+        else if (wl > orig / lo)
+            want = factor;
+        else {
+            double smooth = (orig / wl - lo) / (hi - lo);
+            want = 1 / ((1 - smooth) / factor + smooth);
+        }
+        if (!isfinite(div[i]) || fabs(div[i] - want) > 1e-3 * want)
+            return lpx_errorf(LPX_ERR_UNSUPPORTED,
+                              "%s: rope_freqs.weight[%lld] is %g, llama3 scaling (factor %g, low 1, "
+                              "high 4, original context %d) gives %g",
+                              h->path, (long long)i, div[i], factor, orig, want);
+    }
+    c->rope_scaling = LPX_ROPE_LLAMA3;
+    c->rope_factor = factor;
+    c->rope_low_freq_factor = (float)lo;
+    c->rope_high_freq_factor = (float)hi;
+    c->rope_original_max_pos = orig;
+    return LPX_OK;
+}
+
 /* Converts a K-quant tensor to an F32 buffer owned by the model. */
 static lpx_status dequantize_at_load(lpx_model *m, const char *path, uint32_t type,
                                      const void *src, lpx_tensor *t) {
@@ -191,12 +238,8 @@ lpx_status lpx_gguf_model_load(lpx_model *m, const char *path) {
     hp h = {g, path, ai->gguf_arch};
     LPX_TRY(parse_hparams(&h, c));
     LPX_TRY(load_tensors(m, g, path));
-    /* llama.cpp's converter stores Llama 3 rope scaling as per-frequency factors. */
-    if (lpx_model_find_tensor(m, "rope_freqs.weight"))
-        return lpx_errorf(LPX_ERR_UNSUPPORTED,
-                          "%s: tensor rope_freqs.weight (Llama 3 rope scaling in GGUF) is not "
-                          "supported",
-                          path);
+    const lpx_tensor *rf = lpx_model_find_tensor(m, "rope_freqs.weight");
+    if (rf) LPX_TRY(rope_from_freqs(&h, c, rf));
     c->tied_embeddings = !lpx_model_find_tensor(m, "output.weight");
     gen_from_metadata(g, &m->gen);
     if (lpx_gguf_get_str(g, "tokenizer.chat_template", &s, &len)) {

@@ -46,6 +46,17 @@ static void check_gguf_llama(void) {
     lpx_model_close(m);
 }
 
+/* rope_freqs.weight as llama.cpp writes it for Llama 3.x (factor 32) */
+static void check_gguf_llama3(void) {
+    lpx_model *m = open_ok(FIX "tiny-llama3.gguf");
+    if (!m) return;
+    const lpx_config *c = &m->cfg;
+    CHECK(c->rope_scaling == LPX_ROPE_LLAMA3 && c->rope_factor == 32.0f);
+    CHECK(c->rope_low_freq_factor == 1.0f && c->rope_high_freq_factor == 4.0f);
+    CHECK(c->rope_original_max_pos == 8192 && c->rope_interleaved);
+    lpx_model_close(m);
+}
+
 static void check_gguf_qwen(void) {
     lpx_model *m = open_ok(FIX "tiny-qwen2.gguf");
     if (m) {
@@ -114,6 +125,7 @@ static void check_hf(void) {
 
 int main(void) {
     check_gguf_llama();
+    check_gguf_llama3();
     check_gguf_qwen();
     check_hf();
     lpx_model *m = (lpx_model *)1;
