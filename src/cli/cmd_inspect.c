@@ -130,7 +130,8 @@ int cmd_inspect(int argc, char **argv) {
         } else if (argv[i][0] != '-' && !path) {
             path = argv[i];
         } else {
-            fprintf(stderr, "lpx inspect: unexpected argument '%s' (lpx inspect --help)\n", argv[i]);
+            fprintf(stderr, "lpx inspect: unexpected argument '%s' (lpx inspect --help)\n",
+                    argv[i]);
             return 2;
         }
     }

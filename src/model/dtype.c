@@ -11,16 +11,24 @@ static const struct {
     const char *name;
     int block_elems, block_bytes;
 } dtypes[LPX_DT_COUNT] = {
-    [LPX_DT_F32] = {"F32", 1, 4},   [LPX_DT_F16] = {"F16", 1, 2},
-    [LPX_DT_BF16] = {"BF16", 1, 2}, [LPX_DT_Q8_0] = {"Q8_0", 32, 34},
+    [LPX_DT_F32] = {"F32", 1, 4},     [LPX_DT_F16] = {"F16", 1, 2},
+    [LPX_DT_BF16] = {"BF16", 1, 2},   [LPX_DT_Q8_0] = {"Q8_0", 32, 34},
     [LPX_DT_Q4_0] = {"Q4_0", 32, 18}, [LPX_DT_Q4_1] = {"Q4_1", 32, 20},
 };
 
-static bool dtype_ok(lpx_dtype t) { return (unsigned)t < LPX_DT_COUNT; }
+static bool dtype_ok(lpx_dtype t) {
+    return (unsigned)t < LPX_DT_COUNT;
+}
 
-const char *lpx_dtype_name(lpx_dtype t) { return dtype_ok(t) ? dtypes[t].name : "?"; }
-int lpx_dtype_block_elems(lpx_dtype t) { return dtype_ok(t) ? dtypes[t].block_elems : 0; }
-int lpx_dtype_block_bytes(lpx_dtype t) { return dtype_ok(t) ? dtypes[t].block_bytes : 0; }
+const char *lpx_dtype_name(lpx_dtype t) {
+    return dtype_ok(t) ? dtypes[t].name : "?";
+}
+int lpx_dtype_block_elems(lpx_dtype t) {
+    return dtype_ok(t) ? dtypes[t].block_elems : 0;
+}
+int lpx_dtype_block_bytes(lpx_dtype t) {
+    return dtype_ok(t) ? dtypes[t].block_bytes : 0;
+}
 
 bool lpx_dtype_row_bytes(lpx_dtype t, int64_t n, size_t *out) {
     if (!dtype_ok(t) || n < 0 || n % dtypes[t].block_elems) return false;
@@ -55,22 +63,29 @@ float lpx_bf16_to_f32(uint16_t h) {
     return f;
 }
 
-static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint16_t rd16(const uint8_t *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
 
 void lpx_dequantize_row(lpx_dtype t, const void *src, float *dst, int64_t n) {
     const uint8_t *p = src;
     switch (t) {
-    case LPX_DT_F32: memcpy(dst, src, (size_t)n * 4); break;
+    case LPX_DT_F32:
+        memcpy(dst, src, (size_t)n * 4);
+        break;
     case LPX_DT_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = lpx_f16_to_f32(rd16(p + 2 * i));
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = lpx_f16_to_f32(rd16(p + 2 * i));
         break;
     case LPX_DT_BF16:
-        for (int64_t i = 0; i < n; i++) dst[i] = lpx_bf16_to_f32(rd16(p + 2 * i));
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = lpx_bf16_to_f32(rd16(p + 2 * i));
         break;
     case LPX_DT_Q8_0:
         for (int64_t b = 0; b < n / 32; b++, p += 34, dst += 32) {
             float d = lpx_f16_to_f32(rd16(p));
-            for (int j = 0; j < 32; j++) dst[j] = d * (float)(int8_t)p[2 + j];
+            for (int j = 0; j < 32; j++)
+                dst[j] = d * (float)(int8_t)p[2 + j];
         }
         break;
     case LPX_DT_Q4_0:
@@ -91,6 +106,7 @@ void lpx_dequantize_row(lpx_dtype t, const void *src, float *dst, int64_t n) {
             }
         }
         break;
-    case LPX_DT_COUNT: break;
+    case LPX_DT_COUNT:
+        break;
     }
 }

@@ -47,7 +47,9 @@ const lpx_ggml_type_info *lpx_ggml_type(uint32_t id) {
     return &types[id];
 }
 
-static uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static uint16_t rd16(const uint8_t *p) {
+    return (uint16_t)(p[0] | p[1] << 8);
+}
 
 /* 6-bit scale and min j of a Q4_K/Q5_K super-block (ggml's get_scale_min_k4). */
 static void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
@@ -71,8 +73,10 @@ static void deq_q4_k(const uint8_t *x, float *y, int64_t nb) {
             float d1 = d * s, m1 = dmin * m;
             scale_min_k4(is + 1, sc, &s, &m);
             float d2 = d * s, m2 = dmin * m;
-            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xf) - m1;
-            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * (q[l] & 0xf) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * (q[l] >> 4) - m2;
         }
     }
 }
@@ -89,8 +93,10 @@ static void deq_q5_k(const uint8_t *x, float *y, int64_t nb) {
             float d1 = d * s, m1 = dmin * m;
             scale_min_k4(is + 1, sc, &s, &m);
             float d2 = d * s, m2 = dmin * m;
-            for (int l = 0; l < 32; l++) *y++ = d1 * ((ql[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; l++) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            for (int l = 0; l < 32; l++)
+                *y++ = d1 * ((ql[l] & 0xf) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; l++)
+                *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
         }
     }
 }
@@ -119,9 +125,16 @@ static void deq_q6_k(const uint8_t *x, float *y, int64_t nb) {
 
 void lpx_ggml_dequantize_row(uint32_t id, const void *src, float *dst, int64_t n) {
     switch (id) {
-    case LPX_GGML_Q4_K: deq_q4_k(src, dst, n / 256); break;
-    case LPX_GGML_Q5_K: deq_q5_k(src, dst, n / 256); break;
-    case LPX_GGML_Q6_K: deq_q6_k(src, dst, n / 256); break;
-    default: break;
+    case LPX_GGML_Q4_K:
+        deq_q4_k(src, dst, n / 256);
+        break;
+    case LPX_GGML_Q5_K:
+        deq_q5_k(src, dst, n / 256);
+        break;
+    case LPX_GGML_Q6_K:
+        deq_q6_k(src, dst, n / 256);
+        break;
+    default:
+        break;
     }
 }

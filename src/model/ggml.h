@@ -10,10 +10,10 @@
 #include <stdint.h>
 
 typedef struct lpx_ggml_type_info {
-    const char *name;  /* NULL: not a known ggml type id */
+    const char *name; /* NULL: not a known ggml type id */
     int block_elems;
     int block_bytes;
-    int lpx_type;      /* lpx_dtype kept as stored, or -1 */
+    int lpx_type;         /* lpx_dtype kept as stored, or -1 */
     bool dequant_at_load; /* converted to F32 when loading a model */
 } lpx_ggml_type_info;
 

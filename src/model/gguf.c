@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_KEY_LEN 65535      /* a key longer than this is corruption, not a key */
+#define MAX_KEY_LEN 65535 /* a key longer than this is corruption, not a key */
 #define MAX_ARRAY_DEPTH 8
 #define DEFAULT_ALIGNMENT 32
 
@@ -33,10 +33,10 @@ typedef struct gguf_kv {
 
 typedef struct gguf_tensor {
     char name[96];
-    uint32_t type;   /* ggml type id */
+    uint32_t type; /* ggml type id */
     int n_dims;
     int64_t ne[LPX_MAX_DIMS]; /* ggml order: ne[0] innermost */
-    uint64_t offset; /* from the start of the data section */
+    uint64_t offset;          /* from the start of the data section */
     size_t nbytes;
 } gguf_tensor;
 
@@ -109,11 +109,23 @@ static lpx_status rd_str(reader *r, uint64_t cap, size_t *off, uint64_t *len, co
 
 static size_t scalar_size(uint32_t t) {
     switch (t) {
-    case LPX_GGUF_U8: case LPX_GGUF_I8: case LPX_GGUF_BOOL: return 1;
-    case LPX_GGUF_U16: case LPX_GGUF_I16: return 2;
-    case LPX_GGUF_U32: case LPX_GGUF_I32: case LPX_GGUF_F32: return 4;
-    case LPX_GGUF_U64: case LPX_GGUF_I64: case LPX_GGUF_F64: return 8;
-    default: return 0;
+    case LPX_GGUF_U8:
+    case LPX_GGUF_I8:
+    case LPX_GGUF_BOOL:
+        return 1;
+    case LPX_GGUF_U16:
+    case LPX_GGUF_I16:
+        return 2;
+    case LPX_GGUF_U32:
+    case LPX_GGUF_I32:
+    case LPX_GGUF_F32:
+        return 4;
+    case LPX_GGUF_U64:
+    case LPX_GGUF_I64:
+    case LPX_GGUF_F64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -163,8 +175,8 @@ static lpx_status skip_array(reader *r, uint32_t elem, uint64_t n, int depth, co
                              size_t *str_off) {
     size_t m = min_size(elem);
     if (!m)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: key %s: unknown array element type %u", r->name,
-                          key, elem);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: key %s: unknown array element type %u", r->name, key,
+                          elem);
     if (n > (r->size - r->pos) / m)
         return lpx_errorf(LPX_ERR_FORMAT,
                           "%s: key %s: array count %llu exceeds what the file can hold (%zu bytes "
@@ -230,7 +242,8 @@ static lpx_status parse_kvs(lpx_gguf *g, reader *r) {
     }
     const char **names = malloc((size_t)(g->n_kv ? g->n_kv : 1) * sizeof *names);
     if (!names) return lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", r->name);
-    for (int64_t i = 0; i < g->n_kv; i++) names[i] = g->kv[i].key;
+    for (int64_t i = 0; i < g->n_kv; i++)
+        names[i] = g->kv[i].key;
     const char *dup = find_duplicate(names, g->n_kv);
     lpx_status s = dup ? lpx_errorf(LPX_ERR_FORMAT, "%s: duplicate key %s", r->name, dup) : LPX_OK;
     free(names);
@@ -275,8 +288,10 @@ static lpx_status parse_tensor_info(reader *r, int64_t i, gguf_tensor *t) {
     int64_t elems = 1;
     size_t bytes = (size_t)(t->ne[0] / ti->block_elems);
     bool ok = lpx_mul_size(bytes, (size_t)ti->block_bytes, &bytes);
-    for (int d = 0; d < t->n_dims; d++) ok = ok && lpx_mul_i64(elems, t->ne[d], &elems);
-    for (int d = 1; d < t->n_dims; d++) ok = ok && lpx_mul_size(bytes, (size_t)t->ne[d], &bytes);
+    for (int d = 0; d < t->n_dims; d++)
+        ok = ok && lpx_mul_i64(elems, t->ne[d], &elems);
+    for (int d = 1; d < t->n_dims; d++)
+        ok = ok && lpx_mul_size(bytes, (size_t)t->ne[d], &bytes);
     if (!ok)
         return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: element count or byte size overflows",
                           r->name, t->name);
@@ -290,7 +305,8 @@ static int cmp_offset(const void *a, const void *b) {
 }
 
 static lpx_status parse_tensors(lpx_gguf *g, reader *r) {
-    for (int64_t i = 0; i < g->n_tensors; i++) LPX_TRY(parse_tensor_info(r, i, &g->t[i]));
+    for (int64_t i = 0; i < g->n_tensors; i++)
+        LPX_TRY(parse_tensor_info(r, i, &g->t[i]));
 
     uint32_t align = DEFAULT_ALIGNMENT;
     int64_t ai = lpx_gguf_find(g, "general.alignment");
@@ -300,8 +316,8 @@ static lpx_status parse_tensors(lpx_gguf *g, reader *r) {
                               r->name, g->kv[ai].type);
         align = le32(r->p + g->kv[ai].val);
         if (align == 0 || (align & (align - 1)))
-            return lpx_errorf(LPX_ERR_FORMAT,
-                              "%s: general.alignment %u is not a power of two", r->name, align);
+            return lpx_errorf(LPX_ERR_FORMAT, "%s: general.alignment %u is not a power of two",
+                              r->name, align);
     }
     size_t start;
     if (!lpx_add_size(r->pos, align - 1, &start))
@@ -359,8 +375,8 @@ static lpx_status parse(lpx_gguf *g, const char *name) {
     r.pos = 4;
     LPX_TRY(rd_u32(&r, &g->version, "version"));
     if (g->version != 2 && g->version != 3)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: unsupported GGUF version %u (expected 2 or 3)",
-                          name, g->version);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: unsupported GGUF version %u (expected 2 or 3)", name,
+                          g->version);
     LPX_TRY(rd_u64(&r, &n_tensors, "tensor count"));
     LPX_TRY(rd_u64(&r, &n_kv, "key/value count"));
     /* Each key/value takes at least 13 bytes, each tensor info at least 32. */
@@ -413,7 +429,8 @@ lpx_status lpx_gguf_open(const char *path, lpx_gguf **out) {
     void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int err = errno;
     close(fd);
-    if (map == MAP_FAILED) return lpx_errorf(LPX_ERR_IO, "%s: mmap failed: %s", path, strerror(err));
+    if (map == MAP_FAILED)
+        return lpx_errorf(LPX_ERR_IO, "%s: mmap failed: %s", path, strerror(err));
     lpx_gguf *g;
     lpx_status s = lpx_gguf_parse(map, size, path, &g);
     if (s != LPX_OK) {
@@ -438,8 +455,12 @@ void lpx_gguf_close(lpx_gguf *g) {
     free(g);
 }
 
-uint32_t lpx_gguf_version(const lpx_gguf *g) { return g->version; }
-int64_t lpx_gguf_n_kv(const lpx_gguf *g) { return g->n_kv; }
+uint32_t lpx_gguf_version(const lpx_gguf *g) {
+    return g->version;
+}
+int64_t lpx_gguf_n_kv(const lpx_gguf *g) {
+    return g->n_kv;
+}
 const char *lpx_gguf_key(const lpx_gguf *g, int64_t i) {
     return i >= 0 && i < g->n_kv ? g->kv[i].key : NULL;
 }
@@ -461,20 +482,35 @@ static const gguf_kv *find_kv(const lpx_gguf *g, const char *key, uint32_t type)
 
 static bool read_int(uint32_t type, const uint8_t *p, int64_t *v) {
     switch (type) {
-    case LPX_GGUF_U8: *v = p[0]; return true;
-    case LPX_GGUF_I8: *v = (int8_t)p[0]; return true;
-    case LPX_GGUF_U16: *v = (uint16_t)(p[0] | p[1] << 8); return true;
-    case LPX_GGUF_I16: *v = (int16_t)(p[0] | p[1] << 8); return true;
-    case LPX_GGUF_U32: *v = le32(p); return true;
-    case LPX_GGUF_I32: *v = (int32_t)le32(p); return true;
-    case LPX_GGUF_I64: *v = (int64_t)le64(p); return true;
+    case LPX_GGUF_U8:
+        *v = p[0];
+        return true;
+    case LPX_GGUF_I8:
+        *v = (int8_t)p[0];
+        return true;
+    case LPX_GGUF_U16:
+        *v = (uint16_t)(p[0] | p[1] << 8);
+        return true;
+    case LPX_GGUF_I16:
+        *v = (int16_t)(p[0] | p[1] << 8);
+        return true;
+    case LPX_GGUF_U32:
+        *v = le32(p);
+        return true;
+    case LPX_GGUF_I32:
+        *v = (int32_t)le32(p);
+        return true;
+    case LPX_GGUF_I64:
+        *v = (int64_t)le64(p);
+        return true;
     case LPX_GGUF_U64: {
         uint64_t u = le64(p);
         if (u > INT64_MAX) return false;
         *v = (int64_t)u;
         return true;
     }
-    default: return false;
+    default:
+        return false;
     }
 }
 
@@ -525,8 +561,7 @@ bool lpx_gguf_get_arr(const lpx_gguf *g, const char *key, lpx_gguf_type *elem, u
     return true;
 }
 
-bool lpx_gguf_arr_str(const lpx_gguf *g, const char *key, uint64_t i, const char **s,
-                      size_t *len) {
+bool lpx_gguf_arr_str(const lpx_gguf *g, const char *key, uint64_t i, const char **s, size_t *len) {
     const gguf_kv *kv = find_kv(g, key, LPX_GGUF_ARRAY);
     if (!kv || kv->elem != LPX_GGUF_STRING || i >= kv->len) return false;
     size_t off = kv->str_off[i];
@@ -555,7 +590,9 @@ bool lpx_gguf_arr_f64(const lpx_gguf *g, const char *key, uint64_t i, double *v)
     return p && read_float(type, p, v);
 }
 
-int64_t lpx_gguf_n_tensors(const lpx_gguf *g) { return g->n_tensors; }
+int64_t lpx_gguf_n_tensors(const lpx_gguf *g) {
+    return g->n_tensors;
+}
 
 static const gguf_tensor *tensor(const lpx_gguf *g, int64_t i) {
     return i >= 0 && i < g->n_tensors ? &g->t[i] : NULL;

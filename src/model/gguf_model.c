@@ -29,7 +29,8 @@ static lpx_status hp_int(const hp *h, const char *key, int32_t dflt, int32_t *ou
         return LPX_OK;
     }
     if (!lpx_gguf_get_i64(h->g, k, &v) || v < 1 || v > INT32_MAX)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: key %s must be a positive 32-bit integer", h->path, k);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: key %s must be a positive 32-bit integer", h->path,
+                          k);
     *out = (int32_t)v;
     return LPX_OK;
 }
@@ -65,9 +66,8 @@ static lpx_status parse_rope(const hp *h, lpx_config *c) {
     snprintf(k, sizeof k, "%s.rope.scaling.type", h->arch);
     if (lpx_gguf_get_str(h->g, k, &s, &len) && !(len == 4 && !memcmp(s, "none", 4))) {
         if (!(len == 6 && !memcmp(s, "linear", 6)))
-            return lpx_errorf(LPX_ERR_UNSUPPORTED,
-                              "%s: %s '%.*s' is not supported (none, linear)", h->path, k,
-                              (int)(len > 32 ? 32 : len), s);
+            return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: %s '%.*s' is not supported (none, linear)",
+                              h->path, k, (int)(len > 32 ? 32 : len), s);
         c->rope_scaling = LPX_ROPE_LINEAR;
         LPX_TRY(hp_float(h, "rope.scaling.factor", -1, &c->rope_factor));
     }
@@ -108,7 +108,8 @@ static void gen_from_metadata(const lpx_gguf *g, lpx_gen_defaults *gen) {
     for (size_t i = 0; i < sizeof eos_keys / sizeof eos_keys[0]; i++) {
         if (!lpx_gguf_get_i64(g, eos_keys[i], &v) || v < 0 || v > INT32_MAX) continue;
         bool dup = false;
-        for (int j = 0; j < gen->n_eos; j++) dup |= gen->eos_ids[j] == v;
+        for (int j = 0; j < gen->n_eos; j++)
+            dup |= gen->eos_ids[j] == v;
         if (!dup) gen->eos_ids[gen->n_eos++] = (int32_t)v;
     }
     if (lpx_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) && v >= 0 && v <= INT32_MAX)
@@ -138,7 +139,8 @@ static lpx_status rope_from_freqs(const hp *h, lpx_config *c, const lpx_tensor *
                           c->head_dim);
     memcpy(div, t->data, (size_t)n * sizeof(float)); /* the file need not align it */
     float factor = 1;
-    for (int64_t i = 0; i < n; i++) factor = div[i] > factor ? div[i] : factor;
+    for (int64_t i = 0; i < n; i++)
+        factor = div[i] > factor ? div[i] : factor;
     int32_t orig;
     LPX_TRY(hp_int(h, "rope.scaling.original_context_length", 8192, &orig));
     const double lo = 1, hi = 4, pi = 3.14159265358979323846;
@@ -153,10 +155,11 @@ static lpx_status rope_from_freqs(const hp *h, lpx_config *c, const lpx_tensor *
             want = 1 / ((1 - smooth) / factor + smooth);
         }
         if (!isfinite(div[i]) || fabs(div[i] - want) > 1e-3 * want)
-            return lpx_errorf(LPX_ERR_UNSUPPORTED,
-                              "%s: rope_freqs.weight[%lld] is %g, llama3 scaling (factor %g, low 1, "
-                              "high 4, original context %d) gives %g",
-                              h->path, (long long)i, div[i], factor, orig, want);
+            return lpx_errorf(
+                LPX_ERR_UNSUPPORTED,
+                "%s: rope_freqs.weight[%lld] is %g, llama3 scaling (factor %g, low 1, "
+                "high 4, original context %d) gives %g",
+                h->path, (long long)i, div[i], factor, orig, want);
     }
     c->rope_scaling = LPX_ROPE_LLAMA3;
     c->rope_factor = factor;
@@ -167,10 +170,11 @@ static lpx_status rope_from_freqs(const hp *h, lpx_config *c, const lpx_tensor *
 }
 
 /* Converts a K-quant tensor to an F32 buffer owned by the model. */
-static lpx_status dequantize_at_load(lpx_model *m, const char *path, uint32_t type,
-                                     const void *src, lpx_tensor *t) {
+static lpx_status dequantize_at_load(lpx_model *m, const char *path, uint32_t type, const void *src,
+                                     lpx_tensor *t) {
     int64_t cols = lpx_tensor_cols(t), rows = 1;
-    for (int d = 0; d < t->n_dims - 1; d++) rows *= t->shape[d]; /* fits: checked by the reader */
+    for (int d = 0; d < t->n_dims - 1; d++)
+        rows *= t->shape[d]; /* fits: checked by the reader */
     const lpx_ggml_type_info *ti = lpx_ggml_type(type);
     size_t bytes, src_row = (size_t)(cols / ti->block_elems) * (size_t)ti->block_bytes;
     if (!lpx_mul_size((size_t)rows * (size_t)cols, sizeof(float), &bytes))
@@ -200,7 +204,8 @@ static lpx_status load_tensors(lpx_model *m, const lpx_gguf *g, const char *path
         const lpx_ggml_type_info *ti = lpx_ggml_type(type);
         snprintf(t->name, sizeof t->name, "%s", lpx_gguf_tensor_name(g, i));
         t->n_dims = lpx_gguf_tensor_n_dims(g, i);
-        for (int d = 0; d < t->n_dims; d++) t->shape[d] = lpx_gguf_tensor_dim(g, i, d);
+        for (int d = 0; d < t->n_dims; d++)
+            t->shape[d] = lpx_gguf_tensor_dim(g, i, d);
         const void *data = lpx_gguf_tensor_data(g, i, &t->nbytes);
         if (ti->lpx_type >= 0) {
             t->type = (lpx_dtype)ti->lpx_type;

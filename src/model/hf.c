@@ -155,8 +155,8 @@ static lpx_status parse_config(const cJSON *cfg, lpx_config *c) {
         return lpx_errorf(LPX_ERR_UNSUPPORTED, "config.json: hidden_act %s is not supported (silu)",
                           cJSON_IsString(act) ? act->valuestring : "?");
     if (!ai->qkv_bias && cfg_bool(cfg, "attention_bias", false))
-        return lpx_errorf(LPX_ERR_UNSUPPORTED, "config.json: attention_bias is not supported for %s",
-                          ai->hf_class);
+        return lpx_errorf(LPX_ERR_UNSUPPORTED,
+                          "config.json: attention_bias is not supported for %s", ai->hf_class);
     if (cfg_bool(cfg, "mlp_bias", false))
         return lpx_errorf(LPX_ERR_UNSUPPORTED, "config.json: mlp_bias is not supported");
     c->sliding_window = 0;
@@ -175,12 +175,15 @@ static lpx_status parse_ids(const cJSON *o, const char *file, lpx_gen_defaults *
     if (eos) {
         int n = cJSON_IsArray(eos) ? cJSON_GetArraySize(eos) : 1;
         if (n > (int)(sizeof g->eos_ids / sizeof g->eos_ids[0]))
-            return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: %d eos_token_id values (at most 8)", file, n);
+            return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: %d eos_token_id values (at most 8)", file,
+                              n);
         g->n_eos = 0;
         for (int i = 0; i < n; i++) {
             if (!json_int(cJSON_IsArray(eos) ? cJSON_GetArrayItem(eos, i) : eos, 0, INT32_MAX, &x))
-                return lpx_errorf(LPX_ERR_FORMAT, "%s: eos_token_id must be an integer or a list "
-                                  "of integers", file);
+                return lpx_errorf(LPX_ERR_FORMAT,
+                                  "%s: eos_token_id must be an integer or a list "
+                                  "of integers",
+                                  file);
             g->eos_ids[g->n_eos++] = (int32_t)x;
         }
     }
@@ -226,7 +229,8 @@ static lpx_status load_chat_template(const char *dir, char **out) {
         const cJSON *e, *found = NULL;
         cJSON_ArrayForEach(e, ct) {
             const cJSON *n = item(e, "name");
-            if (cJSON_IsString(n) && !strcmp(n->valuestring, "default")) found = item(e, "template");
+            if (cJSON_IsString(n) && !strcmp(n->valuestring, "default"))
+                found = item(e, "template");
         }
         ct = found;
     }
@@ -267,22 +271,25 @@ static lpx_status add_shard(lpx_model *m, const char *dir, const char *file) {
 static lpx_status load_sharded(lpx_model *m, const char *dir, const cJSON *index) {
     const cJSON *wm = item(index, "weight_map"), *e, *f;
     if (!cJSON_IsObject(wm))
-        return lpx_errorf(LPX_ERR_FORMAT, "%s/model.safetensors.index.json: weight_map missing", dir);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s/model.safetensors.index.json: weight_map missing",
+                          dir);
     cJSON_ArrayForEach(e, wm) {
         if (!cJSON_IsString(e))
             return lpx_errorf(LPX_ERR_FORMAT,
                               "%s/model.safetensors.index.json: weight_map[%s] is not a file name",
                               dir, e->string);
         bool seen = false;
-        for (f = wm->child; f != e && !seen; f = f->next) seen = !strcmp(f->valuestring, e->valuestring);
+        for (f = wm->child; f != e && !seen; f = f->next)
+            seen = !strcmp(f->valuestring, e->valuestring);
         if (!seen) LPX_TRY(add_shard(m, dir, e->valuestring));
     }
     cJSON_ArrayForEach(e, wm) {
         const lpx_tensor *t = lpx_model_find_tensor(m, e->string);
         if (!t)
-            return lpx_errorf(LPX_ERR_FORMAT,
-                              "%s/model.safetensors.index.json lists tensor %s in %s, which lacks it",
-                              dir, e->string, e->valuestring);
+            return lpx_errorf(
+                LPX_ERR_FORMAT,
+                "%s/model.safetensors.index.json lists tensor %s in %s, which lacks it", dir,
+                e->string, e->valuestring);
     }
     return LPX_OK;
 }
@@ -297,7 +304,8 @@ lpx_status lpx_hf_load(lpx_model *m, const char *dir) {
     if (s == LPX_OK && (s = load_chat_template(dir, &m->chat_template)) != LPX_OK)
         lpx_error_wrap(s, "%s", dir);
     if (s == LPX_OK) s = load_json(dir, "model.safetensors.index.json", false, &index);
-    if (s == LPX_OK) s = index ? load_sharded(m, dir, index) : add_shard(m, dir, "model.safetensors");
+    if (s == LPX_OK)
+        s = index ? load_sharded(m, dir, index) : add_shard(m, dir, "model.safetensors");
     cJSON_Delete(cfg);
     cJSON_Delete(gen);
     cJSON_Delete(index);

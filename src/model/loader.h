@@ -15,7 +15,7 @@ typedef struct lpx_model_store {
     struct lpx_mapping {
         void *p;
         size_t n;
-    } *maps; /* safetensors files */
+    } * maps; /* safetensors files */
     int n_maps;
     void **owned; /* buffers made at load (converted or realigned tensors) */
     int n_owned;
@@ -34,11 +34,11 @@ lpx_status lpx_read_text_file(const char *path, size_t cap, char **out, size_t *
 /* One row per family: the facts that differ between architectures. */
 typedef struct lpx_arch_info {
     lpx_arch arch;
-    const char *name;      /* lpx's name, as in lpx_model_info.arch */
-    const char *hf_class;  /* config.json architectures[0] */
-    const char *gguf_arch; /* general.architecture, or NULL when GGUF files use another */
-    bool qkv_bias;         /* q/k/v projections carry a bias */
-    bool qk_norm;          /* RMSNorm over head_dim on q and k */
+    const char *name;           /* lpx's name, as in lpx_model_info.arch */
+    const char *hf_class;       /* config.json architectures[0] */
+    const char *gguf_arch;      /* general.architecture, or NULL when GGUF files use another */
+    bool qkv_bias;              /* q/k/v projections carry a bias */
+    bool qk_norm;               /* RMSNorm over head_dim on q and k */
     bool gguf_rope_interleaved; /* the GGUF converter permuted q/k rows */
 } lpx_arch_info;
 
@@ -48,8 +48,8 @@ const lpx_arch_info *lpx_arch_by_gguf(const char *name, size_t len);
 
 /* Parses a safetensors image held in memory: *out gets a malloc'd array of
  * tensors whose data points into the image. */
-lpx_status lpx_safetensors_parse(const void *data, size_t size, const char *name,
-                                 lpx_tensor **out, int64_t *n);
+lpx_status lpx_safetensors_parse(const void *data, size_t size, const char *name, lpx_tensor **out,
+                                 int64_t *n);
 
 /* Format loaders: fill m->cfg, m->tensors, m->gen, m->chat_template (and
  * m->tok); lpx_model_open then binds and checks the weights. */

@@ -66,10 +66,13 @@ static const struct role {
     {"self_attn.q_proj.bias", "attn_q.bias", offsetof(lpx_layer, bq), IF_QKV_BIAS, SH_QROWS},
     {"self_attn.k_proj.bias", "attn_k.bias", offsetof(lpx_layer, bk), IF_QKV_BIAS, SH_KVROWS},
     {"self_attn.v_proj.bias", "attn_v.bias", offsetof(lpx_layer, bv), IF_QKV_BIAS, SH_KVROWS},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight", offsetof(lpx_layer, q_norm), IF_QK_NORM, SH_HD},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight", offsetof(lpx_layer, k_norm), IF_QK_NORM, SH_HD},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", offsetof(lpx_layer, q_norm), IF_QK_NORM,
+     SH_HD},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", offsetof(lpx_layer, k_norm), IF_QK_NORM,
+     SH_HD},
     {"self_attn.o_proj.weight", "attn_output.weight", offsetof(lpx_layer, wo), ALWAYS, SH_O},
-    {"post_attention_layernorm.weight", "ffn_norm.weight", offsetof(lpx_layer, ffn_norm), ALWAYS, SH_D},
+    {"post_attention_layernorm.weight", "ffn_norm.weight", offsetof(lpx_layer, ffn_norm), ALWAYS,
+     SH_D},
     {"mlp.gate_proj.weight", "ffn_gate.weight", offsetof(lpx_layer, w_gate), ALWAYS, SH_UP},
     {"mlp.up_proj.weight", "ffn_up.weight", offsetof(lpx_layer, w_up), ALWAYS, SH_UP},
     {"mlp.down_proj.weight", "ffn_down.weight", offsetof(lpx_layer, w_down), ALWAYS, SH_DOWN},
@@ -172,7 +175,8 @@ static lpx_status bind(const lpx_model *m, const char *name, int64_t rows, int64
     }
     size_t rb;
     if (!lpx_dtype_row_bytes(t->type, lpx_tensor_cols(t), &rb))
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: %lld columns are not a multiple of the "
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "%s: tensor %s: %lld columns are not a multiple of the "
                           "%s block (%d)",
                           m->path, name, (long long)lpx_tensor_cols(t), lpx_dtype_name(t->type),
                           lpx_dtype_block_elems(t->type));
@@ -223,13 +227,13 @@ static lpx_status bind_weights(lpx_model *m) {
     const lpx_tensor *e = lpx_model_find_tensor(m, embd);
     if (!e) return lpx_errorf(LPX_ERR_FORMAT, "%s: missing tensor %s", m->path, embd);
     if (e->n_dims != 2 || e->shape[1] != c->d_model || e->shape[0] > INT32_MAX)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: expected shape [vocab, %d], found %d dims "
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "%s: tensor %s: expected shape [vocab, %d], found %d dims "
                           "with %lld columns",
                           m->path, embd, c->d_model, e->n_dims, (long long)lpx_tensor_cols(e));
     if (c->vocab_size && c->vocab_size != e->shape[0])
-        return lpx_errorf(LPX_ERR_FORMAT,
-                          "%s: vocab_size %d does not match the %lld rows of %s", m->path,
-                          c->vocab_size, (long long)e->shape[0], embd);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: vocab_size %d does not match the %lld rows of %s",
+                          m->path, c->vocab_size, (long long)e->shape[0], embd);
     c->vocab_size = (int32_t)e->shape[0];
     int64_t V = c->vocab_size, D = c->d_model, F = c->d_ff;
     int64_t Q = (int64_t)c->n_heads * c->head_dim, KV = (int64_t)c->n_kv_heads * c->head_dim;
@@ -242,11 +246,9 @@ static lpx_status bind_weights(lpx_model *m) {
 
     if (!(m->w.layers = calloc((size_t)c->n_layers, sizeof *m->w.layers)))
         return lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", m->path);
-    const int64_t dims[][2] = {[SH_D] = {D, 0},      [SH_HD] = {c->head_dim, 0},
-                               [SH_Q] = {Q, D},      [SH_KV] = {KV, D},
-                               [SH_QROWS] = {Q, 0},  [SH_KVROWS] = {KV, 0},
-                               [SH_O] = {D, Q},      [SH_UP] = {F, D},
-                               [SH_DOWN] = {D, F}};
+    const int64_t dims[][2] = {[SH_D] = {D, 0},   [SH_HD] = {c->head_dim, 0}, [SH_Q] = {Q, D},
+                               [SH_KV] = {KV, D}, [SH_QROWS] = {Q, 0},        [SH_KVROWS] = {KV, 0},
+                               [SH_O] = {D, Q},   [SH_UP] = {F, D},           [SH_DOWN] = {D, F}};
     for (int l = 0; l < c->n_layers; l++) {
         for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++) {
             const struct role *ro = &roles[r];
@@ -271,7 +273,8 @@ static int cmp_name(const void *a, const void *b) {
 static lpx_status check_tensors(lpx_model *m) {
     const char **names = malloc((size_t)(m->n_tensors ? m->n_tensors : 1) * sizeof *names);
     if (!names) return lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", m->path);
-    for (int64_t i = 0; i < m->n_tensors; i++) names[i] = m->tensors[i].name;
+    for (int64_t i = 0; i < m->n_tensors; i++)
+        names[i] = m->tensors[i].name;
     qsort(names, (size_t)m->n_tensors, sizeof *names, cmp_name);
     lpx_status s = LPX_OK;
     for (int64_t i = 1; i < m->n_tensors && s == LPX_OK; i++)
@@ -280,7 +283,9 @@ static lpx_status check_tensors(lpx_model *m) {
     free(names);
     for (int64_t i = 0; i < m->n_tensors && s == LPX_OK; i++) {
         lpx_tensor *t = &m->tensors[i];
-        size_t align = t->type == LPX_DT_F32 ? 4 : t->type == LPX_DT_F16 || t->type == LPX_DT_BF16 ? 2 : 1;
+        size_t align = t->type == LPX_DT_F32                             ? 4
+                       : t->type == LPX_DT_F16 || t->type == LPX_DT_BF16 ? 2
+                                                                         : 1;
         if ((uintptr_t)t->data % align == 0) continue;
         void *copy = lpx_store_alloc(m->impl, t->nbytes);
         if (!copy) return lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", m->path);
@@ -296,7 +301,8 @@ lpx_status lpx_model_open(const char *path, lpx_model **out) {
     *out = NULL;
     if (!path || !*path) return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_model_open: empty path");
     struct stat sb;
-    if (stat(path, &sb) != 0) return lpx_errorf(LPX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (stat(path, &sb) != 0)
+        return lpx_errorf(LPX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     lpx_model *m = calloc(1, sizeof *m);
     if (!m || !(m->impl = calloc(1, sizeof(lpx_model_store)))) {
         free(m);
@@ -307,8 +313,8 @@ lpx_status lpx_model_open(const char *path, lpx_model **out) {
         return lpx_errorf(LPX_ERR_INVALID_ARG, "model path of %zu bytes is too long", strlen(path));
     }
     strcpy(m->path, path);
-    m->gen = (lpx_gen_defaults){.temperature = -1, .top_p = -1, .top_k = -1,
-                                .repetition_penalty = -1, .bos_id = -1};
+    m->gen = (lpx_gen_defaults){
+        .temperature = -1, .top_p = -1, .top_k = -1, .repetition_penalty = -1, .bos_id = -1};
     lpx_status s;
     if (S_ISDIR(sb.st_mode)) {
         strcpy(m->format, "safetensors");
@@ -332,8 +338,10 @@ void lpx_model_close(lpx_model *m) {
     lpx_model_store *st = m->impl;
     if (st) {
         lpx_gguf_close(st->gguf);
-        for (int i = 0; i < st->n_maps; i++) munmap(st->maps[i].p, st->maps[i].n);
-        for (int i = 0; i < st->n_owned; i++) free(st->owned[i]);
+        for (int i = 0; i < st->n_maps; i++)
+            munmap(st->maps[i].p, st->maps[i].n);
+        for (int i = 0; i < st->n_owned; i++)
+            free(st->owned[i]);
         free(st->maps);
         free(st->owned);
         free(st);
@@ -344,11 +352,14 @@ void lpx_model_close(lpx_model *m) {
     free(m);
 }
 
-const lpx_tokenizer *lpx_model_tokenizer(const lpx_model *m) { return m->tok; }
+const lpx_tokenizer *lpx_model_tokenizer(const lpx_model *m) {
+    return m->tok;
+}
 
 static int64_t n_elems(const lpx_tensor *t) {
     int64_t n = 1;
-    for (int d = 0; d < t->n_dims; d++) n *= t->shape[d]; /* fits: checked at load */
+    for (int d = 0; d < t->n_dims; d++)
+        n *= t->shape[d]; /* fits: checked at load */
     return n;
 }
 
@@ -394,10 +405,11 @@ lpx_status lpx_model_info_get(const lpx_model *m, lpx_model_info *out) {
         out->decode_bytes_per_step += (int64_t)e->nbytes;
     for (int l = 0; l < c->n_layers; l++) {
         const lpx_layer *L = &m->w.layers[l];
-        const lpx_tensor *ts[] = {L->attn_norm, L->wq, L->wk, L->wv, L->bq, L->bk, L->bv,
-                                  L->q_norm, L->k_norm, L->wo, L->ffn_norm, L->w_gate, L->w_up,
-                                  L->w_down};
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) count(out, ts[i]);
+        const lpx_tensor *ts[] = {L->attn_norm, L->wq,     L->wk,     L->wv,     L->bq,
+                                  L->bk,        L->bv,     L->q_norm, L->k_norm, L->wo,
+                                  L->ffn_norm,  L->w_gate, L->w_up,   L->w_down};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            count(out, ts[i]);
     }
     /* K and V of every layer at 2 bytes per element (the bf16 KV cache). */
     out->kv_bytes_per_token = (int64_t)c->n_layers * 2 * c->n_kv_heads * c->head_dim * 2;

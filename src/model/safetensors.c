@@ -27,9 +27,11 @@ static lpx_status json_uint(const cJSON *v, const char *name, const char *tensor
 }
 
 static int dtype_from_name(const char *s, lpx_status *why) {
-    static const char *kept[] = {[LPX_DT_F32] = "F32", [LPX_DT_F16] = "F16", [LPX_DT_BF16] = "BF16"};
-    static const char *known[] = {"F64", "I64", "I32", "I16", "I8", "U8", "U16", "U32", "U64",
-                                  "BOOL", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2"};
+    static const char *kept[] = {
+        [LPX_DT_F32] = "F32", [LPX_DT_F16] = "F16", [LPX_DT_BF16] = "BF16"};
+    static const char *known[] = {"F64",     "I64", "I32",     "I16",    "I8",      "U8",
+                                  "U16",     "U32", "U64",     "BOOL",   "F8_E4M3", "F8_E5M2",
+                                  "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2"};
     for (int i = 0; i < 3; i++)
         if (!strcmp(s, kept[i])) return i;
     *why = LPX_ERR_FORMAT;
@@ -80,8 +82,8 @@ static lpx_status parse_entry(const cJSON *e, const char *name, const unsigned c
     LPX_TRY(json_uint(cJSON_GetArrayItem(offs, 0), name, tn, "data_offsets[0]", &begin));
     LPX_TRY(json_uint(cJSON_GetArrayItem(offs, 1), name, tn, "data_offsets[1]", &end));
     if (begin > end)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: data_offsets inverted (%lld > %lld)", name,
-                          tn, (long long)begin, (long long)end);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: data_offsets inverted (%lld > %lld)",
+                          name, tn, (long long)begin, (long long)end);
     if ((uint64_t)end > data_size)
         return lpx_errorf(LPX_ERR_FORMAT,
                           "%s: tensor %s: data_offsets end %lld is past the end of the data area "
@@ -115,13 +117,13 @@ static lpx_status check_entries(lpx_tensor *ts, int64_t n, const char *name) {
     qsort(ts, (size_t)n, sizeof *ts, cmp_begin);
     for (int64_t i = 1; i < n; i++)
         if ((uintptr_t)ts[i - 1].data + ts[i - 1].nbytes > (uintptr_t)ts[i].data)
-            return lpx_errorf(LPX_ERR_FORMAT, "%s: tensors %s and %s overlap", name,
-                              ts[i - 1].name, ts[i].name);
+            return lpx_errorf(LPX_ERR_FORMAT, "%s: tensors %s and %s overlap", name, ts[i - 1].name,
+                              ts[i].name);
     return LPX_OK;
 }
 
-lpx_status lpx_safetensors_parse(const void *data, size_t size, const char *name,
-                                 lpx_tensor **out, int64_t *n_out) {
+lpx_status lpx_safetensors_parse(const void *data, size_t size, const char *name, lpx_tensor **out,
+                                 int64_t *n_out) {
     *out = NULL;
     *n_out = 0;
     const unsigned char *p = data;
@@ -143,12 +145,14 @@ lpx_status lpx_safetensors_parse(const void *data, size_t size, const char *name
     }
     size_t data_size = size - 8 - (size_t)hlen;
     int64_t n = 0;
-    for (const cJSON *e = root->child; e; e = e->next) n += strcmp(e->string, "__metadata__") != 0;
+    for (const cJSON *e = root->child; e; e = e->next)
+        n += strcmp(e->string, "__metadata__") != 0;
     lpx_tensor *ts = calloc((size_t)(n ? n : 1), sizeof *ts);
     lpx_status s = ts ? LPX_OK : lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", name);
     int64_t i = 0;
     for (const cJSON *e = root->child; s == LPX_OK && e; e = e->next)
-        if (strcmp(e->string, "__metadata__")) s = parse_entry(e, name, p + 8 + hlen, data_size, &ts[i++]);
+        if (strcmp(e->string, "__metadata__"))
+            s = parse_entry(e, name, p + 8 + hlen, data_size, &ts[i++]);
     cJSON_Delete(root);
     if (s == LPX_OK) s = check_entries(ts, n, name);
     if (s != LPX_OK) {

@@ -73,8 +73,8 @@ int main(void) {
     check_type("Q6_K", 14, -1);
 
     size_t rb;
-    CHECK(!lpx_dtype_row_bytes(LPX_DT_Q4_0, 33, &rb));          /* not whole blocks */
-    CHECK(!lpx_dtype_row_bytes(LPX_DT_F32, INT64_MAX, &rb));    /* overflows */
+    CHECK(!lpx_dtype_row_bytes(LPX_DT_Q4_0, 33, &rb));       /* not whole blocks */
+    CHECK(!lpx_dtype_row_bytes(LPX_DT_F32, INT64_MAX, &rb)); /* overflows */
     CHECK(lpx_dtype_row_bytes(LPX_DT_Q4_1, 64, &rb) && rb == 40);
     CHECK(lpx_dtype_block_bytes(LPX_DT_Q8_0) == 34 && lpx_dtype_block_elems(LPX_DT_Q8_0) == 32);
     CHECK(!strcmp(lpx_dtype_name(LPX_DT_BF16), "BF16"));

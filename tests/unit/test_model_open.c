@@ -6,6 +6,8 @@
 #include "test.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FIX "tests/fixtures/model/"
@@ -61,7 +63,8 @@ static void check_gguf_qwen(void) {
     lpx_model *m = open_ok(FIX "tiny-qwen2.gguf");
     if (m) {
         CHECK(m->cfg.qkv_bias && !m->cfg.rope_interleaved && !m->cfg.tied_embeddings);
-        CHECK(m->w.layers[0].bq && m->w.layers[0].bq->shape[0] == 64 && m->w.layers[0].bv->shape[0] == 32);
+        CHECK(m->w.layers[0].bq && m->w.layers[0].bq->shape[0] == 64 &&
+              m->w.layers[0].bv->shape[0] == 32);
         CHECK(m->w.lm_head != m->w.tok_embd && m->w.lm_head->type == LPX_DT_Q8_0);
         CHECK(m->w.layers[0].wq->type == LPX_DT_BF16);
         lpx_model_info info;
@@ -80,7 +83,8 @@ static void check_gguf_qwen(void) {
         CHECK(t->type == LPX_DT_F32 && t->nbytes == 256 * 512 * 4 && t->shape[1] == 512);
         const float *x = t->data;
         double sum = 0;
-        for (int i = 0; i < 256 * 512; i++) sum += fabs(x[i]);
+        for (int i = 0; i < 256 * 512; i++)
+            sum += fabs(x[i]);
         CHECK(sum > 0 && isfinite(sum));
         lpx_model_close(m);
     }
@@ -123,7 +127,67 @@ static void check_hf(void) {
     }
 }
 
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc(*n + 1);
+    if (fread(p, 1, *n, f) != *n) *n = 0;
+    fclose(f);
+    return p;
+}
+
+static void spit(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(p, 1, n, f) == n);
+    if (f) fclose(f);
+}
+
+/* safetensors does not align tensor data: one byte more of header (JSON
+ * whitespace) leaves every F32 tensor of hf-mistral misaligned; the loader
+ * must hand backends aligned copies with the same bytes. */
+static void check_unaligned_safetensors(void) {
+    char dir[] = "/tmp/lpx-test-unaligned-XXXXXX", path[256];
+    CHECK(mkdtemp(dir) != NULL);
+    size_t n, cn;
+    unsigned char *st = slurp(FIX "hf-mistral/model.safetensors", &n);
+    unsigned char *cfg = slurp(FIX "hf-mistral/config.json", &cn);
+    CHECK(st && cfg && n > 8);
+    if (!st || !cfg) return;
+    uint64_t hlen;
+    memcpy(&hlen, st, 8);
+    unsigned char *shifted = malloc(n + 1);
+    uint64_t hlen1 = hlen + 1;
+    memcpy(shifted, &hlen1, 8);
+    memcpy(shifted + 8, st + 8, hlen);
+    shifted[8 + hlen] = ' ';
+    memcpy(shifted + 9 + hlen, st + 8 + hlen, n - 8 - hlen);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    spit(path, shifted, n + 1);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    spit(path, cfg, cn);
+    lpx_model *a = open_ok(FIX "hf-mistral"), *b = open_ok(dir);
+    if (a && b) {
+        const lpx_tensor *ta = a->w.layers[1].w_down, *tb = b->w.layers[1].w_down;
+        CHECK(tb->type == LPX_DT_F32 && (uintptr_t)tb->data % 4 == 0);
+        CHECK(ta->nbytes == tb->nbytes && !memcmp(ta->data, tb->data, ta->nbytes));
+    }
+    lpx_model_close(a);
+    lpx_model_close(b);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    remove(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    remove(path);
+    remove(dir);
+    free(st);
+    free(cfg);
+    free(shifted);
+}
+
 int main(void) {
+    check_unaligned_safetensors();
     check_gguf_llama();
     check_gguf_llama3();
     check_gguf_qwen();
