@@ -415,6 +415,7 @@ static tpl_val call_method(tpl_ctx *c, const tpl_method *m, const tpl_args *a) {
     case M_VALUES: {
         const tpl_dict *d = self.u.d;
         tpl_val out = tv_list(c, d->n);
+        out.u.l->view = m->id == M_ITEMS ? "dict_items" : m->id == M_KEYS ? "dict_keys" : "dict_values";
         for (size_t i = 0; i < d->n; i++)
             tpl_list_push(c, out.u.l,
                           m->id == M_ITEMS  ? tuple2(c, d->k[i], d->v[i])
@@ -592,7 +593,7 @@ bool tpl_test(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
     if (is(name, "callable")) return v.t == TV_FUNC || v.t == TV_METHOD;
     if (is(name, "escaped")) return false;
     if (is(name, "lower") || is(name, "upper")) {
-        if (v.t != TV_STR) return false;
+        v = tpl_str_of(c, v);
         tpl_val conv = change_case(c, v.u.s, is(name, "lower") ? CASE_LOWER : CASE_UPPER);
         bool any_cased = false;
         for (size_t i = 0; i < v.u.s->n;) {
@@ -602,7 +603,12 @@ bool tpl_test(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
         }
         return any_cased && tpl_equal(conv, v);
     }
-    if (is(name, "odd") || is(name, "even")) {
+    if (is(name, "odd") || is(name, "even")) { /* value % 2 == 1 / == 0, as jinja2 */
+        if (v.t == TV_FLOAT) {
+            double m = fmod(v.u.f, 2.0);
+            if (m < 0) m += 2.0;
+            return is(name, "odd") ? m == 1.0 : m == 0.0;
+        }
         int64_t i = need_int(c, name, v);
         return (i % 2 != 0) == is(name, "odd");
     }
@@ -623,7 +629,16 @@ bool tpl_test(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
     if (is(name, "le") || is(name, "<=")) return tpl_less(c, v, *x) || tpl_equal(v, *x);
     if (is(name, "gt") || is(name, ">") || is(name, "greaterthan")) return tpl_less(c, *x, v);
     if (is(name, "ge") || is(name, ">=")) return tpl_less(c, *x, v) || tpl_equal(v, *x);
-    if (is(name, "divisibleby")) {
+    if (is(name, "divisibleby")) { /* value % num == 0 */
+        if (v.t == TV_FLOAT || x->t == TV_FLOAT) {
+            tpl_need_defined(c, v);
+            tpl_need_defined(c, *x);
+            double fv = v.t == TV_FLOAT ? v.u.f : (double)need_int(c, name, v);
+            double fd = x->t == TV_FLOAT ? x->u.f : (double)need_int(c, name, *x);
+            if (fd == 0.0)
+                tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: float modulo", c->line);
+            return fmod(fv, fd) == 0.0;
+        }
         int64_t d = need_int(c, name, *x);
         if (d == 0) tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: division by zero", c->line);
         return need_int(c, name, v) % d == 0;
@@ -726,6 +741,24 @@ static tpl_val indent(tpl_ctx *c, tpl_val s, const tpl_args *a) {
     return rv;
 }
 
+/* jinja2's title filter (not str.title): a word starts after whitespace or
+ * one of -([{< ; its first character is upper-cased, the rest lower-cased. */
+static tpl_val title_filter(tpl_ctx *c, const tpl_str *s) {
+    tpl_buf b = {0};
+    bool start = true;
+    for (size_t i = 0; i < s->n;) {
+        size_t k;
+        int32_t cp = tpl_utf8_next(s->p + i, s->n - i, &k);
+        bool sep = tpl_is_space(cp) || (cp < 0x80 && strchr("-([{<", (int)cp));
+        int32_t out = sep ? cp : start ? utf8proc_toupper(cp) : utf8proc_tolower(cp);
+        start = sep;
+        char tmp[8];
+        tpl_buf_put(c, &b, tmp, tpl_utf8_encode(out, tmp));
+        i += k;
+    }
+    return tpl_buf_val(c, &b);
+}
+
 static tpl_val length_of(tpl_ctx *c, tpl_val v) {
     switch (v.t) {
     case TV_UNDEF: return tv_int(0);
@@ -753,7 +786,7 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
     }
     if (is(name, "upper")) return change_case(c, tpl_str_of(c, v).u.s, CASE_UPPER);
     if (is(name, "lower")) return change_case(c, tpl_str_of(c, v).u.s, CASE_LOWER);
-    if (is(name, "title")) return change_case(c, tpl_str_of(c, v).u.s, CASE_TITLE);
+    if (is(name, "title")) return title_filter(c, tpl_str_of(c, v).u.s);
     if (is(name, "capitalize")) return change_case(c, tpl_str_of(c, v).u.s, CASE_CAPITALIZE);
     if (is(name, "default") || is(name, "d")) {
         static const char *const names[] = {"default_value", "boolean", NULL};
@@ -780,7 +813,9 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
                      c->line);
         tpl_method m = {.self = v, .id = M_ITEMS};
         tpl_args none = {0};
-        return call_method(c, &m, &none);
+        tpl_val items = call_method(c, &m, &none);
+        items.u.l->view = NULL;
+        return items;
     }
     if (is(name, "join")) {
         static const char *const names[] = {"d", "attribute", NULL};
@@ -901,6 +936,7 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
         return tv_int(i < 0 ? -i : i);
     }
     if (is(name, "int")) {
+        tpl_need_defined(c, v);
         tpl_val dflt = a0 ? *a0 : tv_int(0);
         if (v.t == TV_INT) return v;
         if (v.t == TV_BOOL) return tv_int(v.u.b);
@@ -916,6 +952,7 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
         return dflt;
     }
     if (is(name, "float")) {
+        tpl_need_defined(c, v);
         tpl_val dflt = a0 ? *a0 : tv_float(0.0);
         if (v.t == TV_FLOAT) return v;
         if (v.t == TV_INT || v.t == TV_BOOL) return tv_float(v.t == TV_INT ? (double)v.u.i : v.u.b);

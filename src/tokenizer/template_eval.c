@@ -355,6 +355,9 @@ static tpl_val arith(tpl_ctx *c, const char *op, tpl_val a, tpl_val b) {
             return tv_int(r);
         }
         if (!strcmp(op, "**")) {
+            if (fx == 0.0 && fy < 0)
+                tpl_fail(c, LPX_ERR_INVALID_ARG,
+                         "chat template line %d: 0 cannot be raised to a negative power", c->line);
             if (!ints || y < 0) return tv_float(pow(fx, fy));
             r = 1;
             for (int64_t i = 0; i < y; i++) {

@@ -118,6 +118,7 @@ struct tpl_list {
     size_t n, cap;
     tpl_val *v;
     bool tuple;
+    const char *view; /* "dict_keys", "dict_values", "dict_items" for dict views, else NULL */
 };
 
 struct tpl_dict {

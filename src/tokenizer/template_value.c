@@ -147,6 +147,7 @@ tpl_val tv_list(tpl_ctx *c, size_t cap) {
     l->n = 0;
     l->cap = cap;
     l->tuple = false;
+    l->view = NULL;
     l->v = cap ? tpl_alloc(c, tpl_mul(c, cap, sizeof *l->v)) : NULL;
     tpl_val v = {.t = TV_LIST, .u.l = l};
     return v;
@@ -355,7 +356,7 @@ void tpl_float_repr(double f, char *out, size_t cap) {
         left -= (size_t)w_;                                                                        \
     } while (0)
     if (neg) PUT("-");
-    if (exp10 >= -5 && exp10 < 16) {
+    if (exp10 >= -4 && exp10 < 16) {
         if (exp10 < 0) {
             PUT("0.");
             for (int i = 0; i < -exp10 - 1; i++) PUT("0");
@@ -425,9 +426,14 @@ static void repr_str(tpl_ctx *c, tpl_buf *b, const tpl_str *s) {
 void tpl_repr(tpl_ctx *c, tpl_buf *b, tpl_val v) {
     tpl_step(c);
     switch (v.t) {
+    case TV_UNDEF: tpl_buf_puts(c, b, "Undefined"); return;
     case TV_STR: repr_str(c, b, v.u.s); return;
     case TV_LIST: {
         const tpl_list *l = v.u.l;
+        if (l->view) {
+            tpl_buf_puts(c, b, l->view);
+            tpl_buf_puts(c, b, "(");
+        }
         tpl_buf_puts(c, b, l->tuple ? "(" : "[");
         for (size_t i = 0; i < l->n; i++) {
             if (i) tpl_buf_puts(c, b, ", ");
@@ -435,6 +441,7 @@ void tpl_repr(tpl_ctx *c, tpl_buf *b, tpl_val v) {
         }
         if (l->tuple && l->n == 1) tpl_buf_puts(c, b, ",");
         tpl_buf_puts(c, b, l->tuple ? ")" : "]");
+        if (l->view) tpl_buf_puts(c, b, ")");
         return;
     }
     case TV_DICT:

@@ -12,6 +12,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TDIR = ROOT / "tests/fixtures/templates"
 GOLDENS = json.loads((TDIR / "goldens.json").read_text())["cases"]
+CONSTRUCTS = json.loads((TDIR / "constructs.json").read_text())["cases"]
 
 try:
     from transformers.utils.chat_template_utils import render_jinja_template
@@ -72,17 +73,17 @@ def test_goldens_cover_every_template():
 @pytest.mark.skipif(render_jinja_template is None, reason="transformers does not import")
 def test_goldens_match_live_transformers():
     """The committed goldens are what the installed transformers renders now."""
-    for case in GOLDENS:
+    for case in GOLDENS + CONSTRUCTS:
         kwargs = dict(case.get("vars", {}))
         tools = kwargs.pop("tools", None)
         for k in ("bos_token", "eos_token", "enable_thinking", "date_string"):
             if k in case:
                 kwargs[k] = case[k]
-        template = (TDIR / case["template"]).read_text()
+        template = case.get("template_text") or (TDIR / case["template"]).read_text()
         try:
-            out = render_jinja_template(conversations=[case["messages"]], tools=tools,
+            out = render_jinja_template(conversations=[case.get("messages", [])], tools=tools,
                                         chat_template=template,
-                                        add_generation_prompt=case["add_generation_prompt"],
+                                        add_generation_prompt=case.get("add_generation_prompt", False),
                                         **kwargs)[0][0]
         except Exception as e:
             assert case.get("error") == str(e), case["id"]
@@ -155,3 +156,15 @@ def test_usage(lpx_bin):
     r = subprocess.run([lpx_bin, "template", "--enable-thinking", "maybe"], capture_output=True,
                        text=True)
     assert r.returncode == 2
+
+
+
+@pytest.mark.parametrize("case", CONSTRUCTS, ids=[c["id"] for c in CONSTRUCTS])
+def test_construct(lpx_bin, tmp_path, case):
+    """One construct of the subset at a time, against transformers' rendering."""
+    r = lpx_template(lpx_bin, tmp_path, case["template_text"], [], extra=case["vars"])
+    if "error" in case:
+        assert r.returncode == 1 and case["error"] in r.stderr.decode()
+    else:
+        assert r.returncode == 0, r.stderr.decode()
+        assert r.stdout.decode() == case["expected"]
