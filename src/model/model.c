@@ -322,6 +322,12 @@ lpx_status lpx_model_open(const char *path, lpx_model **out) {
     } else {
         strcpy(m->format, "gguf");
         s = lpx_gguf_model_load(m, path);
+        size_t n = strlen(path);
+        if (s == LPX_ERR_FORMAT && n > 12 && !strcmp(path + n - 12, ".safetensors"))
+            s = lpx_errorf(LPX_ERR_INVALID_ARG,
+                           "%s: a safetensors file; give the model directory that holds it and "
+                           "config.json",
+                           path);
     }
     if (s == LPX_OK) s = check_tensors(m);
     if (s == LPX_OK) s = bind_weights(m);

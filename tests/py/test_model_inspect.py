@@ -188,3 +188,5 @@ def test_usage_and_errors(lpx_bin, tmp_path):
     r = inspect(lpx_bin, missing)
     assert r.returncode == 1 and str(missing) in r.stderr and r.stderr.count("\n") == 1
     assert r.stderr.startswith("lpx inspect: ")
+    r = inspect(lpx_bin, FIX / "hf-llama" / "model.safetensors")
+    assert r.returncode == 1 and "give the model directory" in r.stderr
