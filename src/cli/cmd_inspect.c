@@ -63,6 +63,10 @@ static void print_json(const lpx_model *m, const lpx_model_info *in) {
         if (in->dtype_params[t])
             cJSON_AddNumberToObject(dt, lpx_dtype_name((lpx_dtype)t), (double)in->dtype_params[t]);
     cJSON_AddItemToObject(o, "dtype_params", dt);
+    cJSON *db = cJSON_AddObjectToObject(o, "dtype_bytes");
+    for (int t = 0; t < LPX_DT_COUNT; t++)
+        if (in->dtype_bytes[t])
+            cJSON_AddNumberToObject(db, lpx_dtype_name((lpx_dtype)t), (double)in->dtype_bytes[t]);
     cJSON_AddNumberToObject(o, "n_dequantized_at_load", in->n_dequantized_at_load);
     cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
     cJSON_AddNumberToObject(o, "decode_bytes_per_step", (double)in->decode_bytes_per_step);
@@ -101,8 +105,9 @@ static void print_text(const lpx_model *m, const lpx_model_info *in) {
     printf("dtypes             ");
     for (int t = 0; t < LPX_DT_COUNT; t++)
         if (in->dtype_params[t])
-            printf(" %s %.1f%%", lpx_dtype_name((lpx_dtype)t),
-                   100.0 * (double)in->dtype_params[t] / (double)in->n_params);
+            printf(" %s %.1f%% (%s)", lpx_dtype_name((lpx_dtype)t),
+                   100.0 * (double)in->dtype_params[t] / (double)in->n_params,
+                   human((double)in->dtype_bytes[t], b1, sizeof b1));
     printf("\n");
     if (in->n_dequantized_at_load)
         printf("converted at load   %d tensors (K-quants dequantized to F32)\n",

@@ -374,6 +374,7 @@ static void count(lpx_model_info *info, const lpx_tensor *t) {
     info->n_params += n_elems(t);
     info->weight_bytes += (int64_t)t->nbytes;
     info->dtype_params[t->type] += n_elems(t);
+    info->dtype_bytes[t->type] += (int64_t)t->nbytes;
     info->decode_bytes_per_step += (int64_t)t->nbytes;
 }
 

@@ -36,7 +36,7 @@ def gguf_expected(path):
     d, h = field(r, f"{arch}.embedding_length"), field(r, f"{arch}.attention.head_count")
     names = {t.name for t in r.tensors}
     embd = next(t for t in r.tensors if t.name == "token_embd.weight")
-    params, dtypes, nbytes, converted = 0, {}, 0, 0
+    params, dtypes, dbytes, nbytes, converted = 0, {}, {}, 0, 0
     for t in r.tensors:
         n = int(np.prod(t.shape))
         ty = t.tensor_type.name
@@ -44,7 +44,9 @@ def gguf_expected(path):
             ty, converted = "F32", converted + 1
         params += n
         dtypes[ty] = dtypes.get(ty, 0) + n
-        nbytes += n * 4 if t.tensor_type.name not in KEPT else int(t.n_bytes)
+        b = n * 4 if t.tensor_type.name not in KEPT else int(t.n_bytes)
+        nbytes += b
+        dbytes[ty] = dbytes.get(ty, 0) + b
     kl = f"{arch}.attention.key_length"
     return {
         "arch": arch, "format": "gguf",
@@ -56,7 +58,7 @@ def gguf_expected(path):
         "context_length": field(r, f"{arch}.context_length"),
         "tied_embeddings": "output.weight" not in names,
         "n_params": params, "dtype_params": dtypes, "n_dequantized_at_load": converted,
-        "weight_bytes": nbytes,
+        "weight_bytes": nbytes, "dtype_bytes": dbytes,
         "has_chat_template": "tokenizer.chat_template" in r.fields,
         "bos_token_id": field(r, "tokenizer.ggml.bos_token_id"),
         "eos_token_ids": [field(r, "tokenizer.ggml.eos_token_id")],
