@@ -1,0 +1,105 @@
+/* Shared pieces of the CUDA backend: the one error-check macro, bf16 helpers and
+ * block reductions. Every CUDA call and every launch goes through LPX_CUDA_TRY, so
+ * a failure names file, line, the call and the CUDA error. */
+#ifndef LPX_BACKEND_CUDA_COMMON_CUH
+#define LPX_BACKEND_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "base/error.h"
+}
+
+typedef __nv_bfloat16 bf16;
+
+#define LPX_CUDA_TRY(call)                                                                         \
+    do {                                                                                           \
+        cudaError_t lpx_cu_e_ = (call);                                                            \
+        if (lpx_cu_e_ != cudaSuccess)                                                              \
+            return lpx_errorf(LPX_ERR_DEVICE, "%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,     \
+                              cudaGetErrorName(lpx_cu_e_), cudaGetErrorString(lpx_cu_e_));         \
+    } while (0)
+
+/* After a launch: catches bad configurations (grid, shared memory) at once. */
+#define LPX_CUDA_LAUNCHED() LPX_CUDA_TRY(cudaGetLastError())
+
+static __device__ __forceinline__ float bf2f(bf16 v) { return __bfloat162float(v); }
+static __device__ __forceinline__ bf16 f2bf(float v) { return __float2bfloat16_rn(v); }
+
+/* Low and high bf16 of a 32-bit word as floats (a bf16 is the top half of a float). */
+static __device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
+static __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+/* Dot product of 8 bf16 weights and 8 bf16 activations, each packed in a uint4. */
+static __device__ __forceinline__ float dot8(uint4 w, uint4 x) {
+    float s = bf_lo(w.x) * bf_lo(x.x);
+    s = fmaf(bf_hi(w.x), bf_hi(x.x), s);
+    s = fmaf(bf_lo(w.y), bf_lo(x.y), s);
+    s = fmaf(bf_hi(w.y), bf_hi(x.y), s);
+    s = fmaf(bf_lo(w.z), bf_lo(x.z), s);
+    s = fmaf(bf_hi(w.z), bf_hi(x.z), s);
+    s = fmaf(bf_lo(w.w), bf_lo(x.w), s);
+    s = fmaf(bf_hi(w.w), bf_hi(x.w), s);
+    return s;
+}
+
+static __device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every
+ * thread gets the result. */
+static __device__ __forceinline__ float block_sum(float v) {
+    __shared__ float part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int i = 0; i < nw; i++) s += part[i];
+    return s;
+}
+
+static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* Programmatic dependent launch (sm_90): a kernel may start while its predecessor
+ * in the stream still runs. Every kernel calls grid_wait() in every block before it
+ * touches memory a predecessor writes (weights may be read before), and lets its
+ * successor start with grid_launch_next(). Without the launch attribute both are
+ * no-ops. */
+static __device__ __forceinline__ void grid_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void grid_launch_next(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+/* Set once per process from LPX_CUDA_PDL (default on). */
+static bool g_use_pdl = true;
+
+/* Launches kernel k with programmatic stream serialization when enabled. */
+template <typename... KArgs, typename... Args>
+static cudaError_t launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                          cudaStream_t st, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = g_use_pdl ? 1 : 0;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);
+}
+
+#endif

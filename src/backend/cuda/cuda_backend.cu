@@ -1,0 +1,640 @@
+/* The CUDA backend: weights uploaded once as bf16 (q/k/v merged, gate/up
+ * interleaved), a bf16 paged KV cache, and one step = a flat sequence of kernel
+ * launches (forward_layers + forward_logits). Decode steps (one token per
+ * sequence) replay a CUDA graph captured per batch-size bucket 1, 2, 4, ... so the
+ * host issues three calls per step: copy inputs, launch graph, copy logits. */
+#include "attention.cuh"
+#include "common.cuh"
+#include "elementwise.cuh"
+#include "matmul.cuh"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "backend/backend.h"
+#include "base/checked.h"
+#include "model/model.h"
+}
+
+#ifndef LPX_CUDA_ARCHS
+#define LPX_CUDA_ARCHS "unknown"
+#endif
+
+#define MAX_BUCKETS 10 /* decode graphs for 1, 2, 4, ..., 512 sequences */
+
+typedef struct cuda_layer {
+    const float *attn_norm, *ffn_norm; /* (d_model) */
+    const bf16 *wqkv;   /* (n_heads*hd + 2*n_kv*hd, d_model): q rows, then k, then v */
+    const float *bqkv;  /* (same rows) or NULL */
+    const float *q_norm, *k_norm; /* (hd) or NULL */
+    const bf16 *wo;     /* (d_model, n_heads*hd) */
+    const bf16 *wgu;    /* (2*d_ff, d_model): row 2j = gate j, row 2j+1 = up j */
+    const bf16 *wdown;  /* (d_model, d_ff) */
+} cuda_layer;
+
+typedef struct cuda_backend {
+    lpx_backend base;
+    lpx_config cfg;
+    int device;
+    cudaStream_t stream;
+    matmul_ctx mc;
+    void *blas_ws;
+    void **allocs;
+    int n_allocs, cap_allocs;
+    size_t mem_used;
+
+    cuda_layer *layers; /* [n_layers], host array of device pointers */
+    const bf16 *tok_embd, *lm_head; /* (vocab, d_model) */
+    const float *out_norm;          /* (d_model) */
+    const float *inv_freq;          /* (hd/2), scaling applied */
+    bf16 *kv;                       /* (n_blocks, block_stride) */
+    kv_geom geom;
+    int qkv_rows;
+
+    int tok_cap;    /* most tokens per step */
+    int seq_cap;    /* most sequences per step */
+    int logit_cap;  /* logits rows computed per pass */
+    int max_blocks; /* block-table row stride on the device */
+    /* step inputs, int32, same layout on host (pinned) and device:
+     * tokens | positions | slots | tok_seq | logit_rows  (tok_cap each), block table */
+    int32_t *in_host, *in_dev;
+
+    float *x;       /* (tok_cap, d_model) residual stream */
+    bf16 *h;        /* (tok_cap, d_model) normalised */
+    float *qkv;     /* (tok_cap, qkv_rows) */
+    float *q;       /* (tok_cap, n_heads*hd) after rope */
+    bf16 *attn;     /* (tok_cap, n_heads*hd) */
+    float *gu;      /* (tok_cap, 2*d_ff) GEMM path only */
+    bf16 *act;      /* (tok_cap, d_ff) */
+    float *part_o;  /* (T, n_heads, S, hd) */
+    float *part_ml; /* (T, n_heads, S, 2) */
+    int *done;      /* (tok_cap, n_kv) split counters of the attention kernel */
+    float *logits;  /* (logit_cap, vocab) */
+
+    bool use_graphs;
+    int n_buckets;
+    cudaGraphExec_t graphs[MAX_BUCKETS];
+} cuda_backend;
+
+/* --- host-side conversion ------------------------------------------------ */
+
+static uint16_t f2bf_host(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static lpx_status check_shape(const lpx_tensor *t, const char *what, int layer, int64_t rows,
+                              int64_t cols) {
+    if (!t) return lpx_errorf(LPX_ERR_FORMAT, "cuda: layer %d: tensor %s missing", layer, what);
+    if (lpx_tensor_rows(t) != rows || lpx_tensor_cols(t) != cols)
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "cuda: tensor %s: expected shape (%lld, %lld), found (%lld, %lld)",
+                          t->name, (long long)rows, (long long)cols,
+                          (long long)lpx_tensor_rows(t), (long long)lpx_tensor_cols(t));
+    return LPX_OK;
+}
+
+/* Writes row r of t, as bf16, to dst row (row0 + r*step) (rows of t's width). */
+static void convert_rows(const lpx_tensor *t, uint16_t *dst, int64_t row0, int64_t step,
+                         float *tmp) {
+    const int64_t rows = lpx_tensor_rows(t), cols = lpx_tensor_cols(t);
+    size_t rb = 0;
+    lpx_dtype_row_bytes(t->type, cols, &rb); /* validated by the loader */
+    for (int64_t r = 0; r < rows; r++) {
+        lpx_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * rb, tmp, cols);
+        uint16_t *o = dst + (size_t)(row0 + r * step) * cols;
+        for (int64_t c = 0; c < cols; c++) o[c] = f2bf_host(tmp[c]);
+    }
+}
+
+/* --- device allocation ----------------------------------------------------- */
+
+static lpx_status dalloc(cuda_backend *b, void **p, size_t bytes) {
+    if (b->n_allocs == b->cap_allocs) {
+        const int cap = b->cap_allocs ? 2 * b->cap_allocs : 64;
+        void **a = (void **)realloc(b->allocs, sizeof(void *) * cap);
+        if (!a) return lpx_errorf(LPX_ERR_NOMEM, "cuda: out of host memory");
+        b->allocs = a;
+        b->cap_allocs = cap;
+    }
+    LPX_CUDA_TRY(cudaMalloc(p, bytes ? bytes : 16));
+    b->allocs[b->n_allocs++] = *p;
+    b->mem_used += bytes;
+    return LPX_OK;
+}
+
+/* Uploads the tensors ts[0..n) stacked (or, with interleave, row-interleaved) as
+ * one bf16 matrix of width cols. */
+static lpx_status upload_matrix(cuda_backend *b, const bf16 **out, const lpx_tensor *const *ts,
+                                int n, bool interleave, int64_t cols, uint16_t *stage,
+                                float *tmp) {
+    int64_t rows = 0;
+    for (int i = 0; i < n; i++) {
+        if (interleave)
+            convert_rows(ts[i], stage, i, n, tmp);
+        else
+            convert_rows(ts[i], stage, rows, 1, tmp);
+        rows += lpx_tensor_rows(ts[i]);
+    }
+    void *d;
+    const size_t bytes = (size_t)rows * cols * sizeof(bf16);
+    LPX_TRY(dalloc(b, &d, bytes));
+    LPX_CUDA_TRY(cudaMemcpy(d, stage, bytes, cudaMemcpyHostToDevice));
+    *out = (const bf16 *)d;
+    return LPX_OK;
+}
+
+/* Uploads vectors ts[0..n) concatenated as float (a norm weight or merged bias). */
+static lpx_status upload_vector(cuda_backend *b, const float **out, const lpx_tensor *const *ts,
+                                int n, float *tmp) {
+    int64_t len = 0;
+    for (int i = 0; i < n; i++) {
+        const int64_t e = lpx_tensor_cols(ts[i]);
+        if (lpx_tensor_rows(ts[i]) != 1)
+            return lpx_errorf(LPX_ERR_FORMAT, "cuda: tensor %s: expected a vector", ts[i]->name);
+        lpx_dequantize_row(ts[i]->type, ts[i]->data, tmp + len, e);
+        len += e;
+    }
+    void *d;
+    LPX_TRY(dalloc(b, &d, (size_t)len * sizeof(float)));
+    LPX_CUDA_TRY(cudaMemcpy(d, tmp, (size_t)len * sizeof(float), cudaMemcpyHostToDevice));
+    *out = (const float *)d;
+    return LPX_OK;
+}
+
+/* inv_freq[i] = theta^(-2i/hd), computed in float as transformers does, then scaled. */
+static void rope_inv_freq(const lpx_config *c, float *f) {
+    const int half = c->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        float inv = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        if (c->rope_scaling == LPX_ROPE_LINEAR) {
+            inv /= c->rope_factor;
+        } else if (c->rope_scaling == LPX_ROPE_LLAMA3) {
+            const float old = (float)c->rope_original_max_pos;
+            const float low_wl = old / c->rope_low_freq_factor;
+            const float high_wl = old / c->rope_high_freq_factor;
+            const float wl = 2.0f * (float)M_PI / inv;
+            if (wl > low_wl) {
+                inv /= c->rope_factor;
+            } else if (wl >= high_wl) {
+                const float smooth = (old / wl - c->rope_low_freq_factor) /
+                                     (c->rope_high_freq_factor - c->rope_low_freq_factor);
+                inv = (1.0f - smooth) * inv / c->rope_factor + smooth * inv;
+            }
+        }
+        f[i] = inv;
+    }
+}
+
+/* --- device checks ----------------------------------------------------------- */
+
+static lpx_status pick_device(int dev, cudaDeviceProp *prop) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess)
+        return lpx_errorf(LPX_ERR_DEVICE, "cuda: no usable GPU: cudaGetDeviceCount: %s (%s)",
+                          cudaGetErrorName(e), cudaGetErrorString(e));
+    if (n == 0) return lpx_errorf(LPX_ERR_DEVICE, "cuda: no CUDA GPU found");
+    if (dev < 0 || dev >= n)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: device %d requested, %d present", dev, n);
+    LPX_CUDA_TRY(cudaSetDevice(dev));
+    LPX_CUDA_TRY(cudaGetDeviceProperties(prop, dev));
+    cudaFuncAttributes fa;
+    e = cudaFuncGetAttributes(&fa, embed_kernel);
+    if (e != cudaSuccess)
+        return lpx_errorf(LPX_ERR_UNSUPPORTED,
+                          "cuda: %s has compute capability %d.%d but this lpx has GPU code only "
+                          "for sm_%s (LPX_CUDA_ARCHS); rebuild with "
+                          "-DCMAKE_CUDA_ARCHITECTURES=%d%d (%s)",
+                          prop->name, prop->major, prop->minor, LPX_CUDA_ARCHS, prop->major,
+                          prop->minor, cudaGetErrorString(e));
+    return LPX_OK;
+}
+
+/* --- the step ------------------------------------------------------------- */
+
+enum { IN_TOK = 0, IN_POS = 1, IN_SLOT = 2, IN_SEQ = 3, IN_ROWS = 4, IN_BT = 5 };
+static int32_t *in_part(const cuda_backend *b, int32_t *base, int part) {
+    return base + (size_t)part * b->tok_cap;
+}
+
+/* Everything up to the final norm, for T tokens. */
+static lpx_status forward_layers(cuda_backend *b, int T, int S) {
+    const lpx_config *c = &b->cfg;
+    cudaStream_t st = b->stream;
+    const int d = c->d_model, qd = c->n_heads * c->head_dim;
+    int32_t *in = b->in_dev;
+    LPX_TRY(embed(b->x, b->tok_embd, in_part(b, in, IN_TOK), T, d, st));
+    for (int l = 0; l < c->n_layers; l++) {
+        const cuda_layer *L = &b->layers[l];
+        const float eps = c->rms_norm_eps;
+        LPX_TRY(matmul(&b->mc, b->qkv, NULL, NULL, L->wqkv, b->x, L->attn_norm, b->h, eps, T,
+                       b->qkv_rows, d, false, st));
+        LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
+                         in_part(b, in, IN_POS), in_part(b, in, IN_SLOT), T, b->geom, l,
+                         c->rms_norm_eps, c->rope_interleaved, st));
+        LPX_TRY(attention(b->attn, b->part_o, b->part_ml, b->done, b->q, b->kv, in_part(b, in, IN_SEQ),
+                          in_part(b, in, IN_POS), in_part(b, in, IN_BT), b->max_blocks, T, S,
+                          b->geom, l, c->sliding_window, st));
+        LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd, true,
+                       st));
+        LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
+                       2 * c->d_ff, d, false, st));
+        LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d, c->d_ff,
+                       true, st));
+    }
+    return LPX_OK;
+}
+
+/* Logits (n, vocab) into b->logits for the token rows listed at rows (device). */
+static lpx_status forward_logits(cuda_backend *b, const int32_t *rows, int n) {
+    const lpx_config *c = &b->cfg;
+    LPX_TRY(rmsnorm(b->h, b->x, b->out_norm, rows, n, c->d_model, c->rms_norm_eps, b->stream));
+    return matmul(&b->mc, b->logits, NULL, NULL, b->lm_head, b->h, NULL, NULL, 0.0f, n,
+                  c->vocab_size, c->d_model, false, b->stream);
+}
+
+static int bucket_of(int n) {
+    int k = 0;
+    while ((1 << k) < n) k++;
+    return k;
+}
+
+/* Checks the batch against the contract in backend.h and packs it into in_host
+ * (T_pad tokens: padding tokens have slot -1 and sequence -1). */
+static lpx_status pack_batch(cuda_backend *b, const lpx_batch *bt, int T_pad, int *used_blocks) {
+    const lpx_config *c = &b->cfg;
+    const int bs = b->geom.block_size;
+    if (bt->n_tokens < 1 || bt->n_tokens > b->tok_cap)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: step with %d tokens (1..%d allowed)",
+                          bt->n_tokens, b->tok_cap);
+    if (bt->n_seqs < 1 || bt->n_seqs > b->seq_cap || bt->n_seqs > bt->n_tokens)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: step with %d sequences (1..%d allowed)",
+                          bt->n_seqs, b->seq_cap);
+    if (bt->seq_start[0] != 0 || bt->seq_start[bt->n_seqs] != bt->n_tokens)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: seq_start must run from 0 to n_tokens");
+    if (bt->n_logits < 0 || bt->n_logits > bt->n_tokens)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: %d logits rows for %d tokens", bt->n_logits,
+                          bt->n_tokens);
+    int32_t *tok = in_part(b, b->in_host, IN_TOK), *pos = in_part(b, b->in_host, IN_POS);
+    int32_t *slot = in_part(b, b->in_host, IN_SLOT), *seq = in_part(b, b->in_host, IN_SEQ);
+    int32_t *rows = in_part(b, b->in_host, IN_ROWS), *table = in_part(b, b->in_host, IN_BT);
+    int maxb = 0;
+    for (int s = 0; s < bt->n_seqs; s++) {
+        const int t0 = bt->seq_start[s], t1 = bt->seq_start[s + 1], len = bt->seq_len[s];
+        if (t1 <= t0 || len < t1 - t0)
+            return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: sequence %d: %d tokens, length %d", s,
+                              t1 - t0, len);
+        const int nb = ceil_div(len, bs);
+        if (nb > b->max_blocks || nb > bt->max_blocks)
+            return lpx_errorf(LPX_ERR_TOO_LONG, "cuda: sequence %d: length %d exceeds %d tokens",
+                              s, len, (b->max_blocks < bt->max_blocks ? b->max_blocks : bt->max_blocks) * bs);
+        const int32_t *src = bt->block_table + (size_t)s * bt->max_blocks;
+        for (int i = 0; i < nb; i++) {
+            if (src[i] < 0 || src[i] >= b->base.opts.n_blocks)
+                return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: sequence %d: block id %d (of %d)",
+                                  s, src[i], b->base.opts.n_blocks);
+            table[(size_t)s * b->max_blocks + i] = src[i];
+        }
+        if (nb > maxb) maxb = nb;
+        for (int t = t0; t < t1; t++) {
+            const int p = len - (t1 - t0) + (t - t0);
+            if (bt->positions[t] != p)
+                return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: token %d: position %d, expected %d",
+                                  t, bt->positions[t], p);
+            if (bt->tokens[t] < 0 || bt->tokens[t] >= c->vocab_size)
+                return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: token id %d outside vocab (%d)",
+                                  bt->tokens[t], c->vocab_size);
+            tok[t] = bt->tokens[t];
+            pos[t] = p;
+            slot[t] = src[p / bs] * bs + p % bs;
+            seq[t] = s;
+        }
+    }
+    for (int t = bt->n_tokens; t < T_pad; t++) {
+        tok[t] = 0;
+        pos[t] = 0;
+        slot[t] = -1;
+        seq[t] = -1;
+        rows[t] = t;
+    }
+    for (int i = 0; i < bt->n_logits; i++) {
+        if (bt->logit_rows[i] < 0 || bt->logit_rows[i] >= bt->n_tokens)
+            return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: logit row %d outside %d tokens",
+                              bt->logit_rows[i], bt->n_tokens);
+        rows[i] = bt->logit_rows[i];
+    }
+    *used_blocks = maxb;
+    return LPX_OK;
+}
+
+static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks) {
+    LPX_CUDA_TRY(cudaMemcpyAsync(b->in_dev, b->in_host, sizeof(int32_t) * 5 * b->tok_cap,
+                                 cudaMemcpyHostToDevice, b->stream));
+    LPX_CUDA_TRY(cudaMemcpy2DAsync(in_part(b, b->in_dev, IN_BT), sizeof(int32_t) * b->max_blocks,
+                                   in_part(b, b->in_host, IN_BT),
+                                   sizeof(int32_t) * b->max_blocks, sizeof(int32_t) * used_blocks,
+                                   n_seqs, cudaMemcpyHostToDevice, b->stream));
+    return LPX_OK;
+}
+
+static lpx_status capture_decode_graph(cuda_backend *b, int k) {
+    const int T = 1 << k;
+    cudaGraph_t g;
+    LPX_CUDA_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
+    lpx_status s = forward_layers(b, T, attn_splits(T, b->cfg.n_kv_heads, b->mc.n_sms));
+    if (s == LPX_OK) s = forward_logits(b, in_part(b, b->in_dev, IN_ROWS), T);
+    cudaError_t e = cudaStreamEndCapture(b->stream, &g);
+    if (s != LPX_OK) {
+        if (e == cudaSuccess) cudaGraphDestroy(g);
+        return s;
+    }
+    LPX_CUDA_TRY(e);
+    e = cudaGraphInstantiate(&b->graphs[k], g, 0);
+    cudaGraphDestroy(g);
+    LPX_CUDA_TRY(e);
+    return LPX_OK;
+}
+
+static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logits) {
+    cuda_backend *b = (cuda_backend *)base;
+    const int V = b->cfg.vocab_size;
+    LPX_CUDA_TRY(cudaSetDevice(b->device));
+    bool decode = b->use_graphs && bt->n_tokens == bt->n_seqs && bt->n_logits == bt->n_tokens &&
+                  bucket_of(bt->n_tokens) < b->n_buckets;
+    for (int i = 0; decode && i < bt->n_logits; i++) decode = bt->logit_rows[i] == i;
+    const int k = decode ? bucket_of(bt->n_tokens) : 0;
+    const int T_pad = decode ? 1 << k : bt->n_tokens;
+    int used_blocks = 0;
+    LPX_TRY(pack_batch(b, bt, T_pad, &used_blocks));
+    LPX_TRY(upload_inputs(b, bt->n_seqs, used_blocks));
+    if (decode) {
+        if (!b->graphs[k]) LPX_TRY(capture_decode_graph(b, k));
+        LPX_CUDA_TRY(cudaGraphLaunch(b->graphs[k], b->stream));
+        if (bt->n_logits > 0)
+            LPX_CUDA_TRY(cudaMemcpyAsync(logits, b->logits, sizeof(float) * V * bt->n_logits,
+                                         cudaMemcpyDeviceToHost, b->stream));
+    } else {
+        const int T = bt->n_tokens;
+        LPX_TRY(forward_layers(b, T, attn_splits(T, b->cfg.n_kv_heads, b->mc.n_sms)));
+        for (int r0 = 0; r0 < bt->n_logits; r0 += b->logit_cap) {
+            const int n = bt->n_logits - r0 < b->logit_cap ? bt->n_logits - r0 : b->logit_cap;
+            LPX_TRY(forward_logits(b, in_part(b, b->in_dev, IN_ROWS) + r0, n));
+            LPX_CUDA_TRY(cudaMemcpyAsync(logits + (size_t)r0 * V, b->logits,
+                                         sizeof(float) * V * n, cudaMemcpyDeviceToHost,
+                                         b->stream));
+        }
+    }
+    LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
+    return LPX_OK;
+}
+
+/* --- create / destroy ------------------------------------------------------- */
+
+static void cuda_destroy(lpx_backend *base) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (!b) return;
+    cudaSetDevice(b->device);
+    for (int k = 0; k < MAX_BUCKETS; k++)
+        if (b->graphs[k]) cudaGraphExecDestroy(b->graphs[k]);
+    if (b->mc.blas) cublasDestroy(b->mc.blas);
+    for (int i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
+    if (b->in_host) cudaFreeHost(b->in_host);
+    if (b->stream) cudaStreamDestroy(b->stream);
+    free(b->allocs);
+    free(b->layers);
+    free(b);
+}
+
+static lpx_status check_config(const lpx_config *c) {
+    if (c->head_dim != 64 && c->head_dim != 128 && c->head_dim != 256)
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "cuda: head_dim %d (64, 128 or 256 supported)",
+                          c->head_dim);
+    if (c->n_kv_heads < 1 || c->n_heads % c->n_kv_heads ||
+        c->n_heads / c->n_kv_heads > ATTN_MAX_GROUP)
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "cuda: %d query heads over %d KV heads (group of "
+                          "at most %d)", c->n_heads, c->n_kv_heads, ATTN_MAX_GROUP);
+    if (c->d_model % 8 || c->d_ff % 8 || (c->n_heads * c->head_dim) % 8)
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "cuda: d_model %d, d_ff %d: need multiples of 8",
+                          c->d_model, c->d_ff);
+    return LPX_OK;
+}
+
+/* Upper bound of T * attn_splits(T) over 1..cap. */
+static size_t part_rows(int cap, int n_kv, int n_sms) {
+    size_t m = 0;
+    for (int T = 1; T <= cap; T++) {
+        const size_t r = (size_t)T * attn_splits(T, n_kv, n_sms);
+        if (r > m) m = r;
+    }
+    return m;
+}
+
+static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const lpx_backend_opts *o) {
+    const lpx_config *c = &m->cfg;
+    LPX_TRY(check_config(c));
+    cudaDeviceProp prop;
+    LPX_TRY(pick_device(o->device, &prop));
+    b->device = o->device;
+    b->mc.n_sms = prop.multiProcessorCount;
+    const int hd = c->head_dim, d = c->d_model, qd = c->n_heads * hd;
+    b->qkv_rows = qd + 2 * c->n_kv_heads * hd;
+
+    lpx_backend_opts *eo = &b->base.opts;
+    if (eo->block_size <= 0) eo->block_size = 16;
+    if (eo->max_seqs <= 0) eo->max_seqs = 256;
+    if (eo->max_batch_tokens <= 0) eo->max_batch_tokens = 2048;
+    const int max_ctx = c->max_position_embeddings > 0 ? c->max_position_embeddings : 4096;
+    if (eo->n_blocks <= 0) eo->n_blocks = ceil_div(4 * (max_ctx < 4096 ? max_ctx : 4096), eo->block_size);
+    b->seq_cap = eo->max_seqs;
+    b->n_buckets = 0;
+    while (b->n_buckets < MAX_BUCKETS && (1 << b->n_buckets) <= 2 * b->seq_cap - 1 &&
+           (1 << b->n_buckets) <= 512)
+        b->n_buckets++;
+    const int top_bucket = 1 << (b->n_buckets - 1);
+    b->tok_cap = eo->max_batch_tokens > top_bucket ? eo->max_batch_tokens : top_bucket;
+    b->logit_cap = b->tok_cap < 256 ? b->tok_cap : (top_bucket > 256 ? top_bucket : 256);
+    b->max_blocks = ceil_div(max_ctx, eo->block_size);
+    if (b->max_blocks > eo->n_blocks) b->max_blocks = eo->n_blocks;
+    b->geom.n_heads = c->n_heads;
+    b->geom.n_kv = c->n_kv_heads;
+    b->geom.head_dim = hd;
+    b->geom.block_size = eo->block_size;
+    b->geom.n_layers = c->n_layers;
+    b->geom.block_stride = (int64_t)c->n_layers * 2 * c->n_kv_heads * eo->block_size * hd;
+    const char *env = getenv("LPX_CUDA_GRAPHS");
+    b->use_graphs = !(env && !strcmp(env, "0"));
+    env = getenv("LPX_CUDA_PDL");
+    g_use_pdl = !(env && !strcmp(env, "0"));
+    LPX_TRY(matvec_init());
+
+    /* Memory plan, checked before any large allocation. */
+    const size_t T = (size_t)b->tok_cap;
+    const size_t wl = (size_t)b->qkv_rows * d + (size_t)d * qd + 2 * (size_t)c->d_ff * d +
+                      (size_t)d * c->d_ff;
+    const bool tied = c->tied_embeddings || m->w.lm_head == m->w.tok_embd;
+    const size_t wbytes = 2 * (wl * c->n_layers + (size_t)c->vocab_size * d * (tied ? 1 : 2));
+    const size_t kvbytes = (size_t)eo->n_blocks * b->geom.block_stride * 2;
+    const size_t prow = part_rows(b->tok_cap, c->n_kv_heads, b->mc.n_sms);
+    const size_t scratch = T * (4 * d + 2 * d + 4 * b->qkv_rows + 4 * qd + 2 * qd +
+                                8 * c->d_ff + 2 * c->d_ff) +
+                           prow * c->n_heads * (hd + 2) * 4 +
+                           (size_t)b->logit_cap * c->vocab_size * 4 + (64u << 20);
+    size_t free_b = 0, total_b = 0;
+    LPX_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+    const size_t need = wbytes + kvbytes + scratch;
+    if (need > free_b)
+        return lpx_errorf(LPX_ERR_NOMEM,
+                          "cuda: %s: needs %.1f MiB (weights %.1f, KV cache %.1f for %d blocks, "
+                          "scratch %.1f) but %.1f MiB of %.1f are free",
+                          prop.name, need / 1048576.0, wbytes / 1048576.0, kvbytes / 1048576.0,
+                          eo->n_blocks, scratch / 1048576.0, free_b / 1048576.0,
+                          total_b / 1048576.0);
+
+    LPX_CUDA_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+    LPX_CUBLAS_TRY(cublasCreate(&b->mc.blas));
+    LPX_TRY(dalloc(b, &b->blas_ws, 32u << 20));
+    LPX_CUBLAS_TRY(cublasSetWorkspace(b->mc.blas, b->blas_ws, 32u << 20));
+    LPX_CUBLAS_TRY(cublasSetStream(b->mc.blas, b->stream));
+
+    /* Weights. One host staging buffer as large as the largest merged matrix. */
+    size_t stage_elems = (size_t)c->vocab_size * d;
+    if ((size_t)2 * c->d_ff * d > stage_elems) stage_elems = (size_t)2 * c->d_ff * d;
+    if ((size_t)b->qkv_rows * d > stage_elems) stage_elems = (size_t)b->qkv_rows * d;
+    int64_t widest = d > c->d_ff ? d : c->d_ff;
+    if (qd > widest) widest = qd;
+    if (b->qkv_rows > widest) widest = b->qkv_rows;
+    uint16_t *stage = (uint16_t *)malloc(stage_elems * sizeof(uint16_t));
+    float *tmp = (float *)malloc((size_t)widest * sizeof(float));
+    b->layers = (cuda_layer *)calloc((size_t)c->n_layers, sizeof(cuda_layer));
+    lpx_status s = LPX_OK;
+    if (!stage || !tmp || !b->layers) s = lpx_errorf(LPX_ERR_NOMEM, "cuda: out of host memory");
+    const lpx_weights *w = &m->w;
+    if (s == LPX_OK) s = check_shape(w->tok_embd, "token_embd", -1, c->vocab_size, d);
+    if (s == LPX_OK) s = upload_matrix(b, &b->tok_embd, &w->tok_embd, 1, false, d, stage, tmp);
+    if (s == LPX_OK) {
+        if (tied) {
+            b->lm_head = b->tok_embd;
+        } else {
+            s = check_shape(w->lm_head, "output", -1, c->vocab_size, d);
+            if (s == LPX_OK) s = upload_matrix(b, &b->lm_head, &w->lm_head, 1, false, d, stage, tmp);
+        }
+    }
+    if (s == LPX_OK) s = check_shape(w->out_norm, "output_norm", -1, 1, d);
+    if (s == LPX_OK) s = upload_vector(b, &b->out_norm, &w->out_norm, 1, tmp);
+    for (int l = 0; s == LPX_OK && l < c->n_layers; l++) {
+        const lpx_layer *L = &w->layers[l];
+        cuda_layer *D = &b->layers[l];
+        const int kvd = c->n_kv_heads * hd;
+        if (s == LPX_OK) s = check_shape(L->attn_norm, "attn_norm", l, 1, d);
+        if (s == LPX_OK) s = check_shape(L->ffn_norm, "ffn_norm", l, 1, d);
+        if (s == LPX_OK) s = check_shape(L->wq, "attn_q", l, qd, d);
+        if (s == LPX_OK) s = check_shape(L->wk, "attn_k", l, kvd, d);
+        if (s == LPX_OK) s = check_shape(L->wv, "attn_v", l, kvd, d);
+        if (s == LPX_OK) s = check_shape(L->wo, "attn_output", l, d, qd);
+        if (s == LPX_OK) s = check_shape(L->w_gate, "ffn_gate", l, c->d_ff, d);
+        if (s == LPX_OK) s = check_shape(L->w_up, "ffn_up", l, c->d_ff, d);
+        if (s == LPX_OK) s = check_shape(L->w_down, "ffn_down", l, d, c->d_ff);
+        if (s != LPX_OK) break;
+        const lpx_tensor *qkv[3] = {L->wq, L->wk, L->wv};
+        const lpx_tensor *gu[2] = {L->w_gate, L->w_up};
+        s = upload_vector(b, &D->attn_norm, &L->attn_norm, 1, tmp);
+        if (s == LPX_OK) s = upload_vector(b, &D->ffn_norm, &L->ffn_norm, 1, tmp);
+        if (s == LPX_OK) s = upload_matrix(b, &D->wqkv, qkv, 3, false, d, stage, tmp);
+        if (s == LPX_OK) s = upload_matrix(b, &D->wo, &L->wo, 1, false, qd, stage, tmp);
+        if (s == LPX_OK) s = upload_matrix(b, &D->wgu, gu, 2, true, d, stage, tmp);
+        if (s == LPX_OK) s = upload_matrix(b, &D->wdown, &L->w_down, 1, false, c->d_ff, stage, tmp);
+        if (s == LPX_OK && c->qkv_bias) {
+            if (!L->bq || !L->bk || !L->bv) {
+                s = lpx_errorf(LPX_ERR_FORMAT, "cuda: layer %d: q/k/v bias missing", l);
+            } else {
+                const lpx_tensor *bias[3] = {L->bq, L->bk, L->bv};
+                s = upload_vector(b, &D->bqkv, bias, 3, tmp);
+            }
+        }
+        if (s == LPX_OK && c->qk_norm) {
+            if (!L->q_norm || !L->k_norm)
+                s = lpx_errorf(LPX_ERR_FORMAT, "cuda: layer %d: q/k norm missing", l);
+            if (s == LPX_OK) s = upload_vector(b, &D->q_norm, &L->q_norm, 1, tmp);
+            if (s == LPX_OK) s = upload_vector(b, &D->k_norm, &L->k_norm, 1, tmp);
+        }
+    }
+    if (s == LPX_OK) {
+        float *f = tmp;
+        rope_inv_freq(c, f);
+        void *dv;
+        s = dalloc(b, &dv, sizeof(float) * (hd / 2));
+        if (s == LPX_OK && cudaMemcpy(dv, f, sizeof(float) * (hd / 2), cudaMemcpyHostToDevice))
+            s = lpx_errorf(LPX_ERR_DEVICE, "cuda: upload of rope frequencies failed");
+        b->inv_freq = (const float *)dv;
+    }
+    free(stage);
+    free(tmp);
+    LPX_TRY(s);
+
+    LPX_TRY(dalloc(b, (void **)&b->kv, kvbytes));
+    LPX_CUDA_TRY(cudaMemset(b->kv, 0, kvbytes));
+    const size_t in_elems = 5 * T + (size_t)b->seq_cap * b->max_blocks;
+    LPX_CUDA_TRY(cudaMallocHost((void **)&b->in_host, in_elems * sizeof(int32_t)));
+    memset(b->in_host, 0, in_elems * sizeof(int32_t));
+    LPX_TRY(dalloc(b, (void **)&b->in_dev, in_elems * sizeof(int32_t)));
+    LPX_CUDA_TRY(cudaMemset(b->in_dev, 0, in_elems * sizeof(int32_t)));
+    LPX_TRY(dalloc(b, (void **)&b->x, T * d * 4));
+    LPX_TRY(dalloc(b, (void **)&b->h, T * d * 2));
+    LPX_TRY(dalloc(b, (void **)&b->qkv, T * b->qkv_rows * 4));
+    LPX_TRY(dalloc(b, (void **)&b->q, T * qd * 4));
+    LPX_TRY(dalloc(b, (void **)&b->attn, T * qd * 2));
+    LPX_TRY(dalloc(b, (void **)&b->gu, T * 2 * c->d_ff * 4));
+    LPX_TRY(dalloc(b, (void **)&b->act, T * c->d_ff * 2));
+    LPX_TRY(dalloc(b, (void **)&b->part_o, prow * c->n_heads * hd * 4));
+    LPX_TRY(dalloc(b, (void **)&b->part_ml, prow * c->n_heads * 2 * 4));
+    LPX_TRY(dalloc(b, (void **)&b->done, T * c->n_kv_heads * sizeof(int)));
+    LPX_CUDA_TRY(cudaMemset(b->done, 0, T * c->n_kv_heads * sizeof(int)));
+    LPX_TRY(dalloc(b, (void **)&b->logits, (size_t)b->logit_cap * c->vocab_size * 4));
+    LPX_CUDA_TRY(cudaDeviceSynchronize());
+    return LPX_OK;
+}
+
+static lpx_status cuda_create(const lpx_model *m, const lpx_backend_opts *o, lpx_backend **out) {
+    cuda_backend *b = (cuda_backend *)calloc(1, sizeof(cuda_backend));
+    if (!b) return lpx_errorf(LPX_ERR_NOMEM, "cuda: out of host memory");
+    b->base.ops = &lpx_cuda_backend_ops;
+    b->base.model = m;
+    b->base.opts = *o;
+    b->cfg = m->cfg;
+    lpx_status s = cuda_create_inner(b, m, o);
+    if (s != LPX_OK) {
+        cuda_destroy(&b->base);
+        return s;
+    }
+    *out = &b->base;
+    return LPX_OK;
+}
+
+static lpx_status cuda_copy_block(lpx_backend *base, int32_t src, int32_t dst) {
+    cuda_backend *b = (cuda_backend *)base;
+    const int n = b->base.opts.n_blocks;
+    if (src < 0 || src >= n || dst < 0 || dst >= n)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: copy_block %d -> %d (of %d blocks)", src,
+                          dst, n);
+    const size_t bytes = (size_t)b->geom.block_stride * sizeof(bf16);
+    LPX_CUDA_TRY(cudaSetDevice(b->device));
+    LPX_CUDA_TRY(cudaMemcpyAsync(b->kv + (size_t)dst * b->geom.block_stride,
+                                 b->kv + (size_t)src * b->geom.block_stride, bytes,
+                                 cudaMemcpyDeviceToDevice, b->stream));
+    LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
+    return LPX_OK;
+}
+
+static size_t cuda_memory_used(const lpx_backend *base) {
+    return ((const cuda_backend *)base)->mem_used;
+}
+
+extern "C" const lpx_backend_ops lpx_cuda_backend_ops = {
+    "cuda", cuda_create, cuda_step, cuda_copy_block, cuda_memory_used, cuda_destroy,
+};
