@@ -15,6 +15,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_slice(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_monitor(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

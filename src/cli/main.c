@@ -13,6 +13,9 @@ static const lpx_command commands[] = {
     {"template", "render a chat template over a JSON conversation, as transformers does",
      cmd_template},
     {"logits", "developer tool: run a backend on token ids, write logits", cmd_logits},
+    {"bench", "benchmark a backend: prefill, decode, batched decode vs the bandwidth floor",
+     cmd_bench},
+    {"slice", "write a GGUF with the first N layers of a model (real weights)", cmd_slice},
     {NULL, NULL, NULL},
 };
 

@@ -1,6 +1,7 @@
 /* Device facts and the read-bandwidth probe behind `lpx bench`'s bandwidth floor. */
 #include "common.cuh"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +51,7 @@ extern "C" lpx_status lpx_cuda_device_info_get(int device, lpx_cuda_device_info 
         return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: device %d requested, %d present", device, n);
     cudaDeviceProp p;
     LPX_CUDA_TRY(cudaGetDeviceProperties(&p, device));
-    strncpy(out->name, p.name, sizeof(out->name) - 1);
+    snprintf(out->name, sizeof(out->name), "%s", p.name);
     out->cc_major = p.major;
     out->cc_minor = p.minor;
     out->n_sms = p.multiProcessorCount;
@@ -58,7 +59,7 @@ extern "C" lpx_status lpx_cuda_device_info_get(int device, lpx_cuda_device_info 
     LPX_CUDA_TRY(cudaRuntimeGetVersion(&out->runtime_version));
     LPX_CUDA_TRY(cudaSetDevice(device));
     LPX_CUDA_TRY(cudaMemGetInfo(&out->free_mem, &out->total_mem));
-    strncpy(out->archs, LPX_CUDA_ARCHS, sizeof(out->archs) - 1);
+    snprintf(out->archs, sizeof(out->archs), "%s", LPX_CUDA_ARCHS);
     return LPX_OK;
 }
 

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# One command on the GPU machine: conformance of the CUDA backend, then the
+# benchmark table. Runs from a tree that holds a built lpx (BUILD, default build,
+# with the libraries the machine lacks in BUILD/lib: make bundle) and, for the real
+# weights, a sliced SmolLM2 with its transformers reference logits (SMOL, SMOL.ref.f32,
+# SMOL.ids: made on the development machine by `scripts/gpu-check.sh --prepare DIR`).
+#
+#   scripts/gpu-check.sh                 all checks, then the bench table
+#   scripts/gpu-check.sh --prepare DIR   (dev machine) slice SmolLM2 and its reference
+#
+# Logs go to $OUT (or ./gpu-check-out); the summary table is printed last.
+# Tolerances (bf16 weights and activations on the GPU against float32 references):
+#   logits: relative L2 error per position <= TOL_REL (3e-2) against transformers
+#   and the CPU backend; decode (one token per step, graphs) vs prefill on CUDA <= 1e-2;
+#   greedy: 32 tokens equal to the CPU backend's, or the first difference is a
+#   near-tie (CPU top-2 logit gap < TOL_TIE = 0.1).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${BUILD:-build}"
+ids_smol="1,504,3458,28,253,6512,1373,30,5248,2,3016,282,260,8326,30,2"
+
+if [ "${1:-}" = "--prepare" ]; then
+    dir="${2:?usage: gpu-check.sh --prepare DIR}"
+    mkdir -p "$dir"
+    "$root/$build/lpx" slice -m "$("$root/scripts/fetch-model.sh" --print-path)" --layers 6 \
+        -o "$dir/smol6.gguf" || exit 1
+    echo "$ids_smol" >"$dir/smol6.ids"
+    python3 "$root/scripts/make-shape-model.py" --gguf-ref "$dir/smol6.gguf" --ids "$ids_smol" \
+        --ref-out "$dir/smol6.ref.f32" || exit 1
+    exit 0
+fi
+
+cd "$root"
+out="${OUT:-$root/gpu-check-out}"
+mkdir -p "$out"
+lpx="$root/$build/lpx"
+export LD_LIBRARY_PATH="$root/$build/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+shapes="${SHAPES_DIR:-/tmp/lpx-shapes}"
+smol="${SMOL:-$root/models/smol6.gguf}"
+summary="$out/summary.txt"
+: >"$summary"
+fails=0
+note() { echo "$*" | tee -a "$summary"; }
+check() { # name, command...: runs it, logs, counts a failure
+    local name="$1"; shift
+    if "$@" >>"$out/checks.log" 2>&1; then note "PASS  $name"; else note "FAIL  $name"; fails=$((fails + 1)); fi
+}
+
+compare() { # a.f32 b.f32 vocab tol label
+    python3 - "$@" <<'EOF'
+import sys, numpy as np
+a, b, vocab, tol, label = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
+x = np.fromfile(a, "<f4").reshape(-1, vocab).astype(np.float64)
+y = np.fromfile(b, "<f4").reshape(-1, vocab).astype(np.float64)
+if x.shape != y.shape or not np.isfinite(x).all():
+    print(f"{label}: shapes {x.shape} vs {y.shape} or non-finite values"); sys.exit(1)
+rel = np.linalg.norm(x - y, axis=1) / np.linalg.norm(y, axis=1)
+top = (x.argmax(1) == y.argmax(1))
+ys = np.sort(y, axis=1)
+gap = ys[:, -1] - ys[:, -2]
+bad = (~top) & (gap > 0.1)
+print(f"{label}: max rel-L2 {rel.max():.2e} (mean {rel.mean():.2e}), max |diff| "
+      f"{np.abs(x - y).max():.3e}, top-1 agree {top.sum()}/{len(top)}, clear top-1 misses {bad.sum()}")
+sys.exit(0 if rel.max() <= tol and not bad.any() else 1)
+EOF
+}
+
+note "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+"$lpx" --version | tee -a "$summary"
+
+# 1. random-weight models of real shapes and their transformers references
+python3 scripts/make-shape-model.py "$shapes" >"$out/shapes.log" 2>&1 || { note "FAIL  make-shape-model (see shapes.log)"; fails=$((fails + 1)); }
+
+logits() { # model ids device extra... -> file
+    local m="$1" ids="$2" dev="$3" f="$4"; shift 4
+    "$lpx" logits -m "$m" --ids "$ids" --device "$dev" -o "$f" "$@"
+}
+conform() { # label model ids vocab ref
+    local label="$1" m="$2" ids="$3" vocab="$4" ref="$5" d="$out/tmp"
+    mkdir -p "$d"
+    check "$label: cuda prefill runs" logits "$m" "$ids" cuda "$d/$label.cuda.f32"
+    check "$label: cuda decode runs" logits "$m" "$ids" cuda "$d/$label.cudadec.f32" --mode decode
+    check "$label: cpu runs" logits "$m" "$ids" cpu "$d/$label.cpu.f32"
+    check "$label: cuda vs transformers" compare "$d/$label.cuda.f32" "$ref" "$vocab" 3e-2 "$label cuda~hf"
+    check "$label: cuda decode vs transformers" compare "$d/$label.cudadec.f32" "$ref" "$vocab" 3e-2 "$label cuda-decode~hf"
+    check "$label: cuda vs cpu" compare "$d/$label.cuda.f32" "$d/$label.cpu.f32" "$vocab" 3e-2 "$label cuda~cpu"
+    check "$label: cpu vs transformers" compare "$d/$label.cpu.f32" "$ref" "$vocab" 1e-3 "$label cpu~hf"
+    check "$label: cuda decode vs cuda prefill" compare "$d/$label.cudadec.f32" "$d/$label.cuda.f32" "$vocab" 1e-2 "$label decode~prefill"
+    grep -E "^$label " "$out/checks.log" | tail -6 >>"$summary"
+}
+for m in qwen3-0.6b qwen2.5-0.5b llama-3.2-1b; do
+    [ -d "$shapes/$m" ] || continue
+    vocab=$(python3 -c "import json;print(json.load(open('$shapes/$m/config.json'))['vocab_size'])")
+    conform "$m" "$shapes/$m" "$(cat "$shapes/$m.ids")" "$vocab" "$shapes/$m.ref.f32"
+done
+if [ -f "$smol" ]; then
+    conform smollm2-6l "$smol" "$(cat "${smol%.gguf}.ids")" 49152 "${smol%.gguf}.ref.f32"
+
+    # greedy continuations: CUDA vs CPU, 32 tokens, three prompts
+    ties=0; same=0; n=0
+    for p in "1,504,3458,28,253" "$ids_smol" "1,9690,314,253,4"; do
+        n=$((n + 1))
+        g_cuda=$("$lpx" logits -m "$smol" --ids "$p" --device cuda --greedy 32 2>>"$out/checks.log" | tail -1)
+        g_cpu=$("$lpx" logits -m "$smol" --ids "$p" --device cpu --greedy 32 2>>"$out/checks.log" | tail -1)
+        echo "greedy $p: cuda $g_cuda" >>"$out/greedy.log"; echo "greedy $p: cpu  $g_cpu" >>"$out/greedy.log"
+        if [ -n "$g_cuda" ] && [ "$g_cuda" = "$g_cpu" ]; then same=$((same + 1)); continue; fi
+        # first divergence: near-tie when the CPU's top-2 gap there is < 0.1
+        prefix=$(python3 -c "
+a='$g_cuda'.split(','); b='$g_cpu'.split(','); i=0
+while i < min(len(a),len(b)) and a[i]==b[i]: i+=1
+print(','.join(['$p'] + b[:i]) if a[0] else '')")
+        [ -n "$prefix" ] || { note "FAIL  greedy $p: no output"; fails=$((fails + 1)); continue; }
+        logits "$smol" "$prefix" cpu "$out/tmp/tie.f32" >>"$out/checks.log" 2>&1
+        if python3 -c "
+import numpy as np; x=np.fromfile('$out/tmp/tie.f32','<f4').reshape(-1,49152)[-1]; s=np.sort(x)
+print('top-2 gap at divergence', s[-1]-s[-2]); raise SystemExit(0 if s[-1]-s[-2] < 0.1 else 1)" >>"$out/greedy.log" 2>&1
+        then ties=$((ties + 1)); else note "FAIL  greedy $p: CUDA and CPU differ at a clear choice"; fails=$((fails + 1)); fi
+    done
+    note "greedy 32 tokens CUDA vs CPU: $same/$n identical, $ties/$n differ first at a near-tie (gap < 0.1)"
+
+    # batch invariance: two sequences batched vs each alone (decode through graphs)
+    a="1,504,3458,28,253,6512"; b="1,9690,314,253,4,2,17,9"
+    check "batch invariance: A alone" "$lpx" logits -m "$smol" --ids "$a" --device cuda --mode decode -o "$out/tmp/a.f32"
+    check "batch invariance: B alone" "$lpx" logits -m "$smol" --ids "$b" --device cuda --mode decode -o "$out/tmp/b.f32"
+    check "batch invariance: A+B batched" "$lpx" logits -m "$smol" --ids "$a" --ids "$b" --device cuda --mode decode -o "$out/tmp/ab.f32"
+    check "batch invariance: logits equal within 1e-3" python3 -c "
+import numpy as np; V=49152
+a=np.fromfile('$out/tmp/a.f32','<f4').reshape(-1,V); b=np.fromfile('$out/tmp/b.f32','<f4').reshape(-1,V)
+ab=np.fromfile('$out/tmp/ab.f32','<f4').reshape(-1,V); ref=np.concatenate([a,b])
+e=np.linalg.norm(ab-ref,axis=1)/np.linalg.norm(ref,axis=1); print('batched vs alone max rel-L2', e.max())
+raise SystemExit(0 if e.max() < 1e-3 else 1)"
+
+    # memory checker on a short run (prefill and decode paths)
+    check "compute-sanitizer memcheck (prefill)" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$lpx" logits -m "$smol" --ids "$ids_smol" --device cuda -o "$out/tmp/ms.f32"
+    check "compute-sanitizer memcheck (decode)" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$lpx" logits -m "$smol" --ids "1,504,3458,28" --ids "1,9690" --device cuda --mode decode -o "$out/tmp/ms2.f32"
+fi
+
+# 2. benchmark, Qwen3-0.6B shape
+if [ -d "$shapes/qwen3-0.6b" ]; then
+    "$lpx" bench -m "$shapes/qwen3-0.6b" -p 512 -n 128 -b "${BENCH_B:-1,16,64,256}" -r 5 \
+        >"$out/bench.md" 2>>"$out/checks.log" || { note "FAIL  bench"; fails=$((fails + 1)); }
+fi
+echo
+cat "$out/bench.md" 2>/dev/null
+echo
+cat "$summary"
+echo "gpu-check: $fails failure(s); logs in $out"
+[ "$fails" = 0 ]

@@ -1,0 +1,427 @@
+/* lpx bench -m MODEL: drives a backend directly (no engine) and prints llama-bench
+ * style figures: prefill (pp), batch-1 decode (tg) and decode at B sequences, each
+ * with ms per step, the bandwidth floor of that step (weight + KV bytes over the
+ * read bandwidth measured at start) and the share of it reached. GPU clocks and
+ * throttle reasons are read before and after; a throttled run is flagged. */
+#include "backend/backend.h"
+#include "base/error.h"
+#include "cli/commands.h"
+#include "lpx.h"
+#include "model/model.h"
+#include "telemetry/telemetry.h"
+#ifdef LPX_HAVE_CUDA
+#include "backend/cuda/cuda_info.h"
+#endif
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_BATCHES 16
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lpx bench -m MODEL [-p 512] [-n 128] [-c 128] [-b 1,16,64,256] [-r 5]\n"
+            "                 [-o md|json|csv] [--device cpu|cuda|cuda:N]\n\n"
+            "Runs the backend directly on random token ids and prints, per test, tokens/s\n"
+            "(median of r repetitions after one warm-up, ± standard deviation), ms per step\n"
+            "and the %% of the bandwidth floor: (weight bytes + KV bytes read per step) over\n"
+            "the read bandwidth measured at start.\n\n"
+            "  -m, --model MODEL   .gguf file or Hugging Face model directory\n"
+            "  -p N                prompt tokens of the prefill test ppN (0: skip)\n"
+            "  -n N                decode steps per test (tg and batched)\n"
+            "  -c N                context before decoding starts (default 128)\n"
+            "  -b LIST             decode batch sizes; 1 is the tg test (default 1,16,64,256)\n"
+            "  -r N                timed repetitions (default 5)\n"
+            "  -o md|json|csv      output format (default md)\n"
+            "  --device DEV        cpu, cuda or cuda:N (default cuda when a GPU is usable)\n"
+            "  -h, --help          this help\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct result {
+    char name[32];
+    int batch;            /* sequences per step */
+    int tokens_per_rep;   /* tokens produced per repetition */
+    int steps_per_rep;
+    double ctx_avg;       /* mean context per sequence over the timed steps */
+    double med_s, sd_s;   /* per repetition */
+    double floor_s;       /* per repetition */
+} result;
+
+typedef struct bench {
+    const lpx_model *m;
+    const lpx_backend_ops *ops;
+    lpx_backend *be;
+    int bs, max_blocks;
+    int32_t *ids, *pos, *seq_start, *seq_len, *table, *rows;
+    float *logits;
+    double weight_bytes, kv_bytes_per_token, bandwidth;
+    uint64_t rng;
+} bench;
+
+static int32_t next_id(bench *b) {
+    b->rng = b->rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (int32_t)((b->rng >> 33) % (uint64_t)b->m->cfg.vocab_size);
+}
+
+/* Sequence s owns blocks [s*max_blocks, (s+1)*max_blocks). */
+static void fill_tables(bench *b, int n_seqs) {
+    for (int s = 0; s < n_seqs; s++)
+        for (int i = 0; i < b->max_blocks; i++)
+            b->table[(size_t)s * b->max_blocks + i] = s * b->max_blocks + i;
+}
+
+/* Prefills sequences [s0, s0+ns) with ctx tokens each in one step. */
+static lpx_status prefill(bench *b, int s0, int ns, int ctx) {
+    for (int s = 0; s < ns; s++) {
+        b->seq_start[s] = s * ctx;
+        b->seq_len[s] = ctx;
+        for (int t = 0; t < ctx; t++) {
+            b->ids[s * ctx + t] = next_id(b);
+            b->pos[s * ctx + t] = t;
+        }
+        b->rows[s] = s * ctx + ctx - 1;
+    }
+    b->seq_start[ns] = ns * ctx;
+    lpx_batch bt = {ns * ctx, b->ids, b->pos, ns, b->seq_start, b->seq_len,
+                    b->table + (size_t)s0 * b->max_blocks, b->max_blocks, ns, b->rows};
+    return b->ops->step(b->be, &bt, b->logits);
+}
+
+/* One decode step of B sequences at context length len (after the step). */
+static lpx_status decode_step(bench *b, int B, int len) {
+    for (int s = 0; s < B; s++) {
+        b->ids[s] = next_id(b);
+        b->pos[s] = len - 1;
+        b->seq_start[s] = s;
+        b->seq_len[s] = len;
+        b->rows[s] = s;
+    }
+    b->seq_start[B] = B;
+    lpx_batch bt = {B, b->ids, b->pos, B, b->seq_start, b->seq_len, b->table, b->max_blocks,
+                    B, b->rows};
+    return b->ops->step(b->be, &bt, b->logits);
+}
+
+static void finish(result *r, double *t, int reps) {
+    qsort(t, (size_t)reps, sizeof(double), cmp_double);
+    r->med_s = t[reps / 2];
+    double mean = 0, var = 0;
+    for (int i = 0; i < reps; i++) mean += t[i] / reps;
+    for (int i = 0; i < reps; i++) var += (t[i] - mean) * (t[i] - mean);
+    r->sd_s = reps > 1 ? sqrt(var / (reps - 1)) : 0.0;
+}
+
+static lpx_status run_pp(bench *b, int p, int reps, result *r) {
+    double t[64];
+    fill_tables(b, 1);
+    for (int i = -1; i < reps; i++) {
+        const double t0 = now_s();
+        LPX_TRY(prefill(b, 0, 1, p));
+        if (i >= 0) t[i] = now_s() - t0;
+    }
+    snprintf(r->name, sizeof r->name, "pp%d", p);
+    r->batch = 1;
+    r->tokens_per_rep = p;
+    r->steps_per_rep = 1;
+    r->ctx_avg = p / 2.0;
+    /* Prefill reads the weights once and writes/reads the prompt's KV. */
+    r->floor_s = (b->weight_bytes + b->kv_bytes_per_token * p) / b->bandwidth;
+    finish(r, t, reps);
+    return LPX_OK;
+}
+
+static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_tokens,
+                             result *r) {
+    double t[64];
+    fill_tables(b, B);
+    const int per_step = max_tokens / ctx > 0 ? max_tokens / ctx : 1;
+    for (int i = -1; i < reps; i++) {
+        for (int s0 = 0; s0 < B; s0 += per_step)
+            LPX_TRY(prefill(b, s0, B - s0 < per_step ? B - s0 : per_step, ctx));
+        const double t0 = now_s();
+        for (int k = 0; k < n; k++) LPX_TRY(decode_step(b, B, ctx + k + 1));
+        if (i >= 0) t[i] = now_s() - t0;
+    }
+    if (B == 1)
+        snprintf(r->name, sizeof r->name, "tg%d", n);
+    else
+        snprintf(r->name, sizeof r->name, "decode B=%d", B);
+    r->batch = B;
+    r->tokens_per_rep = B * n;
+    r->steps_per_rep = n;
+    r->ctx_avg = ctx + (n + 1) / 2.0;
+    r->floor_s = n * (b->weight_bytes + b->kv_bytes_per_token * B * r->ctx_avg) / b->bandwidth;
+    finish(r, t, reps);
+    return LPX_OK;
+}
+
+/* Host read bandwidth: one pass over 256 MiB, best of 3 (the CPU backend's floor). */
+static double host_bandwidth(void) {
+    const size_t n = (size_t)32 << 20; /* uint64 words */
+    uint64_t *buf = malloc(n * sizeof(uint64_t));
+    if (!buf) return 1e10;
+    for (size_t i = 0; i < n; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    double best = 1e30;
+    volatile uint64_t sink = 0;
+    for (int r = 0; r < 3; r++) {
+        const double t0 = now_s();
+        uint64_t a = 0, c = 0, d = 0, e = 0;
+        for (size_t i = 0; i < n; i += 4) {
+            a ^= buf[i];
+            c ^= buf[i + 1];
+            d ^= buf[i + 2];
+            e ^= buf[i + 3];
+        }
+        sink ^= a ^ c ^ d ^ e;
+        const double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    (void)sink;
+    free(buf);
+    return (double)n * sizeof(uint64_t) / best;
+}
+
+/* Matrix parameters read per decode step (all layers plus the output head). */
+static double matrix_params(const lpx_config *c) {
+    const double hd = c->head_dim, d = c->d_model;
+    const double per_layer = (c->n_heads + 2.0 * c->n_kv_heads) * hd * d + d * c->n_heads * hd +
+                             3.0 * c->d_ff * d;
+    return per_layer * c->n_layers + (double)c->vocab_size * d;
+}
+
+static int parse_list(const char *s, int *out, int cap) {
+    int n = 0;
+    while (*s && n < cap) {
+        char *end;
+        const long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 4096) return -1;
+        out[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return *s ? -1 : n;
+}
+
+typedef struct clocks {
+    bool ok;
+    int sm, mem;
+    int64_t throttle;
+    char text[128];
+} clocks;
+
+static void read_clocks(lpx_telemetry *tel, int index, clocks *c) {
+    memset(c, 0, sizeof *c);
+    lpx_gpu_sample s;
+    if (!tel || lpx_telemetry_sample(tel, index, &s) != LPX_OK) return;
+    c->ok = true;
+    c->sm = s.sm_clock_mhz;
+    c->mem = s.mem_clock_mhz;
+    c->throttle = s.throttle;
+    if (s.throttle != LPX_TEL_NA) lpx_throttle_text(s.throttle, c->text, sizeof c->text);
+}
+
+/* Slowdowns that make a timing no result (power cap, thermal, hardware brake). */
+static bool throttled(const clocks *c) {
+    const int64_t bad = LPX_THR_SW_POWER_CAP | LPX_THR_HW_SLOWDOWN | LPX_THR_SW_THERMAL |
+                        LPX_THR_HW_THERMAL | LPX_THR_HW_POWER_BRAKE;
+    return c->ok && c->throttle != LPX_TEL_NA && (c->throttle & bad);
+}
+
+static void print_results(const char *fmt, const char *model, const char *device,
+                          const char *gpu, double bw, const result *rs, int n,
+                          const clocks *before, const clocks *after) {
+    const bool thr = throttled(before) || throttled(after);
+    if (!strcmp(fmt, "json")) {
+        printf("{\"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
+               "\"read_bandwidth_GBps\": %.1f, \"sm_mhz_before\": %d, \"sm_mhz_after\": %d, "
+               "\"mem_mhz_before\": %d, \"mem_mhz_after\": %d, \"throttled\": %s, \"tests\": [",
+               model, device, gpu, bw / 1e9, before->sm, after->sm, before->mem, after->mem,
+               thr ? "true" : "false");
+        for (int i = 0; i < n; i++) {
+            const result *r = &rs[i];
+            printf("%s{\"test\": \"%s\", \"batch\": %d, \"tok_s\": %.2f, \"tok_s_sd\": %.2f, "
+                   "\"ms_per_step\": %.4f, \"floor_ms_per_step\": %.4f, \"pct_of_floor\": %.1f}",
+                   i ? ", " : "", r->name, r->batch, r->tokens_per_rep / r->med_s,
+                   r->tokens_per_rep / r->med_s * (r->sd_s / r->med_s),
+                   r->med_s * 1e3 / r->steps_per_rep, r->floor_s * 1e3 / r->steps_per_rep,
+                   100.0 * r->floor_s / r->med_s);
+        }
+        printf("]}\n");
+        return;
+    }
+    const bool csv = !strcmp(fmt, "csv");
+    if (csv)
+        printf("test,batch,tok_s,tok_s_sd,ms_per_step,floor_ms_per_step,pct_of_floor\n");
+    else
+        printf("model: %s\ndevice: %s (%s), read bandwidth %.1f GB/s\n\n"
+               "| test | tok/s | ± sd | ms/step | floor ms/step | %% of floor |\n"
+               "| --- | ---: | ---: | ---: | ---: | ---: |\n",
+               model, device, gpu, bw / 1e9);
+    for (int i = 0; i < n; i++) {
+        const result *r = &rs[i];
+        const double tps = r->tokens_per_rep / r->med_s;
+        const double sd = tps * r->sd_s / r->med_s, ms = r->med_s * 1e3 / r->steps_per_rep;
+        const double fl = r->floor_s * 1e3 / r->steps_per_rep, pct = 100.0 * r->floor_s / r->med_s;
+        if (csv)
+            printf("%s,%d,%.2f,%.2f,%.4f,%.4f,%.1f\n", r->name, r->batch, tps, sd, ms, fl, pct);
+        else
+            printf("| %s | %.1f | %.1f | %.3f | %.3f | %.1f |\n", r->name, tps, sd, ms, fl, pct);
+    }
+    if (!csv) {
+        if (before->ok)
+            printf("\nclocks SM/mem MHz: before %d/%d [%s], after %d/%d [%s]%s\n", before->sm,
+                   before->mem, before->text, after->sm, after->mem, after->text,
+                   thr ? "  ** THROTTLED: not a result **" : "");
+        else
+            printf("\nclocks: not available (no NVML)\n");
+    }
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *fmt = "md", *device = NULL;
+    int p = 512, n = 128, ctx = 128, reps = 5, batches[MAX_BATCHES] = {1, 16, 64, 256}, nb = 4;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const bool has = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) {
+            model = argv[++i];
+        } else if (!strcmp(a, "-p") && has) {
+            p = atoi(argv[++i]);
+        } else if (!strcmp(a, "-n") && has) {
+            n = atoi(argv[++i]);
+        } else if (!strcmp(a, "-c") && has) {
+            ctx = atoi(argv[++i]);
+        } else if (!strcmp(a, "-r") && has) {
+            reps = atoi(argv[++i]);
+        } else if (!strcmp(a, "-b") && has) {
+            nb = parse_list(argv[++i], batches, MAX_BATCHES);
+            if (nb < 1) {
+                fprintf(stderr, "lpx bench: -b wants a list like 1,16,64 (1..4096)\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "-o") && has) {
+            fmt = argv[++i];
+        } else if (!strcmp(a, "--device") && has) {
+            device = argv[++i];
+        } else {
+            fprintf(stderr, "lpx bench: unknown or incomplete option '%s' (see --help)\n", a);
+            return 2;
+        }
+    }
+    if (!model || p < 0 || p > 65536 || n < 1 || n > 65536 || ctx < 1 || ctx > 65536 ||
+        reps < 1 || reps > 64 || (strcmp(fmt, "md") && strcmp(fmt, "json") && strcmp(fmt, "csv"))) {
+        fprintf(stderr, "lpx bench: need -m MODEL; -p 0..65536, -n/-c 1..65536, -r 1..64, "
+                        "-o md|json|csv\n");
+        return 2;
+    }
+    char gpu[512] = "host CPU";
+    int ordinal = 0;
+    const lpx_backend_ops *ops = NULL;
+    if (!device) {
+        device = "cpu";
+#ifdef LPX_HAVE_CUDA
+        lpx_cuda_device_info di;
+        if (lpx_cuda_device_info_get(0, &di) == LPX_OK) device = "cuda";
+#endif
+    }
+    if (lpx_backend_select(device, &ops, &ordinal) != LPX_OK) {
+        fprintf(stderr, "lpx bench: %s\n", lpx_last_error());
+        return 2;
+    }
+    const bool cuda = strcmp(ops->name, "cpu") != 0;
+    lpx_model *m = NULL;
+    if (lpx_model_open(model, &m) != LPX_OK) {
+        fprintf(stderr, "lpx bench: %s\n", lpx_last_error());
+        return 1;
+    }
+    bench b = {0};
+    b.m = m;
+    b.ops = ops;
+    b.rng = 12345;
+    b.bs = 16;
+    int maxB = 1;
+    for (int i = 0; i < nb; i++)
+        if (batches[i] > maxB) maxB = batches[i];
+    const int longest = p > ctx + n ? p : ctx + n;
+    b.max_blocks = (longest + b.bs - 1) / b.bs;
+    const int max_tokens = p > ctx ? p : ctx;
+    lpx_backend_opts o = {ordinal, 0, b.bs, b.max_blocks * maxB, max_tokens, maxB};
+    lpx_model_info info;
+    int rc = 1;
+    lpx_telemetry *tel = NULL;
+    clocks before, after;
+    result rs[MAX_BATCHES + 1];
+    int nr = 0;
+    const size_t cap = (size_t)(max_tokens > maxB ? max_tokens : maxB);
+    b.ids = malloc(cap * sizeof(int32_t));
+    b.pos = malloc(cap * sizeof(int32_t));
+    b.rows = malloc(cap * sizeof(int32_t));
+    b.seq_start = malloc((cap + 1) * sizeof(int32_t));
+    b.seq_len = malloc(cap * sizeof(int32_t));
+    b.table = malloc((size_t)maxB * b.max_blocks * sizeof(int32_t));
+    b.logits = malloc(cap * (size_t)m->cfg.vocab_size * sizeof(float));
+    if (!b.ids || !b.pos || !b.rows || !b.seq_start || !b.seq_len || !b.table || !b.logits) {
+        fprintf(stderr, "lpx bench: out of memory\n");
+        goto done;
+    }
+    if (lpx_model_info_get(m, &info) != LPX_OK) goto fail;
+    if (cuda) {
+#ifdef LPX_HAVE_CUDA
+        lpx_cuda_device_info di;
+        if (lpx_cuda_device_info_get(ordinal, &di) != LPX_OK) goto fail;
+        snprintf(gpu, sizeof gpu, "%s, cc %d.%d, %d SMs, CUDA driver %d.%d", di.name, di.cc_major,
+                 di.cc_minor, di.n_sms, di.driver_version / 1000, di.driver_version % 1000 / 10);
+        if (lpx_cuda_read_bandwidth(ordinal, (size_t)2 << 30, 10, &b.bandwidth) != LPX_OK)
+            goto fail;
+#endif
+        /* The CUDA backend holds weights and KV cache in bf16. */
+        b.weight_bytes = 2.0 * matrix_params(&m->cfg);
+        b.kv_bytes_per_token = (double)lpx_kv_bytes_per_token(&m->cfg, 2);
+    } else {
+        b.bandwidth = host_bandwidth();
+        b.weight_bytes = (double)info.decode_bytes_per_step;
+        b.kv_bytes_per_token = (double)lpx_kv_bytes_per_token(&m->cfg, sizeof(float));
+    }
+    if (ops->create(m, &o, &b.be) != LPX_OK) goto fail;
+    if (lpx_telemetry_open(0, &tel) != LPX_OK) tel = NULL;
+    read_clocks(cuda ? tel : NULL, ordinal, &before);
+    if (p > 0 && run_pp(&b, p, reps, &rs[nr++]) != LPX_OK) goto fail;
+    for (int i = 0; i < nb; i++)
+        if (run_decode(&b, batches[i], ctx, n, reps, max_tokens, &rs[nr++]) != LPX_OK) goto fail;
+    read_clocks(cuda ? tel : NULL, ordinal, &after);
+    print_results(fmt, model, ops->name, gpu, b.bandwidth, rs, nr, &before, &after);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "lpx bench: %s\n", lpx_last_error());
+done:
+    if (b.be) b.be->ops->destroy(b.be);
+    if (tel) lpx_telemetry_close(tel);
+    free(b.ids);
+    free(b.pos);
+    free(b.rows);
+    free(b.seq_start);
+    free(b.seq_len);
+    free(b.table);
+    free(b.logits);
+    lpx_model_close(m);
+    return rc;
+}
