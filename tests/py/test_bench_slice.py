@@ -1,5 +1,6 @@
 """lpx slice (GGUF writer) and lpx bench on the CPU backend with the real SmolLM2."""
 import json
+import pathlib
 import subprocess
 
 import gguf
@@ -59,3 +60,23 @@ def test_bench_usage(lpx_bin):
     assert run(lpx_bin, "bench", "--help").returncode == 0
     assert run(lpx_bin, "bench", "-m", "x", "-b", "0").returncode == 2
     assert run(lpx_bin, "bench").returncode == 2
+
+
+def test_sliced_model_logits_match_transformers(lpx_bin, smollm2, tmp_path):
+    """The 2-layer slice runs on the CPU backend: finite, deterministic, and equal to
+    transformers' logits of the same file (tests/fixtures/cuda, made by
+    scripts/make-shape-model.py --gguf-ref on this slice, ids below)."""
+    out = tmp_path / "s2.gguf"
+    assert run(lpx_bin, "slice", "-m", smollm2, "--layers", "2", "-o", out).returncode == 0
+    runs = []
+    for k in range(2):
+        f = tmp_path / f"l{k}.f32"
+        r = run(lpx_bin, "logits", "-m", out, "--ids", "1,504,3458,28,253", "--device", "cpu",
+                "-o", f)
+        assert r.returncode == 0, r.stderr
+        runs.append(np.fromfile(f, "<f4").reshape(5, 49152))
+    assert np.isfinite(runs[0]).all()
+    assert np.array_equal(runs[0], runs[1])
+    ref = np.fromfile(pathlib.Path(__file__).parents[1] / "fixtures/cuda/smollm2-2layers.last.f32", "<f4")
+    rel = np.linalg.norm(runs[0][-1] - ref) / np.linalg.norm(ref)
+    assert rel < 1e-4, rel
