@@ -266,6 +266,8 @@ def st_cases():
             config=dict(CONFIG, num_key_value_heads=3, head_dim=16))
     hf_case("config-rope-yarn", "rope_scaling", st=st_model(),
             config=dict(CONFIG, rope_scaling={"rope_type": "yarn", "factor": 4.0}))
+    hf_case("config-rope-factor-zero", "must be positive", st=st_model(),
+            config=dict(CONFIG, rope_scaling={"rope_type": "linear", "factor": 0.0}))
     hf_case("config-vocab-mismatch", "vocab_size", st=st_model(), config=dict(CONFIG, vocab_size=9))
     index = {"weight_map": {"model.norm.weight": "model-1.safetensors",
                             "lm_head.weight": "model-1.safetensors"}}

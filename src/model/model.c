@@ -188,6 +188,10 @@ static lpx_status check_config(const lpx_model *m) {
     if (c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads)
         return lpx_errorf(LPX_ERR_FORMAT, "%s: n_kv_heads %d does not divide n_heads %d", m->path,
                           c->n_kv_heads, c->n_heads);
+    if (!(c->rope_theta > 0) || (c->rope_scaling != LPX_ROPE_NONE && !(c->rope_factor > 0)))
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "%s: rope theta %g and scaling factor %g must be positive", m->path,
+                          c->rope_theta, c->rope_factor);
     if (c->head_dim % 2)
         return lpx_errorf(LPX_ERR_FORMAT, "%s: head_dim %d is odd (rope needs pairs)", m->path,
                           c->head_dim);
