@@ -25,39 +25,80 @@ typedef uint16_t u16x8 __attribute__((vector_size(16)));
 #define HOT
 #endif
 
-/* Inlined into each clone: a call from AVX code into SSE code would pay a
- * transition penalty per call. */
-static inline __attribute__((always_inline)) float f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | man << 13; /* inf, nan */
-    } else if (exp != 0) {
-        bits = sign | (exp + 112) << 23 | man << 13;
-    } else {
-        float f = (float)man * 0x1p-24f; /* zero or subnormal: exact */
-        memcpy(&bits, &f, 4);
-        bits |= sign;
-    }
+/* f16 to f32, exact. With GCC's _Float16 the AVX2 clone gets one F16C
+ * instruction (block scales are converted twice per block, so this matters).
+ * Elsewhere: shifting exponent and mantissa into place and multiplying by
+ * 2^112 rebiases the exponent exactly, subnormals included; only inf/nan need
+ * a select. Inlined into each clone: a call from AVX code into SSE code would
+ * pay a transition penalty per call. */
+static inline __attribute__((always_inline)) float rd_f16(const uint8_t *p) {
+#if defined(__FLT16_MAX__) && !defined(__clang__)
+    _Float16 h;
+    memcpy(&h, p, 2);
+    return (float)h;
+#else
+    uint16_t h = (uint16_t)(p[0] | p[1] << 8);
+    uint32_t mag = (uint32_t)(h & 0x7fff) << 13, bits;
     float f;
+    memcpy(&f, &mag, 4);
+    f *= 0x1p112f;
+    memcpy(&bits, &f, 4);
+    if (mag >= 0x0f800000u) bits = 0x7f800000u | mag; /* inf, nan */
+    bits |= (uint32_t)(h & 0x8000) << 16;
     memcpy(&f, &bits, 4);
     return f;
+#endif
 }
 
-static inline __attribute__((always_inline)) float rd_f16(const uint8_t *p) { return f16_to_f32((uint16_t)(p[0] | p[1] << 8)); }
-
-/* dst[0..16) = (float)q[i] * d + m (m = -0.0 adds nothing, keeping the sign of
- * a zero product as d * q has it). The widening conversions are written so
- * GCC turns them into vector zero/sign extensions rather than byte extracts. */
-static inline __attribute__((always_inline)) void scale16(float *dst, const i16x16 *q, float d,
+/* w[0], w[1] = (float)q[0..16) * d + m (m = -0.0 adds nothing, keeping the
+ * sign of a zero product as d * q has it). The widening conversions are
+ * written so GCC turns them into vector zero/sign extensions rather than byte
+ * extracts; vectors go by pointer to keep the AVX calling convention out. */
+static inline __attribute__((always_inline)) void scale16(f32x8 *w, const i16x16 *q, float d,
                                                           float m) {
     f32x16 f = __builtin_convertvector(__builtin_convertvector(*q, i32x16), f32x16);
-    f32x8 a, b;
-    memcpy(&a, &f, 32);
-    memcpy(&b, (const char *)&f + 32, 32);
-    a = a * d + m;
-    b = b * d + m;
-    memcpy(dst, &a, 32);
-    memcpy(dst + 8, &b, 32);
+    memcpy(&w[0], &f, 32);
+    memcpy(&w[1], (const char *)&f + 32, 32);
+    w[0] = w[0] * d + m;
+    w[1] = w[1] * d + m;
+}
+
+/* One block of 32 weights of a block type (t a constant at every call site)
+ * as four 8-lane vectors, elements in order. The one definition of block
+ * dequantization here: the buffered and the fused products both use it, so
+ * they compute identical values. In Q4 blocks element j is the low nibble of
+ * byte j, element j+16 the high one; Q4_0 is d*(q-8), exact in float, as is
+ * Q4_1's d*q before adding m, so this rounds like lpx_dequantize_row. */
+static inline __attribute__((always_inline)) void unpack_block(lpx_dtype t, const uint8_t *s,
+                                                               f32x8 w[4]) {
+    float d = rd_f16(s), m = t == LPX_DT_Q4_1 ? rd_f16(s + 2) : -0.0f;
+    i16x16 lo, hi;
+    if (t == LPX_DT_Q8_0) {
+        i8x16 q;
+        memcpy(&q, s + 2, 16);
+        lo = __builtin_convertvector(q, i16x16);
+        memcpy(&q, s + 18, 16);
+        hi = __builtin_convertvector(q, i16x16);
+    } else {
+        u8x16 q;
+        memcpy(&q, s + (t == LPX_DT_Q4_1 ? 4 : 2), 16);
+        i16x16 v = __builtin_convertvector(q, i16x16);
+        const int16_t off = t == LPX_DT_Q4_1 ? 0 : 8;
+        lo = (v & 15) - off;
+        hi = (v >> 4) - off;
+    }
+    scale16(&w[0], &lo, d, m);
+    scale16(&w[2], &hi, d, m);
+}
+
+static inline __attribute__((always_inline)) void dequantize_blocks(lpx_dtype t, const uint8_t *s,
+                                                                    float *dst, int64_t n) {
+    const int bytes = t == LPX_DT_Q8_0 ? 34 : t == LPX_DT_Q4_1 ? 20 : 18;
+    for (int64_t b = 0; b < n / 32; b++, s += bytes, dst += 32) {
+        f32x8 w[4];
+        unpack_block(t, s, w);
+        memcpy(dst, w, sizeof w);
+    }
 }
 
 HOT void cpu_dequantize(lpx_dtype t, const void *src, float *dst, int64_t n) {
@@ -81,36 +122,9 @@ HOT void cpu_dequantize(lpx_dtype t, const void *src, float *dst, int64_t n) {
         }
         return;
     }
-    case LPX_DT_Q8_0:
-        for (int64_t b = 0; b < n / 32; b++, s += 34, dst += 32) {
-            float d = rd_f16(s);
-            for (int h = 0; h < 2; h++) {
-                i8x16 q;
-                memcpy(&q, s + 2 + 16 * h, 16);
-                i16x16 w = __builtin_convertvector(q, i16x16);
-                scale16(dst + 16 * h, &w, d, -0.0f);
-            }
-        }
-        return;
-    case LPX_DT_Q4_0:
-    case LPX_DT_Q4_1: {
-        /* Element j of a block is the low nibble of byte j, element j+16 the
-         * high one. Q4_0 is d*(q-8): exact in float, as is Q4_1's d*q before
-         * adding m, so every path rounds like the model's dequantizer. */
-        const bool q41 = t == LPX_DT_Q4_1;
-        const int bytes = q41 ? 20 : 18, qoff = q41 ? 4 : 2;
-        const int16_t off = q41 ? 0 : 8;
-        for (int64_t b = 0; b < n / 32; b++, s += bytes, dst += 32) {
-            float d = rd_f16(s), m = q41 ? rd_f16(s + 2) : -0.0f;
-            u8x16 q;
-            memcpy(&q, s + qoff, 16);
-            i16x16 w = __builtin_convertvector(q, i16x16);
-            i16x16 lo = (w & 15) - off, hi = (w >> 4) - off;
-            scale16(dst, &lo, d, m);
-            scale16(dst + 16, &hi, d, m);
-        }
-        return;
-    }
+    case LPX_DT_Q8_0: dequantize_blocks(LPX_DT_Q8_0, s, dst, n); return;
+    case LPX_DT_Q4_0: dequantize_blocks(LPX_DT_Q4_0, s, dst, n); return;
+    case LPX_DT_Q4_1: dequantize_blocks(LPX_DT_Q4_1, s, dst, n); return;
     case LPX_DT_COUNT: break;
     }
 }
@@ -181,6 +195,37 @@ static inline __attribute__((always_inline)) void dot_tile(const float *const *w
         }
 }
 
+/* The single-token case of dot_tile for block types, without the row buffer:
+ * each block is unpacked into registers and used at once. Per (row, token) it
+ * performs the same operations in the same order as dequantizing the row and
+ * running dot_tile, so results stay bit-identical to batched steps. */
+static inline __attribute__((always_inline)) void qdot_rows(lpx_dtype t,
+                                                            const uint8_t *const *rows,
+                                                            const int R, const float *x,
+                                                            int64_t n, float out[][TILE_T]) {
+    const int bytes = t == LPX_DT_Q8_0 ? 34 : t == LPX_DT_Q4_1 ? 20 : 18;
+    f32x8 acc[TILE_R] = {{0}};
+    for (int64_t b = 0; b < n / 32; b++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            f32x8 w[4];
+            unpack_block(t, rows[r] + b * bytes, w);
+            /* x is reloaded per row (from L1): keeping it in registers
+             * spills the accumulators */
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                f32x8 xv;
+                memcpy(&xv, x + 32 * b + 8 * k, 32);
+                acc[r] += w[k] * xv;
+            }
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        f32x8 a = acc[r];
+        out[r][0] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+    }
+}
+
 typedef struct matmul_ctx {
     const cpu_matmul_job *jobs;
     int n_jobs;
@@ -205,8 +250,42 @@ HOT static void matmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
                 first += lpx_tensor_rows(c->jobs[j++].w);
             job[k] = &c->jobs[j];
             lr[k] = r0 + k - first;
-            w[k] = cpu_weight_row(job[k]->w, lr[k], buf + k * c->cols);
         }
+        lpx_dtype type = job[0]->w->type;
+        bool fused = c->n_tok == 1 && (type == LPX_DT_Q8_0 || type == LPX_DT_Q4_0 ||
+                                       type == LPX_DT_Q4_1);
+        for (int k = 1; k < R; k++) fused &= job[k]->w->type == type;
+        if (fused) {
+            const uint8_t *q[TILE_R]; /* (row bytes) each */
+            float out[TILE_R][TILE_T];
+            for (int k = 0; k < R; k++)
+                q[k] = (const uint8_t *)job[k]->w->data +
+                       (size_t)lr[k] * (job[k]->w->nbytes / (size_t)lpx_tensor_rows(job[k]->w));
+            /* constant row counts (a full tile, or one row at a time at the
+             * end), so the accumulators stay in registers */
+            for (int k = 0; k < R; k += R == TILE_R ? TILE_R : 1) {
+                int n = R == TILE_R ? TILE_R : 1;
+                if (type == LPX_DT_Q8_0 && n == TILE_R)
+                    qdot_rows(LPX_DT_Q8_0, q, TILE_R, c->x, c->cols, out);
+                else if (type == LPX_DT_Q8_0)
+                    qdot_rows(LPX_DT_Q8_0, q + k, 1, c->x, c->cols, out + k);
+                else if (type == LPX_DT_Q4_0 && n == TILE_R)
+                    qdot_rows(LPX_DT_Q4_0, q, TILE_R, c->x, c->cols, out);
+                else if (type == LPX_DT_Q4_0)
+                    qdot_rows(LPX_DT_Q4_0, q + k, 1, c->x, c->cols, out + k);
+                else if (n == TILE_R)
+                    qdot_rows(LPX_DT_Q4_1, q, TILE_R, c->x, c->cols, out);
+                else
+                    qdot_rows(LPX_DT_Q4_1, q + k, 1, c->x, c->cols, out + k);
+            }
+            for (int k = 0; k < R; k++) {
+                float *y = &job[k]->y[lr[k]];
+                float d = out[k][0] + (job[k]->bias ? job[k]->bias[lr[k]] : 0.0f);
+                *y = job[k]->accumulate ? *y + d : d;
+            }
+            continue;
+        }
+        for (int k = 0; k < R; k++) w[k] = cpu_weight_row(job[k]->w, lr[k], buf + k * c->cols);
         for (int64_t t0 = 0; t0 < c->n_tok; t0 += TILE_T) {
             int NT = c->n_tok - t0 < TILE_T ? (int)(c->n_tok - t0) : TILE_T;
             const float *x = c->x + t0 * c->ldx;
