@@ -101,6 +101,17 @@ static bool num(const char *s, double lo, double hi, double *out) {
     return true;
 }
 
+/* "1.192 GB", "96.6 MB": traffic in decimal units, readable for any model size. */
+static void decimal_bytes(int64_t b, char *buf, size_t cap) {
+    double v = (double)b;
+    if (v >= 1e9)
+        snprintf(buf, cap, "%.3f GB", v / 1e9);
+    else if (v >= 1e6)
+        snprintf(buf, cap, "%.1f MB", v / 1e6);
+    else
+        snprintf(buf, cap, "%.1f kB", v / 1e3);
+}
+
 static void print_text(const char *model, const lpx_model_info *mi, const lpx_plan_model *m,
                        const lpx_plan_gpu *g, const lpx_plan_params *p, const lpx_plan *r) {
     printf("lpx plan: %s\n", model);
@@ -109,8 +120,10 @@ static void print_text(const char *model, const lpx_model_info *mi, const lpx_pl
     printf("  GPU          %s: %.1f GiB, %.2f TB/s\n", g->name, g->mem_bytes / GIB,
            g->bandwidth / 1e12);
     printf("               bandwidth: %s\n", g->bandwidth_source);
-    printf("  weights      %.3f GB held, %.3f GB read per decode step\n", m->weight_bytes / GB,
-           m->decode_bytes_per_step / GB);
+    char held[32], read[32];
+    decimal_bytes(m->weight_bytes, held, sizeof held);
+    decimal_bytes(m->decode_bytes_per_step, read, sizeof read);
+    printf("  weights      %s held, %s read per decode step\n", held, read);
     printf("  KV cache     %lld bytes per token, %.3f GiB per sequence of %lld tokens\n",
            (long long)m->kv_bytes_per_token, r->kv_bytes_per_seq / GIB,
            (long long)p->max_model_len);
