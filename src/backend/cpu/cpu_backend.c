@@ -140,6 +140,9 @@ static lpx_status check_config(const lpx_config *c) {
                           "head_dim %d, d_ff %d, vocab %d",
                           c->n_layers, c->d_model, c->n_heads, c->n_kv_heads, c->head_dim, c->d_ff,
                           c->vocab_size);
+    if (!(c->rope_theta > 0) || !(c->rms_norm_eps >= 0))
+        return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: rope_theta %g, rms_norm_eps %g",
+                          c->rope_theta, c->rms_norm_eps);
     if (c->rope_scaling != LPX_ROPE_NONE && !(c->rope_factor > 0))
         return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: rope scaling factor %g", c->rope_factor);
     if (c->rope_scaling == LPX_ROPE_LLAMA3 &&

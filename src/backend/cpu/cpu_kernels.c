@@ -133,7 +133,8 @@ const float *cpu_weight_row(const lpx_tensor *w, int64_t r, float *buf) {
     int64_t cols = lpx_tensor_cols(w);
     size_t row_bytes = w->nbytes / (size_t)lpx_tensor_rows(w);
     const uint8_t *src = (const uint8_t *)w->data + (size_t)r * row_bytes;
-    if (w->type == LPX_DT_F32) return (const float *)src;
+    /* F32 rows are used in place, unless the file left them misaligned. */
+    if (w->type == LPX_DT_F32 && (uintptr_t)src % sizeof(float) == 0) return (const float *)src;
     cpu_dequantize(w->type, src, buf, cols);
     return buf;
 }
