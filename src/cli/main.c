@@ -16,6 +16,7 @@ static const lpx_command commands[] = {
     {"bench", "benchmark a backend: prefill, decode, batched decode vs the bandwidth floor",
      cmd_bench},
     {"slice", "write a GGUF with the first N layers of a model (real weights)", cmd_slice},
+    {"tokenize", "tokenize text with a model's tokenizer (or decode ids)", cmd_tokenize},
     {NULL, NULL, NULL},
 };
 

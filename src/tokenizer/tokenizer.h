@@ -18,6 +18,8 @@ lpx_status lpx_tokenizer_load_hf(const char *dir, lpx_tokenizer **out);
 /* From tokenizer JSON text held in memory (config_json may be NULL). */
 lpx_status lpx_tokenizer_from_json(const char *json, size_t len, const char *config_json,
                                    size_t config_len, lpx_tokenizer **out);
+/* From a tokenizer.json file (+ tokenizer_config.json beside it when present). */
+lpx_status lpx_tokenizer_load_json_file(const char *path, lpx_tokenizer **out);
 /* From GGUF metadata (tokenizer.ggml.*). */
 lpx_status lpx_tokenizer_load_gguf(const lpx_gguf *g, lpx_tokenizer **out);
 void lpx_tokenizer_free(lpx_tokenizer *t);
@@ -27,6 +29,9 @@ int32_t lpx_tokenizer_eos(const lpx_tokenizer *t); /* -1 when none */
 bool lpx_tokenizer_is_special(const lpx_tokenizer *t, int32_t id);
 /* Token id of an exact token text (special or not), -1 when absent. */
 int32_t lpx_tokenizer_find(const lpx_tokenizer *t, const char *text);
+/* Longest decoded text of any one token, in bytes: an output buffer of this
+ * + 8 bytes always holds what one lpx_detok_stream_push writes. */
+size_t lpx_tokenizer_max_piece(const lpx_tokenizer *t);
 
 /* Streaming decoder: feed ids one at a time, get the bytes that became complete
  * UTF-8 text; never emits half a character. */

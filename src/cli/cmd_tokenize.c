@@ -1,0 +1,377 @@
+/* lpx tokenize: the model's tokenizer on the command line, one text or a JSONL batch. */
+#include "cli/commands.h"
+#include "lpx.h"
+#include "model/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lpx tokenize -m MODEL [options] TEXT\n"
+            "       lpx tokenize -m MODEL [options] --jsonl FILE\n\n"
+            "Tokenizes TEXT with the model's tokenizer. MODEL is a .gguf file, a Hugging Face\n"
+            "model directory or a tokenizer.json file.\n\n"
+            "options:\n"
+            "  --ids            print only the ids, space-separated\n"
+            "  --pieces         print only the pieces, as a JSON array of strings\n"
+            "  --no-special     treat special-token text (e.g. <|im_start|>) as plain text\n"
+            "  --no-bos         do not add the BOS/EOS tokens the tokenizer config asks for\n"
+            "  --jsonl FILE     batch: each line of FILE ('-': stdin) is a JSON string; prints\n"
+            "                   one JSON array of ids per line\n"
+            "  --decode         the input is ids (TEXT: ids separated by spaces; --jsonl: one\n"
+            "                   JSON array per line); prints the text (a JSON string per line)\n"
+            "  --stream         with --decode: decode token by token and print the chunks as\n"
+            "                   a JSON array of strings (never half a UTF-8 character)\n"
+            "  --skip-special   with --decode: leave special tokens out of the text\n"
+            "  --stats          print lines, tokens and tokens/s to stderr\n"
+            "  -h, --help       this help\n");
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "lpx tokenize: %s%s%s\n", what, *lpx_last_error() ? ": " : "", lpx_last_error());
+    return 1;
+}
+
+static lpx_status open_tokenizer(const char *path, lpx_tokenizer **t) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        fprintf(stderr, "lpx tokenize: %s: %s\n", path, strerror(errno));
+        return LPX_ERR_IO;
+    }
+    if (S_ISDIR(st.st_mode)) return lpx_tokenizer_load_hf(path, t);
+    size_t n = strlen(path);
+    if (n >= 5 && !strcmp(path + n - 5, ".json")) return lpx_tokenizer_load_json_file(path, t);
+    lpx_gguf *g;
+    lpx_status s = lpx_gguf_open(path, &g);
+    if (s != LPX_OK) return s;
+    s = lpx_tokenizer_load_gguf(g, t);
+    lpx_gguf_close(g);
+    return s;
+}
+
+/* Writes s as a JSON string; s is valid UTF-8 (decoder output). */
+static void put_json_str(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\r') fputs("\\r", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c < 0x20 || c == 0x7F) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+typedef struct opts {
+    bool ids_only, pieces_only, parse_special, add_special, decode, stream, skip_special, stats;
+} opts;
+
+static lpx_status encode(const lpx_tokenizer *t, const opts *o, const char *text, size_t len,
+                         int32_t **ids, size_t *cap, size_t *n) {
+    for (;;) {
+        lpx_status s = lpx_tokenize(t, text, len, o->add_special, o->parse_special, *ids, *cap, n);
+        if (s != LPX_OK || *n <= *cap) return s;
+        int32_t *p = realloc(*ids, *n * sizeof *p);
+        if (!p) return LPX_ERR_NOMEM;
+        *ids = p;
+        *cap = *n;
+    }
+}
+
+/* Decodes ids and prints the text (or the streamed chunks) as JSON. */
+static lpx_status print_decoded(const lpx_tokenizer *t, const opts *o, const int32_t *ids, size_t n,
+                                FILE *f) {
+    if (o->stream) {
+        size_t cap = lpx_tokenizer_max_piece(t) + 16;
+        char *buf = malloc(cap);
+        if (!buf) return LPX_ERR_NOMEM;
+        lpx_detok_stream s;
+        lpx_detok_stream_init(&s, t, o->skip_special);
+        fputc('[', f);
+        bool first = true;
+        for (size_t i = 0; i <= n; i++) {
+            size_t w = i < n ? lpx_detok_stream_push(&s, ids[i], buf, cap) : lpx_detok_stream_flush(&s, buf, cap);
+            if (!w) continue;
+            if (!first) fputc(',', f);
+            put_json_str(f, buf, w);
+            first = false;
+        }
+        fputs("]\n", f);
+        free(buf);
+        return LPX_OK;
+    }
+    size_t need = 0;
+    lpx_status s = lpx_detokenize(t, ids, n, o->skip_special, NULL, 0, &need);
+    if (s != LPX_OK) return s;
+    char *buf = malloc(need + 1);
+    if (!buf) return LPX_ERR_NOMEM;
+    s = lpx_detokenize(t, ids, n, o->skip_special, buf, need + 1, &need);
+    if (s == LPX_OK) {
+        put_json_str(f, buf, need);
+        fputc('\n', f);
+    }
+    free(buf);
+    return s;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Parses a line holding one JSON string into out (NUL bytes allowed, which cJSON
+ * cannot carry). A lone surrogate escape is written as its 3-byte form, which
+ * the tokenizer then rejects as invalid UTF-8. Returns the length or -1. */
+static long parse_json_string(const char *s, size_t n, char *out) {
+    size_t i = 0, o = 0;
+    while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
+    if (i >= n || s[i++] != '"') return -1;
+    while (i < n && s[i] != '"') {
+        unsigned char c = (unsigned char)s[i++];
+        if (c < 0x20) return -1;
+        if (c != '\\') {
+            out[o++] = (char)c;
+            continue;
+        }
+        if (i >= n) return -1;
+        char e = s[i++];
+        if (e != 'u') {
+            char c2;
+            switch (e) {
+            case '"': c2 = '"'; break;
+            case '\\': c2 = '\\'; break;
+            case '/': c2 = '/'; break;
+            case 'b': c2 = '\b'; break;
+            case 'f': c2 = '\f'; break;
+            case 'n': c2 = '\n'; break;
+            case 'r': c2 = '\r'; break;
+            case 't': c2 = '\t'; break;
+            default: return -1;
+            }
+            out[o++] = c2;
+            continue;
+        }
+        uint32_t cp = 0;
+        for (int k = 0; k < 4; k++) {
+            int h = i < n ? hexval(s[i++]) : -1;
+            if (h < 0) return -1;
+            cp = cp << 4 | (uint32_t)h;
+        }
+        if (cp >= 0xD800 && cp <= 0xDBFF && i + 6 <= n && s[i] == '\\' && s[i + 1] == 'u') {
+            uint32_t lo = 0;
+            int ok = 1;
+            for (int k = 0; k < 4; k++) {
+                int h = hexval(s[i + 2 + k]);
+                ok &= h >= 0;
+                lo = lo << 4 | (uint32_t)(h < 0 ? 0 : h);
+            }
+            if (ok && lo >= 0xDC00 && lo <= 0xDFFF) {
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                i += 6;
+            }
+        }
+        if (cp < 0x80) out[o++] = (char)cp;
+        else if (cp < 0x800) {
+            out[o++] = (char)(0xC0 | cp >> 6);
+            out[o++] = (char)(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+            out[o++] = (char)(0xE0 | cp >> 12);
+            out[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+            out[o++] = (char)(0x80 | (cp & 0x3F));
+        } else {
+            out[o++] = (char)(0xF0 | cp >> 18);
+            out[o++] = (char)(0x80 | ((cp >> 12) & 0x3F));
+            out[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
+            out[o++] = (char)(0x80 | (cp & 0x3F));
+        }
+    }
+    if (i >= n) return -1;
+    return (long)o;
+}
+
+static void print_ids(FILE *f, const int32_t *ids, size_t n) {
+    fputc('[', f);
+    for (size_t i = 0; i < n; i++) fprintf(f, i ? ",%d" : "%d", ids[i]);
+    fputs("]\n", f);
+}
+
+static int run_jsonl(const lpx_tokenizer *t, const opts *o, const char *path) {
+    FILE *in = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!in) {
+        fprintf(stderr, "lpx tokenize: %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    char *line = NULL;
+    size_t line_cap = 0, cap = 0, n = 0, lines = 0, tokens = 0;
+    int32_t *ids = NULL;
+    ssize_t len;
+    int rc = 0;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    char *text = NULL;
+    while (rc == 0 && (len = getline(&line, &line_cap, in)) >= 0) {
+        lines++;
+        cJSON *v = o->decode ? cJSON_ParseWithLength(line, (size_t)len) : NULL;
+        /* Escapes never grow: the text fits in the line's length. */
+        char *grown = o->decode ? text : realloc(text, (size_t)len + 1);
+        long tlen = grown ? (text = grown, o->decode ? -1 : parse_json_string(line, (size_t)len, text)) : -1;
+        if (!o->decode && tlen >= 0) {
+            if (encode(t, o, text, (size_t)tlen, &ids, &cap, &n) != LPX_OK) {
+                fprintf(stderr, "lpx tokenize: %s line %zu: %s\n", path, lines, lpx_last_error());
+                rc = 1;
+            } else {
+                tokens += n;
+                print_ids(stdout, ids, n);
+            }
+        } else if (o->decode && cJSON_IsArray(v)) {
+            n = 0;
+            const cJSON *e;
+            cJSON_ArrayForEach(e, v) {
+                if (n == cap) {
+                    cap = cap ? cap * 2 : 256;
+                    int32_t *p = realloc(ids, cap * sizeof *p);
+                    if (!p) break;
+                    ids = p;
+                }
+                ids[n++] = cJSON_IsNumber(e) ? (int32_t)e->valuedouble : -1;
+            }
+            tokens += n;
+            if (print_decoded(t, o, ids, n, stdout) != LPX_OK) {
+                fprintf(stderr, "lpx tokenize: %s line %zu: %s\n", path, lines, lpx_last_error());
+                rc = 1;
+            }
+        } else {
+            fprintf(stderr, "lpx tokenize: %s line %zu: expected a JSON %s\n", path, lines,
+                    o->decode ? "array of ids" : "string");
+            rc = 1;
+        }
+        cJSON_Delete(v);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (o->stats)
+        fprintf(stderr, "lpx tokenize: %zu lines, %zu tokens, %.3f s, %.0f tokens/s\n", lines, tokens,
+                secs, secs > 0 ? (double)tokens / secs : 0.0);
+    free(line);
+    free(text);
+    free(ids);
+    if (in != stdin) fclose(in);
+    return rc;
+}
+
+static int run_text(const lpx_tokenizer *t, const opts *o, const char *text) {
+    int32_t *ids = NULL;
+    size_t cap = 0, n = 0;
+    int rc = 0;
+    if (o->decode) {
+        for (char *p = (char *)text, *end; *p; p = end) {
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p) {
+                if (*p == ' ' || *p == ',' || *p == '\n') {
+                    end = p + 1;
+                    continue;
+                }
+                fprintf(stderr, "lpx tokenize: --decode: \"%s\" is not a list of ids\n", text);
+                free(ids);
+                return 2;
+            }
+            if (n == cap) {
+                cap = cap ? cap * 2 : 64;
+                int32_t *q = realloc(ids, cap * sizeof *q);
+                if (!q) {
+                    free(ids);
+                    return fail("out of memory");
+                }
+                ids = q;
+            }
+            ids[n++] = (errno || v < INT32_MIN || v > INT32_MAX) ? -1 : (int32_t)v;
+        }
+        rc = print_decoded(t, o, ids, n, stdout) == LPX_OK ? 0 : fail("decode");
+        free(ids);
+        return rc;
+    }
+    if (encode(t, o, text, strlen(text), &ids, &cap, &n) != LPX_OK) {
+        free(ids);
+        return fail("encode");
+    }
+    if (o->ids_only) {
+        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        putchar('\n');
+    } else {
+        size_t pcap = lpx_tokenizer_max_piece(t) + 16;
+        char *piece = malloc(pcap);
+        if (!piece) {
+            free(ids);
+            return fail("out of memory");
+        }
+        if (o->pieces_only) putchar('[');
+        for (size_t i = 0; i < n; i++) {
+            size_t len = 0;
+            lpx_detokenize(t, &ids[i], 1, false, piece, pcap, &len);
+            if (o->pieces_only) {
+                if (i) putchar(',');
+                put_json_str(stdout, piece, len < pcap ? len : pcap - 1);
+            } else {
+                printf("%6d  ", ids[i]);
+                put_json_str(stdout, piece, len < pcap ? len : pcap - 1);
+                putchar('\n');
+            }
+        }
+        if (o->pieces_only) puts("]");
+        free(piece);
+    }
+    free(ids);
+    return rc;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *model = NULL, *jsonl = NULL, *text = NULL;
+    opts o = {.parse_special = true, .add_special = true};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(a, "--jsonl") && i + 1 < argc) jsonl = argv[++i];
+        else if (!strcmp(a, "--ids")) o.ids_only = true;
+        else if (!strcmp(a, "--pieces")) o.pieces_only = true;
+        else if (!strcmp(a, "--no-special")) o.parse_special = false;
+        else if (!strcmp(a, "--no-bos")) o.add_special = false;
+        else if (!strcmp(a, "--decode")) o.decode = true;
+        else if (!strcmp(a, "--stream")) o.stream = true;
+        else if (!strcmp(a, "--skip-special")) o.skip_special = true;
+        else if (!strcmp(a, "--stats")) o.stats = true;
+        else if (a[0] == '-' && a[1]) {
+            fprintf(stderr, "lpx tokenize: unknown or incomplete option %s (lpx tokenize --help)\n", a);
+            return 2;
+        } else if (!text) text = a;
+        else {
+            fprintf(stderr, "lpx tokenize: one TEXT only (quote it)\n");
+            return 2;
+        }
+    }
+    if (!model || (!text && !jsonl) || (text && jsonl) || (o.ids_only && o.pieces_only) ||
+        (o.stream && !o.decode)) {
+        fprintf(stderr, "lpx tokenize: need -m MODEL and one of TEXT or --jsonl FILE "
+                        "(lpx tokenize --help)\n");
+        return 2;
+    }
+    lpx_tokenizer *t;
+    if (open_tokenizer(model, &t) != LPX_OK) return fail(model);
+    int rc = jsonl ? run_jsonl(t, &o, jsonl) : run_text(t, &o, text);
+    lpx_tokenizer_free(t);
+    return rc;
+}
