@@ -506,7 +506,9 @@ static lpx_status decode_all(const lpx_tokenizer *t, const int32_t *ids, size_t 
     lpx_status st = tok_buf_append(&raw, "", 0);
     size_t run_tokens = 0;
     for (size_t i = 0; i <= n && st == LPX_OK; i++) {
-        bool is_byte = i < n && !skip_id(t, ids[i], skip_special) && (t->flags[ids[i]] & TOKF_BYTE);
+        /* Skipped ids are gone before the decoder runs: byte runs join across them. */
+        if (i < n && skip_id(t, ids[i], skip_special)) continue;
+        bool is_byte = i < n && (t->flags[ids[i]] & TOKF_BYTE);
         if (!is_byte && run_tokens) {
             if (valid_utf8(run.p, run.len, NULL)) {
                 st = tok_buf_append(&raw, run.p, run.len);
@@ -517,7 +519,7 @@ static lpx_status decode_all(const lpx_tokenizer *t, const int32_t *ids, size_t 
             run.len = 0;
             run_tokens = 0;
         }
-        if (i == n || st != LPX_OK || skip_id(t, ids[i], skip_special)) continue;
+        if (i == n || st != LPX_OK) continue;
         if (is_byte) {
             st = tok_buf_append(&run, t->dec[ids[i]], t->dec_len[ids[i]]);
             run_tokens++;

@@ -209,31 +209,20 @@ static lpx_status build(const lpx_gguf *g, lpx_tokenizer *t, uint8_t *types, boo
         t->dec_bytelevel = true;
         return LPX_OK;
     }
-    /* Llama 2 / Mistral tokenizer.json: Prepend("▁") + Replace(" ", "▁"), BPE with
-     * byte fallback, decoder Replace("▁", " ") + ByteFallback + Strip(1 leading space). */
+    /* As transformers converts these files: Metaspace("▁", prepend_scheme "first",
+     * no split), BPE with byte fallback and no <unk>, decoder Replace("▁", " ") +
+     * ByteFallback + Fuse + Strip(1 leading space). */
     t->byte_fallback = true;
     t->fuse_unk = true;
-    if (t->unk_id < 0)
-        for (int32_t i = 0; i < t->n_vocab && t->unk_id < 0; i++)
-            if (types[i] == TT_UNKNOWN) t->unk_id = i;
-    if (add_space) t->norms[t->n_norms++] = (tok_norm){.kind = TOK_NORM_PREPEND};
-    t->norms[t->n_norms++] = (tok_norm){.kind = TOK_NORM_REPLACE};
-    for (int i = 0; i < t->n_norms; i++) {
-        tok_norm *nm = &t->norms[i];
-        nm->a = strdup(nm->kind == TOK_NORM_PREPEND ? SPACE_MARK : " ");
-        nm->a_len = strlen(nm->a ? nm->a : "");
-        if (nm->kind == TOK_NORM_REPLACE) {
-            nm->b = strdup(SPACE_MARK);
-            nm->b_len = 3;
-        }
-        if (!nm->a || (nm->kind == TOK_NORM_REPLACE && !nm->b))
-            return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
-    }
+    t->unk_id = -1;
+    tok_pre *p = &t->pres[t->n_pres++];
+    *p = (tok_pre){.kind = TOK_PRE_METASPACE, .prepend = add_space ? 1 : 0, .a = strdup(SPACE_MARK),
+                   .a_len = 3};
     t->dec_space = strdup(SPACE_MARK);
-    if (!t->dec_space) return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
+    if (!p->a || !t->dec_space) return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
     t->dec_space_len = 3;
     t->dec_byte_fallback = true;
-    t->dec_strip_lead = add_space ? 1 : 0;
+    t->dec_strip_lead = 1;
     return load_spm_merges(t, g, types);
 }
 
