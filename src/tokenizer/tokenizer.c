@@ -427,7 +427,7 @@ lpx_status lpx_tokenize(const lpx_tokenizer *t, const char *text, size_t len, bo
     lpx_status st = tok_encode(t, text ? text : "", len, add_special, parse_special, &v);
     if (st == LPX_OK) {
         *n_out = v.n;
-        memcpy(ids, v.v, (v.n < cap ? v.n : cap) * sizeof *ids);
+        if (v.n && cap) memcpy(ids, v.v, (v.n < cap ? v.n : cap) * sizeof *ids);
     }
     free(v.v);
     return st;
