@@ -298,6 +298,12 @@ static void test_invariance(bool features) {
     CHECK(feed(b, decode, table, other) && same(NSEQ));
     memset(other, 0, sizeof other);
     CHECK(feed(b, chunks3, table2, other) && same(NSEQ));
+    /* One token per step and nothing else in the batch: the fused single-token
+     * products must give the same bits as the buffered ones. */
+    int32_t solo[NSEQ] = {0, 0, 1};
+    memset(other, 0, sizeof other);
+    CHECK(feed(b, solo, table2, other) &&
+          !memcmp(alone[2], other[2], sizeof(float) * VOCAB * (size_t)seq_n[2]));
 
     /* A different position of the same tokens must change the logits (the
      * comparison above is not vacuous): sequence 0 shifted by one. */
