@@ -174,6 +174,11 @@ def gguf_cases():
     bogus = model_tensors() + [("rope_freqs.weight", (8,), GG_F32,
                                 np.arange(1, 9, dtype=np.float32).tobytes(), None)]
     case("rope-freqs-not-llama3.gguf", gguf(model_kvs(), bogus), "rope_freqs")
+    toks = [("tokenizer.ggml.model", STR, "gpt2"), ("tokenizer.ggml.pre", STR, "default"),
+            ("tokenizer.ggml.tokens", ARR, (STR, ["a", "b", "ab"] + [str(i) for i in range(V - 2)])),
+            ("tokenizer.ggml.merges", ARR, (STR, ["a b"]))]
+    case("tokenizer-larger-than-vocab.gguf", gguf(model_kvs() + toks, model_tensors()),
+         "vocab mismatch")
     case("unsupported-tensor-type.gguf", gguf(model_kvs(), model_tensors(
         types={"blk.0.ffn_up.weight": GG_Q5_0})), "Q5_0")
 
@@ -268,6 +273,8 @@ def st_cases():
             config=dict(CONFIG, rope_scaling={"rope_type": "yarn", "factor": 4.0}))
     hf_case("config-rope-factor-zero", "must be positive", st=st_model(),
             config=dict(CONFIG, rope_scaling={"rope_type": "linear", "factor": 0.0}))
+    hf_case("tokenizer-invalid-json", "tokenizer.json", st=st_model(),
+            files={"tokenizer.json": '{"model": '})
     hf_case("config-vocab-mismatch", "vocab_size", st=st_model(), config=dict(CONFIG, vocab_size=9))
     index = {"weight_map": {"model.norm.weight": "model-1.safetensors",
                             "lm_head.weight": "model-1.safetensors"}}

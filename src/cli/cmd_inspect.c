@@ -72,6 +72,11 @@ static void print_json(const lpx_model *m, const lpx_model_info *in) {
     cJSON_AddNumberToObject(o, "decode_bytes_per_step", (double)in->decode_bytes_per_step);
     cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)in->kv_bytes_per_token);
     cJSON_AddBoolToObject(o, "has_chat_template", in->has_chat_template);
+    const lpx_tokenizer *tok = lpx_model_tokenizer(m);
+    if (tok)
+        cJSON_AddNumberToObject(o, "tokenizer_vocab", lpx_vocab_size(tok));
+    else
+        cJSON_AddNullToObject(o, "tokenizer_vocab");
     cJSON *eos = cJSON_CreateIntArray(m->gen.eos_ids, m->gen.n_eos);
     cJSON_AddItemToObject(o, "eos_token_ids", eos);
     cJSON_AddNumberToObject(o, "bos_token_id", m->gen.bos_id);
@@ -119,6 +124,11 @@ static void print_text(const lpx_model *m, const lpx_model_info *in) {
            human((double)in->decode_bytes_per_step, b1, sizeof b1));
     printf("KV bytes per token  %s (bf16)\n", human((double)in->kv_bytes_per_token, b1, sizeof b1));
     printf("chat template       %s\n", in->has_chat_template ? "yes" : "no");
+    const lpx_tokenizer *tok = lpx_model_tokenizer(m);
+    if (tok)
+        printf("tokenizer           %d tokens\n", lpx_vocab_size(tok));
+    else
+        printf("tokenizer           none (weights only)\n");
 }
 
 int cmd_inspect(int argc, char **argv) {

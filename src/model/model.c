@@ -299,6 +299,30 @@ static lpx_status check_tensors(lpx_model *m) {
     return s;
 }
 
+/* The tokenizer when the model has one: GGUF tokenizer.ggml.* metadata or a
+ * directory's tokenizer.json. Weights-only models (test fixtures) have none. */
+static lpx_status load_tokenizer(lpx_model *m) {
+    lpx_model_store *st = m->impl;
+    lpx_status s;
+    if (st->gguf) {
+        if (lpx_gguf_find(st->gguf, "tokenizer.ggml.tokens") < 0) return LPX_OK;
+        s = lpx_tokenizer_load_gguf(st->gguf, &m->tok);
+    } else {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/tokenizer.json", m->path);
+        if (access(path, F_OK) != 0) return LPX_OK;
+        s = lpx_tokenizer_load_hf(m->path, &m->tok);
+    }
+    if (s != LPX_OK) return lpx_error_wrap(s, "%s: tokenizer", m->path);
+    int32_t n = lpx_vocab_size(m->tok);
+    if (n > m->cfg.vocab_size)
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "%s: the tokenizer has %d tokens but the embedding only %d rows (vocab "
+                          "mismatch)",
+                          m->path, n, m->cfg.vocab_size);
+    return LPX_OK;
+}
+
 /* ---- public API ---------------------------------------------------------- */
 
 lpx_status lpx_model_open(const char *path, lpx_model **out) {
@@ -335,6 +359,7 @@ lpx_status lpx_model_open(const char *path, lpx_model **out) {
     }
     if (s == LPX_OK) s = check_tensors(m);
     if (s == LPX_OK) s = bind_weights(m);
+    if (s == LPX_OK) s = load_tokenizer(m);
     if (s != LPX_OK) {
         lpx_model_close(m);
         return s;
@@ -346,6 +371,7 @@ lpx_status lpx_model_open(const char *path, lpx_model **out) {
 void lpx_model_close(lpx_model *m) {
     if (!m) return;
     lpx_model_store *st = m->impl;
+    lpx_tokenizer_free(m->tok); /* before the mapping its GGUF strings may live in */
     if (st) {
         lpx_gguf_close(st->gguf);
         for (int i = 0; i < st->n_maps; i++)

@@ -82,7 +82,7 @@ def test_smollm2(lpx_bin, smollm2):
     # The numbers the model card gives, independent of the reader.
     assert (got["n_layers"], got["d_model"], got["n_heads"], got["n_kv_heads"],
             got["head_dim"], got["vocab_size"]) == (30, 576, 9, 3, 64, 49152)
-    assert got["vocab_size"] == want["n_vocab_tokens"]
+    assert got["vocab_size"] == want["n_vocab_tokens"] == got["tokenizer_vocab"]
     assert got["tied_embeddings"] and got["arch"] == "llama" and got["rope"]["interleaved"]
     assert got["kv_bytes_per_token"] == 30 * 2 * 3 * 64 * 2
     # Tied: the whole embedding is read as lm_head, plus one row for the input token.

@@ -186,7 +186,29 @@ static void check_unaligned_safetensors(void) {
     free(shifted);
 }
 
+/* The model's tokenizer, GGUF metadata and tokenizer.json alike, encodes as the
+ * tokenizers package does with hf-llama/tokenizer.json: ids 116 257 256 104 105
+ * 110 103 259 ('t' 'he' 'Ġt' 'h' 'i' 'n' 'g' '<|im_end|>'). */
+static void check_tokenizer(const char *path) {
+    static const int32_t want[] = {116, 257, 256, 104, 105, 110, 103, 259};
+    lpx_model *m = open_ok(path);
+    if (!m) return;
+    const lpx_tokenizer *t = lpx_model_tokenizer(m);
+    CHECK(t && lpx_vocab_size(t) == 260);
+    int32_t ids[16];
+    size_t n = 0;
+    const char *text = "the thing<|im_end|>";
+    CHECK(t && lpx_tokenize(t, text, strlen(text), false, true, ids, 16, &n) == LPX_OK);
+    CHECK(n == 8 && !memcmp(ids, want, sizeof want));
+    lpx_model_close(m);
+}
+
 int main(void) {
+    check_tokenizer(FIX "tiny-qwen2.gguf");
+    check_tokenizer(FIX "hf-llama");
+    lpx_model *w = open_ok("tests/fixtures/models/qwen3"); /* weights only */
+    CHECK(w && lpx_model_tokenizer(w) == NULL);
+    lpx_model_close(w);
     check_unaligned_safetensors();
     check_gguf_llama();
     check_gguf_llama3();
