@@ -34,7 +34,8 @@ static tpl_val alias_reasoning(tpl_ctx *c, tpl_val msg) {
     if (!r) return msg;
     tpl_val out = tv_dict(c, TV_DICT);
     tpl_dict_set(c, out.u.d, tv_cstr(c, "thinking"), *r);
-    for (size_t i = 0; i < msg.u.d->n; i++) tpl_dict_set(c, out.u.d, msg.u.d->k[i], msg.u.d->v[i]);
+    for (size_t i = 0; i < msg.u.d->n; i++)
+        tpl_dict_set(c, out.u.d, msg.u.d->k[i], msg.u.d->v[i]);
     tpl_dict_set(c, out.u.d, tv_cstr(c, "reasoning_content"), *r);
     return out;
 }
@@ -65,7 +66,8 @@ static void render_body(tpl_ctx *c, const char *tmpl, tpl_val messages,
     if (o->extra_json) {
         tpl_val extra = tpl_from_json(c, o->extra_json, "extra variables");
         if (extra.t != TV_DICT)
-            tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template input: extra variables must be a JSON object");
+            tpl_fail(c, LPX_ERR_INVALID_ARG,
+                     "chat template input: extra variables must be a JSON object");
         for (size_t i = 0; i < extra.u.d->n; i++)
             tpl_scope_set(c, g, extra.u.d->k[i].u.s->p, extra.u.d->v[i]);
     }
@@ -75,7 +77,8 @@ static void render_body(tpl_ctx *c, const char *tmpl, tpl_val messages,
 
 static size_t input_size(const char *tmpl, const lpx_chat_message *msgs, size_t n_msgs,
                          const char *json, const lpx_template_opts *o) {
-    size_t total = strlen(tmpl) + (json ? strlen(json) : 0) + (o->extra_json ? strlen(o->extra_json) : 0);
+    size_t total =
+        strlen(tmpl) + (json ? strlen(json) : 0) + (o->extra_json ? strlen(o->extra_json) : 0);
     for (size_t i = 0; i < n_msgs; i++)
         total += (msgs[i].role ? strlen(msgs[i].role) : 0) +
                  (msgs[i].content ? strlen(msgs[i].content) : 0) + 16;

@@ -27,7 +27,8 @@ static void check_args(tpl_ctx *c, const char *what, const tpl_args *a, size_t m
                  c->line, what, max_pos);
     for (size_t k = 0; k < a->nkw; k++) {
         bool ok = false;
-        for (const char *const *n = names; n && *n; n++) ok |= !strcmp(*n, a->kw[k]);
+        for (const char *const *n = names; n && *n; n++)
+            ok |= !strcmp(*n, a->kw[k]);
         if (!ok)
             tpl_fail(c, LPX_ERR_UNSUPPORTED,
                      "chat template line %d: unsupported construct: argument '%s' of %s", c->line,
@@ -151,22 +152,25 @@ static tpl_val split(tpl_ctx *c, const tpl_str *s, const tpl_str *sep, int64_t m
         return out;
     }
     if (from_right && maxsplit >= 0)
-        tpl_fail(c, LPX_ERR_UNSUPPORTED,
-                 "chat template line %d: unsupported construct: rsplit() on whitespace with maxsplit",
-                 c->line);
+        tpl_fail(
+            c, LPX_ERR_UNSUPPORTED,
+            "chat template line %d: unsupported construct: rsplit() on whitespace with maxsplit",
+            c->line);
     /* Whitespace split: runs of whitespace separate, ends are ignored. */
     size_t i = 0;
     int64_t done = 0;
     while (i < s->n) {
         size_t k;
-        while (i < s->n && tpl_is_space(tpl_utf8_next(s->p + i, s->n - i, &k))) i += k;
+        while (i < s->n && tpl_is_space(tpl_utf8_next(s->p + i, s->n - i, &k)))
+            i += k;
         if (i >= s->n) break;
         if (maxsplit >= 0 && done >= maxsplit) { /* the rest, trailing whitespace kept */
             tpl_list_push(c, out.u.l, tv_str(c, s->p + i, s->n - i));
             return out;
         }
         size_t start = i;
-        while (i < s->n && !tpl_is_space(tpl_utf8_next(s->p + i, s->n - i, &k))) i += k;
+        while (i < s->n && !tpl_is_space(tpl_utf8_next(s->p + i, s->n - i, &k)))
+            i += k;
         tpl_list_push(c, out.u.l, tv_str(c, s->p + start, i - start));
         done++;
     }
@@ -207,7 +211,9 @@ static tpl_val replace(tpl_ctx *c, const tpl_str *s, const tpl_str *old, const t
 
 typedef enum { CASE_LOWER, CASE_UPPER, CASE_TITLE, CASE_CAPITALIZE } case_mode;
 
-static bool cased(int32_t cp) { return utf8proc_tolower(cp) != cp || utf8proc_toupper(cp) != cp; }
+static bool cased(int32_t cp) {
+    return utf8proc_tolower(cp) != cp || utf8proc_toupper(cp) != cp;
+}
 
 static tpl_val change_case(tpl_ctx *c, const tpl_str *s, case_mode mode) {
     tpl_buf b = {0};
@@ -216,10 +222,18 @@ static tpl_val change_case(tpl_ctx *c, const tpl_str *s, case_mode mode) {
         size_t k;
         int32_t cp = tpl_utf8_next(s->p + i, s->n - i, &k), out;
         switch (mode) {
-        case CASE_LOWER: out = utf8proc_tolower(cp); break;
-        case CASE_UPPER: out = utf8proc_toupper(cp); break;
-        case CASE_TITLE: out = prev_cased ? utf8proc_tolower(cp) : utf8proc_totitle(cp); break;
-        default: out = first ? utf8proc_totitle(cp) : utf8proc_tolower(cp); break;
+        case CASE_LOWER:
+            out = utf8proc_tolower(cp);
+            break;
+        case CASE_UPPER:
+            out = utf8proc_toupper(cp);
+            break;
+        case CASE_TITLE:
+            out = prev_cased ? utf8proc_tolower(cp) : utf8proc_totitle(cp);
+            break;
+        default:
+            out = first ? utf8proc_totitle(cp) : utf8proc_tolower(cp);
+            break;
         }
         prev_cased = cased(cp);
         first = false;
@@ -237,8 +251,8 @@ static tpl_val splitlines(tpl_ctx *c, const tpl_str *s) {
     while (i < s->n) {
         size_t k;
         int32_t cp = tpl_utf8_next(s->p + i, s->n - i, &k);
-        bool brk = cp == '\n' || cp == '\r' || cp == 0x0b || cp == 0x0c || (cp >= 0x1c && cp <= 0x1e) ||
-                   cp == 0x85 || cp == 0x2028 || cp == 0x2029;
+        bool brk = cp == '\n' || cp == '\r' || cp == 0x0b || cp == 0x0c ||
+                   (cp >= 0x1c && cp <= 0x1e) || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
         if (brk) {
             tpl_list_push(c, out.u.l, tv_str(c, s->p + start, i - start));
             i += k;
@@ -254,7 +268,8 @@ static tpl_val splitlines(tpl_ctx *c, const tpl_str *s) {
 
 static size_t cp_count(const char *p, size_t n) {
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)p[i] & 0xc0) != 0x80;
+    for (size_t i = 0; i < n; i++)
+        k += ((unsigned char)p[i] & 0xc0) != 0x80;
     return k;
 }
 
@@ -291,17 +306,28 @@ static const struct {
     const char *name;
     int id;
 } methods[] = {
-    {TV_STR, "startswith", M_STARTSWITH}, {TV_STR, "endswith", M_ENDSWITH},
-    {TV_STR, "strip", M_STRIP},           {TV_STR, "lstrip", M_LSTRIP},
-    {TV_STR, "rstrip", M_RSTRIP},         {TV_STR, "split", M_SPLIT},
-    {TV_STR, "rsplit", M_RSPLIT},         {TV_STR, "lower", M_LOWER},
-    {TV_STR, "upper", M_UPPER},           {TV_STR, "title", M_TITLE},
-    {TV_STR, "capitalize", M_CAPITALIZE}, {TV_STR, "replace", M_REPLACE},
-    {TV_STR, "find", M_FIND},             {TV_STR, "rfind", M_RFIND},
-    {TV_STR, "count", M_COUNT},           {TV_STR, "join", M_JOIN},
-    {TV_STR, "splitlines", M_SPLITLINES}, {TV_DICT, "items", M_ITEMS},
-    {TV_DICT, "keys", M_KEYS},            {TV_DICT, "values", M_VALUES},
-    {TV_DICT, "get", M_GET},              {TV_LIST, "index", M_LIST_INDEX},
+    {TV_STR, "startswith", M_STARTSWITH},
+    {TV_STR, "endswith", M_ENDSWITH},
+    {TV_STR, "strip", M_STRIP},
+    {TV_STR, "lstrip", M_LSTRIP},
+    {TV_STR, "rstrip", M_RSTRIP},
+    {TV_STR, "split", M_SPLIT},
+    {TV_STR, "rsplit", M_RSPLIT},
+    {TV_STR, "lower", M_LOWER},
+    {TV_STR, "upper", M_UPPER},
+    {TV_STR, "title", M_TITLE},
+    {TV_STR, "capitalize", M_CAPITALIZE},
+    {TV_STR, "replace", M_REPLACE},
+    {TV_STR, "find", M_FIND},
+    {TV_STR, "rfind", M_RFIND},
+    {TV_STR, "count", M_COUNT},
+    {TV_STR, "join", M_JOIN},
+    {TV_STR, "splitlines", M_SPLITLINES},
+    {TV_DICT, "items", M_ITEMS},
+    {TV_DICT, "keys", M_KEYS},
+    {TV_DICT, "values", M_VALUES},
+    {TV_DICT, "get", M_GET},
+    {TV_LIST, "index", M_LIST_INDEX},
     {TV_LIST, "count", M_LIST_COUNT},
 };
 
@@ -333,8 +359,8 @@ static tpl_val call_method(tpl_ctx *c, const tpl_method *m, const tpl_args *a) {
     tpl_val self = m->self;
     if (a->nkw && m->id != M_SPLIT && m->id != M_RSPLIT)
         tpl_fail(c, LPX_ERR_UNSUPPORTED,
-                 "chat template line %d: unsupported construct: keyword arguments to %s()",
-                 c->line, name);
+                 "chat template line %d: unsupported construct: keyword arguments to %s()", c->line,
+                 name);
     const tpl_val *a0 = arg(a, 0, "sep"), *a1 = arg(a, 1, "maxsplit"), *a2 = arg(a, 2, NULL);
     switch (m->id) {
     case M_STARTSWITH:
@@ -364,10 +390,14 @@ static tpl_val call_method(tpl_ctx *c, const tpl_method *m, const tpl_args *a) {
         int64_t max = a1 ? need_int(c, name, *a1) : -1;
         return split(c, self.u.s, sep, max, m->id == M_RSPLIT);
     }
-    case M_LOWER: return change_case(c, self.u.s, CASE_LOWER);
-    case M_UPPER: return change_case(c, self.u.s, CASE_UPPER);
-    case M_TITLE: return change_case(c, self.u.s, CASE_TITLE);
-    case M_CAPITALIZE: return change_case(c, self.u.s, CASE_CAPITALIZE);
+    case M_LOWER:
+        return change_case(c, self.u.s, CASE_LOWER);
+    case M_UPPER:
+        return change_case(c, self.u.s, CASE_UPPER);
+    case M_TITLE:
+        return change_case(c, self.u.s, CASE_TITLE);
+    case M_CAPITALIZE:
+        return change_case(c, self.u.s, CASE_CAPITALIZE);
     case M_REPLACE:
         if (!a0 || !a1)
             tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: replace() needs 2 arguments",
@@ -399,7 +429,9 @@ static tpl_val call_method(tpl_ctx *c, const tpl_method *m, const tpl_args *a) {
         return tv_int(k);
     }
     case M_JOIN: {
-        if (!a0) tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: join() needs 1 argument", c->line);
+        if (!a0)
+            tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: join() needs 1 argument",
+                     c->line);
         const tpl_list *items = tpl_iterate(c, *a0);
         tpl_buf b = {0};
         for (size_t i = 0; i < items->n; i++) {
@@ -409,13 +441,16 @@ static tpl_val call_method(tpl_ctx *c, const tpl_method *m, const tpl_args *a) {
         }
         return tpl_buf_val(c, &b);
     }
-    case M_SPLITLINES: return splitlines(c, self.u.s);
+    case M_SPLITLINES:
+        return splitlines(c, self.u.s);
     case M_ITEMS:
     case M_KEYS:
     case M_VALUES: {
         const tpl_dict *d = self.u.d;
         tpl_val out = tv_list(c, d->n);
-        out.u.l->view = m->id == M_ITEMS ? "dict_items" : m->id == M_KEYS ? "dict_keys" : "dict_values";
+        out.u.l->view = m->id == M_ITEMS  ? "dict_items"
+                        : m->id == M_KEYS ? "dict_keys"
+                                          : "dict_values";
         for (size_t i = 0; i < d->n; i++)
             tpl_list_push(c, out.u.l,
                           m->id == M_ITEMS  ? tuple2(c, d->k[i], d->v[i])
@@ -424,13 +459,16 @@ static tpl_val call_method(tpl_ctx *c, const tpl_method *m, const tpl_args *a) {
         return out;
     }
     case M_GET: {
-        if (!a0) tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: get() needs a key", c->line);
+        if (!a0)
+            tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: get() needs a key", c->line);
         tpl_val *v = tpl_dict_get(self.u.d, *a0);
         return v ? *v : a1 ? *a1 : tv_none();
     }
     case M_LIST_INDEX:
     case M_LIST_COUNT: {
-        if (!a0) tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: %s() needs 1 argument", c->line, name);
+        if (!a0)
+            tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: %s() needs 1 argument",
+                     c->line, name);
         int64_t k = 0;
         for (size_t i = 0; i < self.u.l->n; i++)
             if (tpl_equal(self.u.l->v[i], *a0)) {
@@ -471,19 +509,20 @@ tpl_val tpl_global_func(const char *name) {
 static tpl_val kwargs_dict(tpl_ctx *c, tpl_type t, const tpl_args *a, const char *what) {
     tpl_val d = tv_dict(c, t);
     if (a->npos > 1)
-        tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: %s takes at most 1 positional argument",
-                 c->line, what);
+        tpl_fail(c, LPX_ERR_INVALID_ARG,
+                 "chat template line %d: %s takes at most 1 positional argument", c->line, what);
     if (a->npos == 1) {
         tpl_val src = a->pos[0];
         if (src.t == TV_DICT) {
-            for (size_t i = 0; i < src.u.d->n; i++) tpl_dict_set(c, d.u.d, src.u.d->k[i], src.u.d->v[i]);
+            for (size_t i = 0; i < src.u.d->n; i++)
+                tpl_dict_set(c, d.u.d, src.u.d->k[i], src.u.d->v[i]);
         } else {
             const tpl_list *items = tpl_iterate(c, src);
             for (size_t i = 0; i < items->n; i++) {
                 const tpl_list *kv = tpl_iterate(c, items->v[i]);
                 if (kv->n != 2)
-                    tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: %s: items must be pairs",
-                             c->line, what);
+                    tpl_fail(c, LPX_ERR_INVALID_ARG,
+                             "chat template line %d: %s: items must be pairs", c->line, what);
                 tpl_dict_set(c, d.u.d, kv->v[0], kv->v[1]);
             }
         }
@@ -500,8 +539,8 @@ static tpl_val kwargs_dict(tpl_ctx *c, tpl_type t, const tpl_args *a, const char
 tpl_val tpl_call(tpl_ctx *c, tpl_val fn, const tpl_args *a) {
     if (fn.t == TV_METHOD) return call_method(c, fn.u.m, a);
     if (fn.t != TV_FUNC)
-        tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: '%s' object is not callable", c->line,
-                 tpl_type_name(fn.t));
+        tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: '%s' object is not callable",
+                 c->line, tpl_type_name(fn.t));
     switch (fn.u.fn) {
     case TF_RAISE_EXCEPTION: {
         tpl_buf b = {0};
@@ -523,8 +562,10 @@ tpl_val tpl_call(tpl_ctx *c, tpl_val fn, const tpl_args *a) {
                      c->line);
         return tv_str(c, buf, n);
     }
-    case TF_NAMESPACE: return kwargs_dict(c, TV_NS, a, "namespace()");
-    case TF_DICT: return kwargs_dict(c, TV_DICT, a, "dict()");
+    case TF_NAMESPACE:
+        return kwargs_dict(c, TV_NS, a, "namespace()");
+    case TF_DICT:
+        return kwargs_dict(c, TV_DICT, a, "dict()");
     case TF_RANGE: {
         if (a->nkw || a->npos < 1 || a->npos > 3)
             tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: range takes 1 to 3 arguments",
@@ -538,8 +579,8 @@ tpl_val tpl_call(tpl_ctx *c, tpl_val fn, const tpl_args *a) {
             if (a->npos == 3) step = need_int(c, "range", a->pos[2]);
         }
         if (step == 0)
-            tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: range() arg 3 must not be zero",
-                     c->line);
+            tpl_fail(c, LPX_ERR_INVALID_ARG,
+                     "chat template line %d: range() arg 3 must not be zero", c->line);
         double count = step > 0 ? ceil(((double)stop - (double)start) / (double)step)
                                 : ceil(((double)start - (double)stop) / (double)-step);
         if (count > TPL_MAX_RANGE)
@@ -558,12 +599,12 @@ tpl_val tpl_call(tpl_ctx *c, tpl_val fn, const tpl_args *a) {
 /* ---- tests ------------------------------------------------------------------ */
 
 static const char *const test_names[] = {
-    "defined", "undefined", "none",     "boolean", "false",   "true",        "integer",
-    "float",   "number",    "string",   "mapping", "iterable", "sequence",   "callable",
-    "sameas",  "escaped",   "equalto",  "eq",      "==",      "ne",          "!=",
-    "lt",      "<",         "lessthan", "le",      "<=",      "gt",          ">",
-    "greaterthan", "ge",    ">=",       "in",      "odd",     "even",        "divisibleby",
-    "lower",   "upper",     NULL};
+    "defined",     "undefined", "none",     "boolean", "false",    "true",     "integer",
+    "float",       "number",    "string",   "mapping", "iterable", "sequence", "callable",
+    "sameas",      "escaped",   "equalto",  "eq",      "==",       "ne",       "!=",
+    "lt",          "<",         "lessthan", "le",      "<=",       "gt",       ">",
+    "greaterthan", "ge",        ">=",       "in",      "odd",      "even",     "divisibleby",
+    "lower",       "upper",     NULL};
 
 bool tpl_test_known(const char *name) {
     for (const char *const *n = test_names; *n; n++)
@@ -571,7 +612,9 @@ bool tpl_test_known(const char *name) {
     return false;
 }
 
-static bool is(const char *a, const char *b) { return !strcmp(a, b); }
+static bool is(const char *a, const char *b) {
+    return !strcmp(a, b);
+}
 
 bool tpl_test(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
     const tpl_val *x = arg(a, 0, NULL);
@@ -640,7 +683,8 @@ bool tpl_test(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
             return fmod(fv, fd) == 0.0;
         }
         int64_t d = need_int(c, name, *x);
-        if (d == 0) tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: division by zero", c->line);
+        if (d == 0)
+            tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: division by zero", c->line);
         return need_int(c, name, v) % d == 0;
     }
     /* in */
@@ -666,7 +710,8 @@ static tpl_val attr_path(tpl_ctx *c, tpl_val v, const tpl_str *path) {
         if (!dot) dot = end;
         size_t n = (size_t)(dot - p);
         bool digits = n > 0;
-        for (size_t i = 0; i < n; i++) digits &= p[i] >= '0' && p[i] <= '9';
+        for (size_t i = 0; i < n; i++)
+            digits &= p[i] >= '0' && p[i] <= '9';
         tpl_val key = digits ? tv_int(strtoll(tpl_strndup(c, p, n), NULL, 10)) : tv_str(c, p, n);
         v = tpl_getitem(c, v, key);
         p = dot + 1;
@@ -728,7 +773,8 @@ static tpl_val indent(tpl_ctx *c, tpl_val s, const tpl_args *a) {
     for (size_t i = 0; i < lines->n; i++) {
         const tpl_str *ln = lines->v[i].u.s;
         if (i) tpl_buf_puts(c, &b, "\n");
-        if (i && (ln->n || (blank && tpl_truthy(*blank)))) tpl_buf_put(c, &b, ind.p ? ind.p : "", ind.n);
+        if (i && (ln->n || (blank && tpl_truthy(*blank))))
+            tpl_buf_put(c, &b, ind.p ? ind.p : "", ind.n);
         tpl_buf_put(c, &b, ln->p, ln->n);
     }
     tpl_val rv = tpl_buf_val(c, &b);
@@ -761,11 +807,16 @@ static tpl_val title_filter(tpl_ctx *c, const tpl_str *s) {
 
 static tpl_val length_of(tpl_ctx *c, tpl_val v) {
     switch (v.t) {
-    case TV_UNDEF: return tv_int(0);
-    case TV_STR: return tv_int((int64_t)v.u.s->ncp);
-    case TV_LIST: return tv_int((int64_t)v.u.l->n);
-    case TV_DICT: return tv_int((int64_t)v.u.d->n);
-    case TV_LOOP: return tv_int((int64_t)v.u.loop->items->n);
+    case TV_UNDEF:
+        return tv_int(0);
+    case TV_STR:
+        return tv_int((int64_t)v.u.s->ncp);
+    case TV_LIST:
+        return tv_int((int64_t)v.u.l->n);
+    case TV_DICT:
+        return tv_int((int64_t)v.u.d->n);
+    case TV_LOOP:
+        return tv_int((int64_t)v.u.loop->items->n);
     default:
         tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: object of type '%s' has no len()",
                  c->line, tpl_type_name(v.t));
@@ -803,13 +854,15 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
     if (is(name, "list")) {
         const tpl_list *items = tpl_iterate(c, v);
         tpl_val out = tv_list(c, items->n);
-        for (size_t i = 0; i < items->n; i++) tpl_list_push(c, out.u.l, items->v[i]);
+        for (size_t i = 0; i < items->n; i++)
+            tpl_list_push(c, out.u.l, items->v[i]);
         return out;
     }
     if (is(name, "items")) {
         if (v.t == TV_UNDEF) return tv_list(c, 0);
         if (v.t != TV_DICT)
-            tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: items: can only get item pairs from a mapping",
+            tpl_fail(c, LPX_ERR_INVALID_ARG,
+                     "chat template line %d: items: can only get item pairs from a mapping",
                      c->line);
         tpl_method m = {.self = v, .id = M_ITEMS};
         tpl_args none = {0};
@@ -825,13 +878,15 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
         tpl_buf b = {0};
         for (size_t i = 0; i < items->n; i++) {
             if (i && sep) tpl_to_str(c, &b, *sep);
-            tpl_to_str(c, &b, attr ? attr_path(c, items->v[i], need_str(c, "join", *attr)) : items->v[i]);
+            tpl_to_str(c, &b,
+                       attr ? attr_path(c, items->v[i], need_str(c, "join", *attr)) : items->v[i]);
         }
         return tpl_buf_val(c, &b);
     }
     if (is(name, "replace")) {
         if (!a0 || a->npos < 2)
-            tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: replace needs 2 arguments", c->line);
+            tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: replace needs 2 arguments",
+                     c->line);
         const tpl_val *cnt = arg(a, 2, "count");
         return replace(c, tpl_str_of(c, v).u.s, tpl_str_of(c, a->pos[0]).u.s,
                        tpl_str_of(c, a->pos[1]).u.s,
@@ -841,12 +896,14 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
         if (v.t == TV_STR) {
             const tpl_list *chars = tpl_iterate(c, v);
             tpl_buf b = {0};
-            for (size_t i = chars->n; i-- > 0;) tpl_buf_put(c, &b, chars->v[i].u.s->p, chars->v[i].u.s->n);
+            for (size_t i = chars->n; i-- > 0;)
+                tpl_buf_put(c, &b, chars->v[i].u.s->p, chars->v[i].u.s->n);
             return tpl_buf_val(c, &b);
         }
         const tpl_list *items = tpl_iterate(c, v);
         tpl_val out = tv_list(c, items->n);
-        for (size_t i = items->n; i-- > 0;) tpl_list_push(c, out.u.l, items->v[i]);
+        for (size_t i = items->n; i-- > 0;)
+            tpl_list_push(c, out.u.l, items->v[i]);
         return out;
     }
     if (is(name, "selectattr") || is(name, "rejectattr"))
@@ -864,10 +921,14 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
             }
             return out;
         }
-        if (!a0) tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: map needs a filter or attribute", c->line);
+        if (!a0)
+            tpl_fail(c, LPX_ERR_INVALID_ARG,
+                     "chat template line %d: map needs a filter or attribute", c->line);
         const char *f = need_str(c, "map", *a0)->p;
-        tpl_args rest = {.pos = a->pos + 1, .npos = a->npos - 1, .kw = a->kw, .kwv = a->kwv, .nkw = a->nkw};
-        for (size_t i = 0; i < items->n; i++) tpl_list_push(c, out.u.l, tpl_filter(c, f, items->v[i], &rest));
+        tpl_args rest = {
+            .pos = a->pos + 1, .npos = a->npos - 1, .kw = a->kw, .kwv = a->kwv, .nkw = a->nkw};
+        for (size_t i = 0; i < items->n; i++)
+            tpl_list_push(c, out.u.l, tpl_filter(c, f, items->v[i], &rest));
         return out;
     }
     if (is(name, "unique") || is(name, "sort")) {
@@ -889,14 +950,16 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
                     keys[i] = change_case(c, keys[i].u.s, CASE_LOWER);
             for (size_t i = 0; i < items->n; i++) {
                 bool seen = false;
-                for (size_t j = 0; j < i && !seen; j++) seen = tpl_equal(keys[i], keys[j]);
+                for (size_t j = 0; j < i && !seen; j++)
+                    seen = tpl_equal(keys[i], keys[j]);
                 if (!seen) tpl_list_push(c, out.u.l, items->v[i]);
                 tpl_step(c);
             }
             return out;
         }
         size_t *ord = tpl_alloc(c, tpl_mul(c, items->n + 1, sizeof *ord));
-        for (size_t i = 0; i < items->n; i++) ord[i] = i;
+        for (size_t i = 0; i < items->n; i++)
+            ord[i] = i;
         for (size_t i = 1; i < items->n; i++) /* stable insertion sort */
             for (size_t j = i; j > 0; j--) {
                 int r = cmp_sort(c, keys[ord[j - 1]], keys[ord[j]], case_sensitive);
@@ -906,17 +969,20 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
                 ord[j - 1] = t;
                 tpl_step(c);
             }
-        for (size_t i = 0; i < items->n; i++) tpl_list_push(c, out.u.l, items->v[ord[i]]);
+        for (size_t i = 0; i < items->n; i++)
+            tpl_list_push(c, out.u.l, items->v[ord[i]]);
         return out;
     }
     if (is(name, "tojson")) {
-        static const char *const names[] = {"ensure_ascii", "indent", "separators", "sort_keys", NULL};
+        static const char *const names[] = {"ensure_ascii", "indent", "separators", "sort_keys",
+                                            NULL};
         check_args(c, "tojson", a, 4, names);
         const tpl_val *ea = arg(a, 0, "ensure_ascii"), *ind = arg(a, 1, "indent"),
                       *sep = arg(a, 2, "separators"), *sk = arg(a, 3, "sort_keys");
         if ((ea && tpl_truthy(*ea)) || (sep && sep->t != TV_NONE))
             tpl_fail(c, LPX_ERR_UNSUPPORTED,
-                     "chat template line %d: unsupported construct: tojson with ensure_ascii or separators",
+                     "chat template line %d: unsupported construct: tojson with ensure_ascii or "
+                     "separators",
                      c->line);
         int indent_n = -1;
         if (ind && ind->t != TV_NONE) {
@@ -932,7 +998,9 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
         tpl_need_defined(c, v);
         if (v.t == TV_FLOAT) return tv_float(fabs(v.u.f));
         int64_t i = need_int(c, "abs", v);
-        if (i == INT64_MIN) tpl_fail(c, LPX_ERR_UNSUPPORTED, "chat template line %d: integer beyond 64 bits", c->line);
+        if (i == INT64_MIN)
+            tpl_fail(c, LPX_ERR_UNSUPPORTED, "chat template line %d: integer beyond 64 bits",
+                     c->line);
         return tv_int(i < 0 ? -i : i);
     }
     if (is(name, "int")) {
@@ -940,7 +1008,8 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
         tpl_val dflt = a0 ? *a0 : tv_int(0);
         if (v.t == TV_INT) return v;
         if (v.t == TV_BOOL) return tv_int(v.u.b);
-        if (v.t == TV_FLOAT) return isfinite(v.u.f) && fabs(v.u.f) < 9.2e18 ? tv_int((int64_t)v.u.f) : dflt;
+        if (v.t == TV_FLOAT)
+            return isfinite(v.u.f) && fabs(v.u.f) < 9.2e18 ? tv_int((int64_t)v.u.f) : dflt;
         if (v.t == TV_STR) {
             char *end;
             const char *p = strip(c, v.u.s, NULL, true, true).u.s->p;
@@ -972,14 +1041,18 @@ tpl_val tpl_filter(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
             tpl_val x = attr ? attr_path(c, items->v[i], need_str(c, "sum", *attr)) : items->v[i];
             if (!((acc.t == TV_INT || acc.t == TV_FLOAT || acc.t == TV_BOOL) &&
                   (x.t == TV_INT || x.t == TV_FLOAT || x.t == TV_BOOL)))
-                tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: sum of non-numbers", c->line);
+                tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: sum of non-numbers",
+                         c->line);
             if (acc.t == TV_FLOAT || x.t == TV_FLOAT)
-                acc = tv_float((acc.t == TV_FLOAT ? acc.u.f : (double)(acc.t == TV_INT ? acc.u.i : acc.u.b)) +
-                               (x.t == TV_FLOAT ? x.u.f : (double)(x.t == TV_INT ? x.u.i : x.u.b)));
+                acc = tv_float(
+                    (acc.t == TV_FLOAT ? acc.u.f : (double)(acc.t == TV_INT ? acc.u.i : acc.u.b)) +
+                    (x.t == TV_FLOAT ? x.u.f : (double)(x.t == TV_INT ? x.u.i : x.u.b)));
             else {
                 int64_t r;
-                if (__builtin_add_overflow(acc.t == TV_INT ? acc.u.i : acc.u.b, x.t == TV_INT ? x.u.i : x.u.b, &r))
-                    tpl_fail(c, LPX_ERR_UNSUPPORTED, "chat template line %d: integer beyond 64 bits", c->line);
+                if (__builtin_add_overflow(acc.t == TV_INT ? acc.u.i : acc.u.b,
+                                           x.t == TV_INT ? x.u.i : x.u.b, &r))
+                    tpl_fail(c, LPX_ERR_UNSUPPORTED,
+                             "chat template line %d: integer beyond 64 bits", c->line);
                 acc = tv_int(r);
             }
         }

@@ -21,7 +21,8 @@ void tpl_out(tpl_ctx *c, const char *s, size_t n) {
         tpl_fail(c, LPX_ERR_TOO_LONG, "chat template: output exceeds %zu bytes", c->out_max);
     if (need > c->out_cap) {
         size_t cap = c->out_cap ? c->out_cap : 4096;
-        while (cap < need) cap = tpl_mul(c, cap, 2);
+        while (cap < need)
+            cap = tpl_mul(c, cap, 2);
         if (cap > c->out_max) cap = c->out_max;
         char *p = realloc(c->out, cap);
         if (!p) tpl_fail(c, LPX_ERR_NOMEM, "chat template: out of memory for the output");
@@ -50,7 +51,8 @@ void tpl_scope_set(tpl_ctx *c, tpl_scope *s, const char *name, tpl_val v) {
         }
     if (s->n == s->cap) {
         size_t cap = s->cap ? tpl_mul(c, s->cap, 2) : 8;
-        s->names = tpl_grow(c, s->names, s->n * sizeof *s->names, tpl_mul(c, cap, sizeof *s->names));
+        s->names =
+            tpl_grow(c, s->names, s->n * sizeof *s->names, tpl_mul(c, cap, sizeof *s->names));
         s->vals = tpl_grow(c, s->vals, s->n * sizeof *s->vals, tpl_mul(c, cap, sizeof *s->vals));
         s->cap = cap;
     }
@@ -76,7 +78,8 @@ static tpl_val no_attr(tpl_ctx *c, tpl_val obj, const char *what) {
     const char *tn = obj.t == TV_NONE ? "None" : tpl_type_name(obj.t);
     size_t n = strlen(what) + strlen(tn) + 48;
     char *why = tpl_alloc(c, n);
-    snprintf(why, n, obj.t == TV_NONE ? "'%s' has no attribute '%s'" : "'%s object' has no attribute '%s'",
+    snprintf(why, n,
+             obj.t == TV_NONE ? "'%s' has no attribute '%s'" : "'%s object' has no attribute '%s'",
              tn, what);
     return tv_undef(why);
 }
@@ -121,8 +124,10 @@ tpl_val tpl_getattr(tpl_ctx *c, tpl_val obj, const char *name) {
         tpl_val *v = tpl_dict_get_str(obj.u.d, name);
         return v ? *v : no_attr(c, obj, name);
     }
-    case TV_LOOP: return loop_field(c, obj.u.loop, name);
-    default: return no_attr(c, obj, name);
+    case TV_LOOP:
+        return loop_field(c, obj.u.loop, name);
+    default:
+        return no_attr(c, obj, name);
     }
 }
 
@@ -140,7 +145,8 @@ static size_t cp_offset(const tpl_str *s, size_t k) {
     size_t i = 0;
     while (k && i < s->n) {
         i++;
-        while (i < s->n && ((unsigned char)s->p[i] & 0xc0) == 0x80) i++;
+        while (i < s->n && ((unsigned char)s->p[i] & 0xc0) == 0x80)
+            i++;
         k--;
     }
     return i;
@@ -172,8 +178,10 @@ tpl_val tpl_getitem(tpl_ctx *c, tpl_val obj, tpl_val key) {
         break;
     }
     case TV_NS:
-    case TV_LOOP: break;
-    default: return no_attr(c, obj, "__getitem__");
+    case TV_LOOP:
+        break;
+    default:
+        return no_attr(c, obj, "__getitem__");
     }
     /* jinja2 falls back to the attribute of that name. */
     if (key.t == TV_STR) return tpl_getattr(c, obj, key.u.s->p);
@@ -184,11 +192,14 @@ tpl_val tpl_getitem(tpl_ctx *c, tpl_val obj, tpl_val key) {
 
 const tpl_list *tpl_iterate(tpl_ctx *c, tpl_val v) {
     switch (v.t) {
-    case TV_UNDEF: return tv_list(c, 0).u.l;
-    case TV_LIST: return v.u.l;
+    case TV_UNDEF:
+        return tv_list(c, 0).u.l;
+    case TV_LIST:
+        return v.u.l;
     case TV_DICT: {
         tpl_val l = tv_list(c, v.u.d->n);
-        for (size_t i = 0; i < v.u.d->n; i++) tpl_list_push(c, l.u.l, v.u.d->k[i]);
+        for (size_t i = 0; i < v.u.d->n; i++)
+            tpl_list_push(c, l.u.l, v.u.d->k[i]);
         return l.u.l;
     }
     case TV_STR: {
@@ -233,7 +244,8 @@ static tpl_val eval_slice(tpl_ctx *c, const tpl_expr *e, tpl_scope *s) {
     int64_t step = slice_part(c, e->d, s, &has_step);
     if (!has_step) step = 1;
     if (step == 0)
-        tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: slice step cannot be zero", c->line);
+        tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: slice step cannot be zero",
+                 c->line);
     if (step == INT64_MIN) step = -INT64_MAX;
     int64_t n;
     if (obj.t == TV_LIST)
@@ -274,10 +286,12 @@ static tpl_val eval_slice(tpl_ctx *c, const tpl_expr *e, tpl_scope *s) {
         offs[k] = i;
         if (i < str->n) {
             i++;
-            while (i < str->n && ((unsigned char)str->p[i] & 0xc0) == 0x80) i++;
+            while (i < str->n && ((unsigned char)str->p[i] & 0xc0) == 0x80)
+                i++;
         }
     }
-    if (step == 1) return tv_str(c, str->p + offs[start], start < stop ? offs[stop] - offs[start] : 0);
+    if (step == 1)
+        return tv_str(c, str->p + offs[start], start < stop ? offs[stop] - offs[start] : 0);
     tpl_buf b = {0};
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
         tpl_buf_put(c, &b, str->p + offs[i], offs[i + 1] - offs[i]);
@@ -286,10 +300,18 @@ static tpl_val eval_slice(tpl_ctx *c, const tpl_expr *e, tpl_scope *s) {
     return tpl_buf_val(c, &b);
 }
 
-static bool is_intlike(tpl_val v) { return v.t == TV_INT || v.t == TV_BOOL; }
-static bool is_number(tpl_val v) { return is_intlike(v) || v.t == TV_FLOAT; }
-static int64_t as_int(tpl_val v) { return v.t == TV_INT ? v.u.i : v.u.b; }
-static double as_float(tpl_val v) { return v.t == TV_FLOAT ? v.u.f : (double)as_int(v); }
+static bool is_intlike(tpl_val v) {
+    return v.t == TV_INT || v.t == TV_BOOL;
+}
+static bool is_number(tpl_val v) {
+    return is_intlike(v) || v.t == TV_FLOAT;
+}
+static int64_t as_int(tpl_val v) {
+    return v.t == TV_INT ? v.u.i : v.u.b;
+}
+static double as_float(tpl_val v) {
+    return v.t == TV_FLOAT ? v.u.f : (double)as_int(v);
+}
 
 _Noreturn static void bad_operands(tpl_ctx *c, const char *op, tpl_val a, tpl_val b) {
     tpl_need_defined(c, a);
@@ -299,8 +321,8 @@ _Noreturn static void bad_operands(tpl_ctx *c, const char *op, tpl_val a, tpl_va
                  "chat template line %d: can only concatenate str (not \"%s\") to str", c->line,
                  tpl_type_name(b.t));
     tpl_fail(c, LPX_ERR_INVALID_ARG,
-             "chat template line %d: unsupported operand type(s) for %s: '%s' and '%s'", c->line, op,
-             tpl_type_name(a.t), tpl_type_name(b.t));
+             "chat template line %d: unsupported operand type(s) for %s: '%s' and '%s'", c->line,
+             op, tpl_type_name(a.t), tpl_type_name(b.t));
 }
 
 _Noreturn static void int_overflow(tpl_ctx *c) {
@@ -313,7 +335,8 @@ static tpl_val repeat(tpl_ctx *c, tpl_val seq, int64_t times) {
         size_t total = tpl_mul(c, seq.u.s->n, (size_t)times);
         if (total > c->mem_cap) tpl_fail(c, LPX_ERR_NOMEM, "chat template: string too long");
         tpl_buf b = {0};
-        for (int64_t i = 0; i < times; i++) tpl_buf_put(c, &b, seq.u.s->p, seq.u.s->n);
+        for (int64_t i = 0; i < times; i++)
+            tpl_buf_put(c, &b, seq.u.s->p, seq.u.s->n);
         return tpl_buf_val(c, &b);
     }
     tpl_val out = tv_list(c, 0);
@@ -402,8 +425,10 @@ static tpl_val arith(tpl_ctx *c, const char *op, tpl_val a, tpl_val b) {
         if (a.t == TV_LIST && b.t == TV_LIST && a.u.l->tuple == b.u.l->tuple) {
             tpl_val out = tv_list(c, tpl_add(c, a.u.l->n, b.u.l->n));
             out.u.l->tuple = a.u.l->tuple;
-            for (size_t i = 0; i < a.u.l->n; i++) tpl_list_push(c, out.u.l, a.u.l->v[i]);
-            for (size_t i = 0; i < b.u.l->n; i++) tpl_list_push(c, out.u.l, b.u.l->v[i]);
+            for (size_t i = 0; i < a.u.l->n; i++)
+                tpl_list_push(c, out.u.l, a.u.l->v[i]);
+            for (size_t i = 0; i < b.u.l->n; i++)
+                tpl_list_push(c, out.u.l, b.u.l->v[i]);
             return out;
         }
     }
@@ -412,15 +437,17 @@ static tpl_val arith(tpl_ctx *c, const char *op, tpl_val a, tpl_val b) {
         if ((b.t == TV_STR || b.t == TV_LIST) && is_intlike(a)) return repeat(c, b, as_int(a));
     }
     if (!strcmp(op, "%") && a.t == TV_STR)
-        tpl_fail(c, LPX_ERR_UNSUPPORTED,
-                 "chat template line %d: unsupported construct: printf-style string formatting (%%)",
-                 c->line);
+        tpl_fail(
+            c, LPX_ERR_UNSUPPORTED,
+            "chat template line %d: unsupported construct: printf-style string formatting (%%)",
+            c->line);
     bad_operands(c, op, a, b);
 }
 
 static bool contains(tpl_ctx *c, tpl_val hay, tpl_val needle) {
     switch (hay.t) {
-    case TV_UNDEF: return false;
+    case TV_UNDEF:
+        return false;
     case TV_STR:
         if (needle.t != TV_STR) {
             tpl_need_defined(c, needle);
@@ -437,7 +464,8 @@ static bool contains(tpl_ctx *c, tpl_val hay, tpl_val needle) {
         for (size_t i = 0; i < hay.u.l->n; i++)
             if (tpl_equal(hay.u.l->v[i], needle)) return true;
         return false;
-    case TV_DICT: return tpl_dict_get(hay.u.d, needle) != NULL;
+    case TV_DICT:
+        return tpl_dict_get(hay.u.d, needle) != NULL;
     default:
         tpl_fail(c, LPX_ERR_INVALID_ARG,
                  "chat template line %d: argument of type '%s' is not iterable", c->line,
@@ -491,13 +519,18 @@ static tpl_val eval(tpl_ctx *c, const tpl_expr *e, tpl_scope *s) {
     c->line = e->line;
     tpl_val r;
     switch (e->kind) {
-    case TE_LIT: r = e->lit; break;
-    case TE_NAME: r = lookup(c, s, e->name); break;
+    case TE_LIT:
+        r = e->lit;
+        break;
+    case TE_NAME:
+        r = lookup(c, s, e->name);
+        break;
     case TE_LIST:
     case TE_TUPLE:
         r = tv_list(c, e->nargs);
         r.u.l->tuple = e->kind == TE_TUPLE;
-        for (size_t i = 0; i < e->nargs; i++) tpl_list_push(c, r.u.l, eval(c, e->args[i], s));
+        for (size_t i = 0; i < e->nargs; i++)
+            tpl_list_push(c, r.u.l, eval(c, e->args[i], s));
         break;
     case TE_DICT:
         r = tv_dict(c, TV_DICT);
@@ -509,13 +542,17 @@ static tpl_val eval(tpl_ctx *c, const tpl_expr *e, tpl_scope *s) {
             tpl_dict_set(c, r.u.d, k, eval(c, e->args[i + 1], s));
         }
         break;
-    case TE_ATTR: r = tpl_getattr(c, eval(c, e->a, s), e->name); break;
+    case TE_ATTR:
+        r = tpl_getattr(c, eval(c, e->a, s), e->name);
+        break;
     case TE_ITEM: {
         tpl_val obj = eval(c, e->a, s);
         r = tpl_getitem(c, obj, eval(c, e->b, s));
         break;
     }
-    case TE_SLICE: r = eval_slice(c, e, s); break;
+    case TE_SLICE:
+        r = eval_slice(c, e, s);
+        break;
     case TE_CALL: {
         tpl_val fn = eval(c, e->a, s);
         tpl_need_defined(c, fn);
@@ -533,22 +570,25 @@ static tpl_val eval(tpl_ctx *c, const tpl_expr *e, tpl_scope *s) {
     }
     case TE_TEST: {
         if (!tpl_test_known(e->name))
-            tpl_fail(c, LPX_ERR_UNSUPPORTED, "chat template line %d: unsupported construct: test '%s'",
-                     e->line, e->name);
+            tpl_fail(c, LPX_ERR_UNSUPPORTED,
+                     "chat template line %d: unsupported construct: test '%s'", e->line, e->name);
         tpl_val v = eval(c, e->a, s);
         tpl_args a = eval_args(c, e, s);
         c->line = e->line;
         r = tv_bool(tpl_test(c, e->name, v, &a) != e->negate);
         break;
     }
-    case TE_NOT: r = tv_bool(!tpl_truthy(eval(c, e->a, s))); break;
+    case TE_NOT:
+        r = tv_bool(!tpl_truthy(eval(c, e->a, s)));
+        break;
     case TE_NEG:
     case TE_POS: {
         tpl_val v = eval(c, e->a, s);
         tpl_need_defined(c, v);
         if (!is_number(v))
-            tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: bad operand type for unary %c: '%s'",
-                     e->line, e->kind == TE_NEG ? '-' : '+', tpl_type_name(v.t));
+            tpl_fail(c, LPX_ERR_INVALID_ARG,
+                     "chat template line %d: bad operand type for unary %c: '%s'", e->line,
+                     e->kind == TE_NEG ? '-' : '+', tpl_type_name(v.t));
         if (e->kind == TE_POS)
             r = v.t == TV_BOOL ? tv_int(v.u.b) : v;
         else if (v.t == TV_FLOAT)
@@ -596,7 +636,8 @@ static tpl_val eval(tpl_ctx *c, const tpl_expr *e, tpl_scope *s) {
         else
             r = e->c ? eval(c, e->c, s) : tv_undef("the condition was false and there is no else");
         break;
-    default: tpl_fail(c, LPX_ERR_INTERNAL, "chat template: unknown expression kind %d", e->kind);
+    default:
+        tpl_fail(c, LPX_ERR_INTERNAL, "chat template: unknown expression kind %d", e->kind);
     }
     c->line = saved_line;
     c->depth--;
@@ -625,7 +666,8 @@ static void assign(tpl_ctx *c, const tpl_expr *target, tpl_val v, tpl_scope *s) 
         tpl_fail(c, LPX_ERR_INVALID_ARG,
                  "chat template line %d: cannot unpack %zu values into %zu names", target->line,
                  items->n, target->nargs);
-    for (size_t i = 0; i < items->n; i++) tpl_scope_set(c, s, target->args[i]->name, items->v[i]);
+    for (size_t i = 0; i < items->n; i++)
+        tpl_scope_set(c, s, target->args[i]->name, items->v[i]);
 }
 
 static void exec_for(tpl_ctx *c, const tpl_stmt *st, tpl_scope *s) {
@@ -669,7 +711,9 @@ void tpl_exec(tpl_ctx *c, const tpl_body *body, tpl_scope *s) {
         c->line = st->line;
         tpl_step(c);
         switch (st->kind) {
-        case TS_TEXT: tpl_out(c, st->text, st->len); break;
+        case TS_TEXT:
+            tpl_out(c, st->text, st->len);
+            break;
         case TS_PRINT: {
             tpl_val v = eval(c, st->e, s);
             c->line = st->line;
@@ -688,8 +732,12 @@ void tpl_exec(tpl_ctx *c, const tpl_body *body, tpl_scope *s) {
             else
                 tpl_exec(c, &st->orelse, s);
             break;
-        case TS_FOR: exec_for(c, st, s); break;
-        case TS_SET: assign(c, st->target, eval(c, st->e, s), s); break;
+        case TS_FOR:
+            exec_for(c, st, s);
+            break;
+        case TS_SET:
+            assign(c, st->target, eval(c, st->e, s), s);
+            break;
         case TS_SETBLOCK: {
             size_t mark = c->out_len;
             tpl_exec(c, &st->body, s);
@@ -699,9 +747,15 @@ void tpl_exec(tpl_ctx *c, const tpl_body *body, tpl_scope *s) {
             assign(c, st->target, eval(c, st->e, s), s);
             break;
         }
-        case TS_BREAK: c->jump = TPL_JUMP_BREAK; break;
-        case TS_CONTINUE: c->jump = TPL_JUMP_CONTINUE; break;
-        case TS_BLOCK: tpl_exec(c, &st->body, s); break;
+        case TS_BREAK:
+            c->jump = TPL_JUMP_BREAK;
+            break;
+        case TS_CONTINUE:
+            c->jump = TPL_JUMP_CONTINUE;
+            break;
+        case TS_BLOCK:
+            tpl_exec(c, &st->body, s);
+            break;
         }
     }
     c->depth--;

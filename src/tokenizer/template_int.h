@@ -21,17 +21,17 @@
 
 /* Caps that keep any template, however hostile, finite (smaller under the
  * fuzzer so that each input stays fast). */
-#define TPL_MAX_DEPTH 100            /* nesting of statements and expressions */
-#define TPL_MAX_RANGE 100000         /* range() length, as jinja2's sandbox */
+#define TPL_MAX_DEPTH 100    /* nesting of statements and expressions */
+#define TPL_MAX_RANGE 100000 /* range() length, as jinja2's sandbox */
 #ifdef LPX_FUZZ
 #define TPL_MAX_STEPS 200000
 #define TPL_MEM_BASE (8u << 20)
 #else
-#define TPL_MAX_STEPS 20000000       /* evaluated expressions per render */
-#define TPL_MEM_BASE (64u << 20)     /* arena bytes, plus TPL_MEM_PER_INPUT x input */
+#define TPL_MAX_STEPS 20000000   /* evaluated expressions per render */
+#define TPL_MEM_BASE (64u << 20) /* arena bytes, plus TPL_MEM_PER_INPUT x input */
 #endif
 #define TPL_MEM_PER_INPUT 16u
-#define TPL_OUT_BASE (16u << 20)     /* output bytes, plus TPL_OUT_PER_INPUT x input */
+#define TPL_OUT_BASE (16u << 20) /* output bytes, plus TPL_OUT_PER_INPUT x input */
 #define TPL_OUT_PER_INPUT 4u
 
 /* ---- arena and failure ---------------------------------------------------- */
@@ -39,15 +39,15 @@
 typedef struct tpl_block tpl_block;
 
 typedef struct tpl_ctx {
-    jmp_buf fail;       /* where tpl_fail lands */
-    tpl_block *blocks;  /* arena */
+    jmp_buf fail;      /* where tpl_fail lands */
+    tpl_block *blocks; /* arena */
     size_t mem_used, mem_cap;
-    char *out;          /* output buffer (malloc'd) */
+    char *out; /* output buffer (malloc'd) */
     size_t out_len, out_cap, out_max;
     int64_t steps;
-    int depth;          /* current nesting while parsing / evaluating */
-    int line;           /* line of the statement being evaluated (for messages) */
-    int jump;           /* pending break/continue (TPL_JUMP_*) */
+    int depth; /* current nesting while parsing / evaluating */
+    int line;  /* line of the statement being evaluated (for messages) */
+    int jump;  /* pending break/continue (TPL_JUMP_*) */
     struct tpl_scope *globals;
 } tpl_ctx;
 
@@ -78,7 +78,7 @@ typedef enum tpl_type {
     TV_INT,
     TV_FLOAT,
     TV_STR,
-    TV_LIST,  /* also tuples (flag) */
+    TV_LIST, /* also tuples (flag) */
     TV_DICT,
     TV_NS,    /* namespace(): a dict whose attributes may be set */
     TV_LOOP,  /* the loop variable of a for */
@@ -262,14 +262,14 @@ typedef struct tpl_expr tpl_expr;
 struct tpl_expr {
     tpl_expr_kind kind;
     int line;
-    const char *name;  /* TE_NAME, TE_ATTR, TE_FILTER, TE_TEST; TE_BINOP: the operator */
-    tpl_val lit;       /* TE_LIT */
+    const char *name; /* TE_NAME, TE_ATTR, TE_FILTER, TE_TEST; TE_BINOP: the operator */
+    tpl_val lit;      /* TE_LIT */
     tpl_expr *a, *b, *c, *d;
-    tpl_expr **args;   /* list items, call/filter/test arguments, compare operands */
-    const char **kw;   /* per argument: keyword name, or NULL when positional */
-    const char **ops;  /* TE_COMPARE operators */
+    tpl_expr **args;  /* list items, call/filter/test arguments, compare operands */
+    const char **kw;  /* per argument: keyword name, or NULL when positional */
+    const char **ops; /* TE_COMPARE operators */
     size_t nargs;
-    bool negate;       /* TE_TEST: "is not" */
+    bool negate; /* TE_TEST: "is not" */
 };
 
 typedef enum tpl_stmt_kind {

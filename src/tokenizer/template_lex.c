@@ -36,7 +36,8 @@ static tpl_tok *emit(lexer *L, tpl_tok_type t, const char *text, size_t len) {
 
 static int count_nl(const char *s, size_t n) {
     int k = 0;
-    for (size_t i = 0; i < n; i++) k += s[i] == '\n';
+    for (size_t i = 0; i < n; i++)
+        k += s[i] == '\n';
     return k;
 }
 
@@ -102,17 +103,38 @@ static void lex_string(lexer *L) {
         i += 2;
         int32_t cp = -1;
         switch (e) {
-        case '\\': cp = '\\'; break;
-        case '\'': cp = '\''; break;
-        case '"': cp = '"'; break;
-        case 'a': cp = 7; break;
-        case 'b': cp = 8; break;
-        case 'f': cp = 12; break;
-        case 'n': cp = 10; break;
-        case 'r': cp = 13; break;
-        case 't': cp = 9; break;
-        case 'v': cp = 11; break;
-        case '\n': continue; /* line continuation */
+        case '\\':
+            cp = '\\';
+            break;
+        case '\'':
+            cp = '\'';
+            break;
+        case '"':
+            cp = '"';
+            break;
+        case 'a':
+            cp = 7;
+            break;
+        case 'b':
+            cp = 8;
+            break;
+        case 'f':
+            cp = 12;
+            break;
+        case 'n':
+            cp = 10;
+            break;
+        case 'r':
+            cp = 13;
+            break;
+        case 't':
+            cp = 9;
+            break;
+        case 'v':
+            cp = 11;
+            break;
+        case '\n':
+            continue; /* line continuation */
         case 'x':
         case 'u':
         case 'U': {
@@ -147,7 +169,10 @@ static void lex_string(lexer *L) {
                 size_t k;
                 int32_t u = tpl_utf8_next(L->s + i - 1, L->n - (i - 1), &k);
                 char tmp[16];
-                snprintf(tmp, sizeof tmp, u < 0x100 ? "\\x%02x" : u < 0x10000 ? "\\u%04x" : "\\U%08x",
+                snprintf(tmp, sizeof tmp,
+                         u < 0x100     ? "\\x%02x"
+                         : u < 0x10000 ? "\\u%04x"
+                                       : "\\U%08x",
                          (unsigned)u);
                 tpl_buf_puts(c, &b, tmp);
                 i += k - 1;
@@ -167,7 +192,9 @@ static void lex_string(lexer *L) {
     L->pos = i + 1;
 }
 
-static bool is_digit(char ch) { return ch >= '0' && ch <= '9'; }
+static bool is_digit(char ch) {
+    return ch >= '0' && ch <= '9';
+}
 static bool is_name_start(char ch) {
     return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_';
 }
@@ -175,7 +202,8 @@ static bool is_name_start(char ch) {
 /* Digits with single underscores between them ("1_000"); returns the end. */
 static size_t digit_run(const char *s, size_t n, size_t i) {
     if (i >= n || !is_digit(s[i])) return i;
-    while (i < n && (is_digit(s[i]) || (s[i] == '_' && i + 1 < n && is_digit(s[i + 1])))) i++;
+    while (i < n && (is_digit(s[i]) || (s[i] == '_' && i + 1 < n && is_digit(s[i + 1]))))
+        i++;
     return i;
 }
 
@@ -218,9 +246,9 @@ static void lex_number(lexer *L) {
     L->pos = i;
 }
 
-static const char *const ops[] = {"**", "//", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%",
-                                  "~",  "[",  "]",  "(",  ")",  "{",  "}", ">", "<", "=", ".",
-                                  ":",  "|",  ",",  ";"};
+static const char *const ops[] = {"**", "//", "==", "!=", ">=", "<=", "+", "-", "/",
+                                  "*",  "%",  "~",  "[",  "]",  "(",  ")", "{", "}",
+                                  ">",  "<",  "=",  ".",  ":",  "|",  ",", ";"};
 
 /* Tokens of one {{ ... }} or {% ... %} up to and including its end marker.
  * Returns whether the end marker's match ended with a newline. */
@@ -241,7 +269,8 @@ static bool lex_tag(lexer *L, bool block) {
             const char *end = block ? "%}" : "}}";
             size_t m = 0;
             bool strip = false;
-            if (left >= 3 && (s[p] == '-' || (block && s[p] == '+')) && !memcmp(s + p + 1, end, 2)) {
+            if (left >= 3 && (s[p] == '-' || (block && s[p] == '+')) &&
+                !memcmp(s + p + 1, end, 2)) {
                 m = 3;
                 strip = s[p] == '-';
             } else if (left >= 2 && !memcmp(s + p, end, 2)) {
@@ -269,7 +298,8 @@ static bool lex_tag(lexer *L, bool block) {
         }
         if (is_name_start(ch)) {
             size_t i = p + 1;
-            while (i < L->n && (is_name_start(s[i]) || is_digit(s[i]))) i++;
+            while (i < L->n && (is_name_start(s[i]) || is_digit(s[i])))
+                i++;
             emit(L, TK_NAME, s + p, i - p);
             L->pos = i;
             continue;
@@ -292,8 +322,8 @@ static bool lex_tag(lexer *L, bool block) {
         const char *op = ops[k];
         if (op[0] == '(' || op[0] == '[' || op[0] == '{') {
             if (depth == TPL_MAX_DEPTH)
-                tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: brackets nested too deeply",
-                         L->line);
+                tpl_fail(c, LPX_ERR_INVALID_ARG,
+                         "chat template line %d: brackets nested too deeply", L->line);
             stack[depth++] = op[0] == '(' ? ')' : op[0] == '[' ? ']' : '}';
         } else if (op[0] == ')' || op[0] == ']' || op[0] == '}') {
             if (depth == 0 || stack[depth - 1] != op[0])
@@ -345,7 +375,8 @@ void tpl_lex(tpl_ctx *c, const char *src, size_t n, tpl_toks *out) {
             text_len = rstrip_len(text, text_len);
         } else if (sign != '+' && kind != '{') {
             size_t l_pos = text_len;
-            while (l_pos > 0 && text[l_pos - 1] != '\n') l_pos--;
+            while (l_pos > 0 && text[l_pos - 1] != '\n')
+                l_pos--;
             if ((l_pos > 0 || line_starting) && l_pos < text_len &&
                 space_run(text + l_pos, text_len - l_pos) == text_len - l_pos)
                 text_len = l_pos;
@@ -361,8 +392,8 @@ void tpl_lex(tpl_ctx *c, const char *src, size_t n, tpl_toks *out) {
                     break;
                 }
             if (!e)
-                tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template line %d: missing end of comment tag",
-                         L.line);
+                tpl_fail(c, LPX_ERR_INVALID_ARG,
+                         "chat template line %d: missing end of comment tag", L.line);
             size_t end = (size_t)(e - s) + 2;
             size_t before = (size_t)(e - s);
             if (before > L.pos && s[before - 1] == '-')

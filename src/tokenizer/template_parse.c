@@ -12,7 +12,9 @@ typedef struct parser {
     int loops; /* enclosing for loops, for break/continue */
 } parser;
 
-static const tpl_tok *cur(parser *P) { return &P->t[P->i]; }
+static const tpl_tok *cur(parser *P) {
+    return &P->t[P->i];
+}
 static const tpl_tok *peek(parser *P, size_t k) {
     return P->i + k < P->n ? &P->t[P->i + k] : &P->t[P->n - 1];
 }
@@ -25,21 +27,34 @@ static bool tok_is_op(const tpl_tok *t, const char *op) {
 static bool tok_is_name(const tpl_tok *t, const char *name) {
     return t->type == TK_NAME && !strcmp(t->text, name);
 }
-static bool is_op(parser *P, const char *op) { return tok_is_op(cur(P), op); }
-static bool is_name(parser *P, const char *name) { return tok_is_name(cur(P), name); }
+static bool is_op(parser *P, const char *op) {
+    return tok_is_op(cur(P), op);
+}
+static bool is_name(parser *P, const char *name) {
+    return tok_is_name(cur(P), name);
+}
 
 static const char *tok_desc(const tpl_tok *t) {
     switch (t->type) {
-    case TK_TEXT: return "template text";
-    case TK_VAR_BEGIN: return "'{{'";
-    case TK_VAR_END: return "'}}'";
-    case TK_BLOCK_BEGIN: return "'{%'";
-    case TK_BLOCK_END: return "'%}'";
-    case TK_STRING: return "a string";
+    case TK_TEXT:
+        return "template text";
+    case TK_VAR_BEGIN:
+        return "'{{'";
+    case TK_VAR_END:
+        return "'}}'";
+    case TK_BLOCK_BEGIN:
+        return "'{%'";
+    case TK_BLOCK_END:
+        return "'%}'";
+    case TK_STRING:
+        return "a string";
     case TK_INT:
-    case TK_FLOAT: return "a number";
-    case TK_EOF: return "end of template";
-    default: return t->text;
+    case TK_FLOAT:
+        return "a number";
+    case TK_EOF:
+        return "end of template";
+    default:
+        return t->text;
     }
 }
 
@@ -70,7 +85,9 @@ static void enter(parser *P) {
         tpl_fail(P->c, LPX_ERR_INVALID_ARG, "chat template line %d: nested too deeply (over %d)",
                  cur(P)->line, TPL_MAX_DEPTH);
 }
-static void leave(parser *P) { P->c->depth--; }
+static void leave(parser *P) {
+    P->c->depth--;
+}
 
 static tpl_expr *node(parser *P, tpl_expr_kind k, int line) {
     tpl_expr *e = tpl_alloc(P->c, sizeof *e);
@@ -383,8 +400,7 @@ static tpl_expr *parse_filter_expr(parser *P, tpl_expr *e) {
                 parse_call_args(P, &x);
             } else if ((a->type == TK_NAME || a->type == TK_STRING || a->type == TK_INT ||
                         a->type == TK_FLOAT || tok_is_op(a, "[") || tok_is_op(a, "{")) &&
-                       !tok_is_name(a, "else") && !tok_is_name(a, "or") &&
-                       !tok_is_name(a, "and")) {
+                       !tok_is_name(a, "else") && !tok_is_name(a, "or") && !tok_is_name(a, "and")) {
                 if (tok_is_name(a, "is"))
                     tpl_fail(P->c, LPX_ERR_INVALID_ARG,
                              "chat template line %d: cannot chain multiple tests with is", a->line);
@@ -597,7 +613,9 @@ static tpl_expr *parse_target(parser *P, const char *end_name, bool with_ns) {
 
 static tpl_body parse_body(parser *P, const char *const *ends, const char **found);
 
-static void block_end(parser *P) { expect(P, TK_BLOCK_END, "'%}'"); }
+static void block_end(parser *P) {
+    expect(P, TK_BLOCK_END, "'%}'");
+}
 
 static tpl_stmt *parse_if(parser *P, int line) {
     tpl_stmt *s = stmt(P, TS_IF, line);
@@ -675,9 +693,9 @@ static tpl_stmt *parse_set(parser *P, int line) {
     return s;
 }
 
-static const char *const unsupported_tags[] = {
-    "macro", "call", "filter", "with",  "include",    "import", "from",  "extends",
-    "block", "do",   "print",  "trans", "autoescape", NULL};
+static const char *const unsupported_tags[] = {"macro",  "call",  "filter",     "with",  "include",
+                                               "import", "from",  "extends",    "block", "do",
+                                               "print",  "trans", "autoescape", NULL};
 
 static tpl_stmt *parse_statement(parser *P) {
     const tpl_tok *t = cur(P);
@@ -725,7 +743,8 @@ static tpl_body parse_body(parser *P, const char *const *ends, const char **foun
         if (t->type == TK_EOF) {
             if (ends) {
                 const char *const *e = ends;
-                while (e[1] && strncmp(*e, "end", 3)) e++;
+                while (e[1] && strncmp(*e, "end", 3))
+                    e++;
                 tpl_fail(P->c, LPX_ERR_INVALID_ARG,
                          "chat template line %d: unexpected end of template, expected {%% %s %%}",
                          t->line, *e);

@@ -76,13 +76,15 @@ void tpl_arena_free(tpl_ctx *c) {
 
 size_t tpl_mul(tpl_ctx *c, size_t a, size_t b) {
     size_t r;
-    if (__builtin_mul_overflow(a, b, &r)) tpl_fail(c, LPX_ERR_NOMEM, "chat template: size overflow");
+    if (__builtin_mul_overflow(a, b, &r))
+        tpl_fail(c, LPX_ERR_NOMEM, "chat template: size overflow");
     return r;
 }
 
 size_t tpl_add(tpl_ctx *c, size_t a, size_t b) {
     size_t r;
-    if (__builtin_add_overflow(a, b, &r)) tpl_fail(c, LPX_ERR_NOMEM, "chat template: size overflow");
+    if (__builtin_add_overflow(a, b, &r))
+        tpl_fail(c, LPX_ERR_NOMEM, "chat template: size overflow");
     return r;
 }
 
@@ -124,7 +126,8 @@ bool tpl_is_space(int32_t cp) {
 
 static size_t count_cps(const char *p, size_t n) {
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) k += ((unsigned char)p[i] & 0xc0) != 0x80;
+    for (size_t i = 0; i < n; i++)
+        k += ((unsigned char)p[i] & 0xc0) != 0x80;
     return k;
 }
 
@@ -140,7 +143,9 @@ tpl_val tv_str(tpl_ctx *c, const char *p, size_t n) {
     return v;
 }
 
-tpl_val tv_cstr(tpl_ctx *c, const char *p) { return tv_str(c, p, strlen(p)); }
+tpl_val tv_cstr(tpl_ctx *c, const char *p) {
+    return tv_str(c, p, strlen(p));
+}
 
 tpl_val tv_list(tpl_ctx *c, size_t cap) {
     tpl_list *l = tpl_alloc(c, sizeof *l);
@@ -203,18 +208,30 @@ void tpl_dict_set(tpl_ctx *c, tpl_dict *d, tpl_val k, tpl_val v) {
 
 const char *tpl_type_name(tpl_type t) {
     switch (t) {
-    case TV_UNDEF: return "Undefined";
-    case TV_NONE: return "NoneType";
-    case TV_BOOL: return "bool";
-    case TV_INT: return "int";
-    case TV_FLOAT: return "float";
-    case TV_STR: return "str";
-    case TV_LIST: return "list";
-    case TV_DICT: return "dict";
-    case TV_NS: return "Namespace";
-    case TV_LOOP: return "LoopContext";
-    case TV_FUNC: return "function";
-    case TV_METHOD: return "method";
+    case TV_UNDEF:
+        return "Undefined";
+    case TV_NONE:
+        return "NoneType";
+    case TV_BOOL:
+        return "bool";
+    case TV_INT:
+        return "int";
+    case TV_FLOAT:
+        return "float";
+    case TV_STR:
+        return "str";
+    case TV_LIST:
+        return "list";
+    case TV_DICT:
+        return "dict";
+    case TV_NS:
+        return "Namespace";
+    case TV_LOOP:
+        return "LoopContext";
+    case TV_FUNC:
+        return "function";
+    case TV_METHOD:
+        return "method";
     }
     return "?";
 }
@@ -222,14 +239,22 @@ const char *tpl_type_name(tpl_type t) {
 bool tpl_truthy(tpl_val v) {
     switch (v.t) {
     case TV_UNDEF:
-    case TV_NONE: return false;
-    case TV_BOOL: return v.u.b;
-    case TV_INT: return v.u.i != 0;
-    case TV_FLOAT: return v.u.f != 0.0;
-    case TV_STR: return v.u.s->n != 0;
-    case TV_LIST: return v.u.l->n != 0;
-    case TV_DICT: return v.u.d->n != 0;
-    default: return true;
+    case TV_NONE:
+        return false;
+    case TV_BOOL:
+        return v.u.b;
+    case TV_INT:
+        return v.u.i != 0;
+    case TV_FLOAT:
+        return v.u.f != 0.0;
+    case TV_STR:
+        return v.u.s->n != 0;
+    case TV_LIST:
+        return v.u.l->n != 0;
+    case TV_DICT:
+        return v.u.d->n != 0;
+    default:
+        return true;
     }
 }
 
@@ -239,11 +264,15 @@ void tpl_need_defined(tpl_ctx *c, tpl_val v) {
                  v.u.why ? v.u.why : "value is undefined");
 }
 
-static bool is_num(tpl_val v) { return v.t == TV_BOOL || v.t == TV_INT || v.t == TV_FLOAT; }
+static bool is_num(tpl_val v) {
+    return v.t == TV_BOOL || v.t == TV_INT || v.t == TV_FLOAT;
+}
 static double num_f(tpl_val v) {
     return v.t == TV_FLOAT ? v.u.f : v.t == TV_INT ? (double)v.u.i : (double)v.u.b;
 }
-static int64_t num_i(tpl_val v) { return v.t == TV_INT ? v.u.i : (int64_t)v.u.b; }
+static int64_t num_i(tpl_val v) {
+    return v.t == TV_INT ? v.u.i : (int64_t)v.u.b;
+}
 
 bool tpl_equal(tpl_val a, tpl_val b) {
     if (is_num(a) && is_num(b)) {
@@ -253,8 +282,10 @@ bool tpl_equal(tpl_val a, tpl_val b) {
     if (a.t != b.t) return false;
     switch (a.t) {
     case TV_UNDEF:
-    case TV_NONE: return true;
-    case TV_STR: return a.u.s->n == b.u.s->n && !memcmp(a.u.s->p, b.u.s->p, a.u.s->n);
+    case TV_NONE:
+        return true;
+    case TV_STR:
+        return a.u.s->n == b.u.s->n && !memcmp(a.u.s->p, b.u.s->p, a.u.s->n);
     case TV_LIST:
         if (a.u.l->tuple != b.u.l->tuple || a.u.l->n != b.u.l->n) return false;
         for (size_t i = 0; i < a.u.l->n; i++)
@@ -267,11 +298,16 @@ bool tpl_equal(tpl_val a, tpl_val b) {
             if (!w || !tpl_equal(a.u.d->v[i], *w)) return false;
         }
         return true;
-    case TV_NS: return a.u.d == b.u.d;
-    case TV_LOOP: return a.u.loop == b.u.loop;
-    case TV_FUNC: return a.u.fn == b.u.fn;
-    case TV_METHOD: return a.u.m == b.u.m;
-    default: return false;
+    case TV_NS:
+        return a.u.d == b.u.d;
+    case TV_LOOP:
+        return a.u.loop == b.u.loop;
+    case TV_FUNC:
+        return a.u.fn == b.u.fn;
+    case TV_METHOD:
+        return a.u.m == b.u.m;
+    default:
+        return false;
     }
 }
 
@@ -304,7 +340,8 @@ void tpl_buf_put(tpl_ctx *c, tpl_buf *b, const char *s, size_t n) {
     size_t need = tpl_add(c, tpl_add(c, b->n, n), 1);
     if (need > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
-        while (cap < need) cap = tpl_mul(c, cap, 2);
+        while (cap < need)
+            cap = tpl_mul(c, cap, 2);
         b->p = tpl_grow(c, b->p, b->n, cap);
         b->cap = cap;
     }
@@ -313,9 +350,13 @@ void tpl_buf_put(tpl_ctx *c, tpl_buf *b, const char *s, size_t n) {
     b->p[b->n] = '\0';
 }
 
-void tpl_buf_puts(tpl_ctx *c, tpl_buf *b, const char *s) { tpl_buf_put(c, b, s, strlen(s)); }
+void tpl_buf_puts(tpl_ctx *c, tpl_buf *b, const char *s) {
+    tpl_buf_put(c, b, s, strlen(s));
+}
 
-tpl_val tpl_buf_val(tpl_ctx *c, tpl_buf *b) { return tv_str(c, b->p ? b->p : "", b->n); }
+tpl_val tpl_buf_val(tpl_ctx *c, tpl_buf *b) {
+    return tv_str(c, b->p ? b->p : "", b->n);
+}
 
 /* ---- str(), repr() ------------------------------------------------------------ */
 
@@ -344,7 +385,8 @@ void tpl_float_repr(double f, char *out, size_t cap) {
     for (; *p && *p != 'e'; p++)
         if (*p != '.') digits[nd++] = *p;
     exp10 = atoi(p + 1);
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
     digits[nd] = '\0';
     char *o = out;
     size_t left = cap;
@@ -359,10 +401,12 @@ void tpl_float_repr(double f, char *out, size_t cap) {
     if (exp10 >= -4 && exp10 < 16) {
         if (exp10 < 0) {
             PUT("0.");
-            for (int i = 0; i < -exp10 - 1; i++) PUT("0");
+            for (int i = 0; i < -exp10 - 1; i++)
+                PUT("0");
             PUT("%s", digits);
         } else {
-            for (int i = 0; i <= exp10; i++) PUT("%c", i < nd ? digits[i] : '0');
+            for (int i = 0; i <= exp10; i++)
+                PUT("%c", i < nd ? digits[i] : '0');
             PUT(".");
             if (nd > exp10 + 1)
                 PUT("%s", digits + exp10 + 1);
@@ -388,8 +432,10 @@ static bool printable(int32_t cp) {
     case UTF8PROC_CATEGORY_CN:
     case UTF8PROC_CATEGORY_ZL:
     case UTF8PROC_CATEGORY_ZP:
-    case UTF8PROC_CATEGORY_ZS: return false;
-    default: return true;
+    case UTF8PROC_CATEGORY_ZS:
+        return false;
+    default:
+        return true;
     }
 }
 
@@ -412,7 +458,10 @@ static void repr_str(tpl_ctx *c, tpl_buf *b, const tpl_str *s) {
         } else if (cp == '\t') {
             tpl_buf_puts(c, b, "\\t");
         } else if (!printable(cp)) {
-            snprintf(esc, sizeof esc, cp < 0x100 ? "\\x%02x" : cp < 0x10000 ? "\\u%04x" : "\\U%08x",
+            snprintf(esc, sizeof esc,
+                     cp < 0x100     ? "\\x%02x"
+                     : cp < 0x10000 ? "\\u%04x"
+                                    : "\\U%08x",
                      (unsigned)cp);
             tpl_buf_puts(c, b, esc);
         } else {
@@ -426,8 +475,12 @@ static void repr_str(tpl_ctx *c, tpl_buf *b, const tpl_str *s) {
 void tpl_repr(tpl_ctx *c, tpl_buf *b, tpl_val v) {
     tpl_step(c);
     switch (v.t) {
-    case TV_UNDEF: tpl_buf_puts(c, b, "Undefined"); return;
-    case TV_STR: repr_str(c, b, v.u.s); return;
+    case TV_UNDEF:
+        tpl_buf_puts(c, b, "Undefined");
+        return;
+    case TV_STR:
+        repr_str(c, b, v.u.s);
+        return;
     case TV_LIST: {
         const tpl_list *l = v.u.l;
         if (l->view) {
@@ -457,16 +510,23 @@ void tpl_repr(tpl_ctx *c, tpl_buf *b, tpl_val v) {
         tpl_buf_puts(c, b, v.t == TV_NS ? "}>" : "}");
         return;
     }
-    default: tpl_to_str(c, b, v); return;
+    default:
+        tpl_to_str(c, b, v);
+        return;
     }
 }
 
 void tpl_to_str(tpl_ctx *c, tpl_buf *b, tpl_val v) {
     char tmp[64];
     switch (v.t) {
-    case TV_UNDEF: return;
-    case TV_NONE: tpl_buf_puts(c, b, "None"); return;
-    case TV_BOOL: tpl_buf_puts(c, b, v.u.b ? "True" : "False"); return;
+    case TV_UNDEF:
+        return;
+    case TV_NONE:
+        tpl_buf_puts(c, b, "None");
+        return;
+    case TV_BOOL:
+        tpl_buf_puts(c, b, v.u.b ? "True" : "False");
+        return;
     case TV_INT:
         snprintf(tmp, sizeof tmp, "%lld", (long long)v.u.i);
         tpl_buf_puts(c, b, tmp);
@@ -475,10 +535,14 @@ void tpl_to_str(tpl_ctx *c, tpl_buf *b, tpl_val v) {
         tpl_float_repr(v.u.f, tmp, sizeof tmp);
         tpl_buf_puts(c, b, tmp);
         return;
-    case TV_STR: tpl_buf_put(c, b, v.u.s->p, v.u.s->n); return;
+    case TV_STR:
+        tpl_buf_put(c, b, v.u.s->p, v.u.s->n);
+        return;
     case TV_LIST:
     case TV_DICT:
-    case TV_NS: tpl_repr(c, b, v); return;
+    case TV_NS:
+        tpl_repr(c, b, v);
+        return;
     case TV_LOOP:
         snprintf(tmp, sizeof tmp, "<LoopContext %lld/%zu>", (long long)v.u.loop->i + 1,
                  v.u.loop->items->n);
@@ -486,8 +550,8 @@ void tpl_to_str(tpl_ctx *c, tpl_buf *b, tpl_val v) {
         return;
     case TV_FUNC:
     case TV_METHOD:
-        tpl_fail(c, LPX_ERR_UNSUPPORTED, "chat template line %d: printing a function is not supported",
-                 c->line);
+        tpl_fail(c, LPX_ERR_UNSUPPORTED,
+                 "chat template line %d: printing a function is not supported", c->line);
     }
 }
 
@@ -508,13 +572,27 @@ static void json_str(tpl_ctx *c, tpl_buf *b, const char *p, size_t n) {
         const char *esc = NULL;
         char tmp[8];
         switch (ch) {
-        case '"': esc = "\\\""; break;
-        case '\\': esc = "\\\\"; break;
-        case '\n': esc = "\\n"; break;
-        case '\r': esc = "\\r"; break;
-        case '\t': esc = "\\t"; break;
-        case '\b': esc = "\\b"; break;
-        case '\f': esc = "\\f"; break;
+        case '"':
+            esc = "\\\"";
+            break;
+        case '\\':
+            esc = "\\\\";
+            break;
+        case '\n':
+            esc = "\\n";
+            break;
+        case '\r':
+            esc = "\\r";
+            break;
+        case '\t':
+            esc = "\\t";
+            break;
+        case '\b':
+            esc = "\\b";
+            break;
+        case '\f':
+            esc = "\\f";
+            break;
         default:
             if (ch < 0x20) {
                 snprintf(tmp, sizeof tmp, "\\u%04x", ch);
@@ -535,14 +613,21 @@ static void json_str(tpl_ctx *c, tpl_buf *b, const char *p, size_t n) {
 
 static void json_newline(tpl_ctx *c, tpl_buf *b, int indent, int level) {
     tpl_buf_puts(c, b, "\n");
-    for (int i = 0; i < indent * level; i++) tpl_buf_puts(c, b, " ");
+    for (int i = 0; i < indent * level; i++)
+        tpl_buf_puts(c, b, " ");
 }
 
 static void json_key(tpl_ctx *c, tpl_buf *b, tpl_val k) {
     switch (k.t) {
-    case TV_STR: json_str(c, b, k.u.s->p, k.u.s->n); return;
-    case TV_NONE: tpl_buf_puts(c, b, "\"null\""); return;
-    case TV_BOOL: tpl_buf_puts(c, b, k.u.b ? "\"true\"" : "\"false\""); return;
+    case TV_STR:
+        json_str(c, b, k.u.s->p, k.u.s->n);
+        return;
+    case TV_NONE:
+        tpl_buf_puts(c, b, "\"null\"");
+        return;
+    case TV_BOOL:
+        tpl_buf_puts(c, b, k.u.b ? "\"true\"" : "\"false\"");
+        return;
     case TV_INT:
     case TV_FLOAT: {
         tpl_buf t = {0};
@@ -551,9 +636,10 @@ static void json_key(tpl_ctx *c, tpl_buf *b, tpl_val k) {
         return;
     }
     default:
-        tpl_fail(c, LPX_ERR_INVALID_ARG,
-                 "chat template line %d: tojson: keys must be str, int, float, bool or None, not %s",
-                 c->line, tpl_type_name(k.t));
+        tpl_fail(
+            c, LPX_ERR_INVALID_ARG,
+            "chat template line %d: tojson: keys must be str, int, float, bool or None, not %s",
+            c->line, tpl_type_name(k.t));
     }
 }
 
@@ -564,9 +650,15 @@ static void json_value(tpl_ctx *c, tpl_buf *b, tpl_val v, int indent, bool sort_
                  c->line);
     const char *item_sep = indent >= 0 ? "," : ", ";
     switch (v.t) {
-    case TV_NONE: tpl_buf_puts(c, b, "null"); break;
-    case TV_BOOL: tpl_buf_puts(c, b, v.u.b ? "true" : "false"); break;
-    case TV_INT: tpl_to_str(c, b, v); break;
+    case TV_NONE:
+        tpl_buf_puts(c, b, "null");
+        break;
+    case TV_BOOL:
+        tpl_buf_puts(c, b, v.u.b ? "true" : "false");
+        break;
+    case TV_INT:
+        tpl_to_str(c, b, v);
+        break;
     case TV_FLOAT:
         if (isnan(v.u.f))
             tpl_buf_puts(c, b, "NaN");
@@ -575,7 +667,9 @@ static void json_value(tpl_ctx *c, tpl_buf *b, tpl_val v, int indent, bool sort_
         else
             tpl_to_str(c, b, v);
         break;
-    case TV_STR: json_str(c, b, v.u.s->p, v.u.s->n); break;
+    case TV_STR:
+        json_str(c, b, v.u.s->p, v.u.s->n);
+        break;
     case TV_LIST: {
         const tpl_list *l = v.u.l;
         tpl_buf_puts(c, b, "[");
@@ -591,7 +685,8 @@ static void json_value(tpl_ctx *c, tpl_buf *b, tpl_val v, int indent, bool sort_
     case TV_DICT: {
         const tpl_dict *d = v.u.d;
         size_t *order = tpl_alloc(c, tpl_mul(c, d->n + 1, sizeof *order));
-        for (size_t i = 0; i < d->n; i++) order[i] = i;
+        for (size_t i = 0; i < d->n; i++)
+            order[i] = i;
         if (sort_keys) /* insertion sort: dicts in templates are small */
             for (size_t i = 1; i < d->n; i++)
                 for (size_t j = i; j > 0 && tpl_less(c, d->k[order[j]], d->k[order[j - 1]]); j--) {
@@ -613,8 +708,8 @@ static void json_value(tpl_ctx *c, tpl_buf *b, tpl_val v, int indent, bool sort_
     }
     default:
         tpl_fail(c, LPX_ERR_INVALID_ARG,
-                 "chat template line %d: tojson: Object of type %s is not JSON serializable", c->line,
-                 tpl_type_name(v.t));
+                 "chat template line %d: tojson: Object of type %s is not JSON serializable",
+                 c->line, tpl_type_name(v.t));
     }
     c->depth--;
 }

@@ -24,7 +24,8 @@ static int renders(const char *tmpl, const lpx_chat_message *m, size_t n,
     char *out = NULL;
     lpx_status s = lpx_template_render(tmpl, m, n, o, &out);
     int ok = s == LPX_OK && out && !strcmp(out, want);
-    if (!ok) fprintf(stderr, "render: status %d (%s), got [%s]\n", s, lpx_last_error(), out ? out : "");
+    if (!ok)
+        fprintf(stderr, "render: status %d (%s), got [%s]\n", s, lpx_last_error(), out ? out : "");
     lpx_free(out);
     return ok;
 }
@@ -38,8 +39,10 @@ static int fails(const char *tmpl, lpx_status want, const char *needle) {
 }
 
 int main(void) {
-    const lpx_chat_message conv[] = {
-        {"system", "Be brief."}, {"user", "Hi"}, {"assistant", "<think>\nr\n</think>\n\nHello"}, {"user", "Bye"}};
+    const lpx_chat_message conv[] = {{"system", "Be brief."},
+                                     {"user", "Hi"},
+                                     {"assistant", "<think>\nr\n</think>\n\nHello"},
+                                     {"user", "Bye"}};
 
     char *qwen3 = read_fixture("Qwen-Qwen3-0.6B.jinja");
     CHECK(qwen3 != NULL);
@@ -96,10 +99,12 @@ int main(void) {
                 "line 2: unsupported construct: {% macro %}"));
     CHECK(fails("{{ x | frobnicate }}", LPX_ERR_UNSUPPORTED, "filter 'frobnicate'"));
     CHECK(fails("{% for %}", LPX_ERR_INVALID_ARG, "line 1"));
-    CHECK(fails("{{ undefined_thing.attr }}", LPX_ERR_INVALID_ARG, "'undefined_thing' is undefined"));
+    CHECK(
+        fails("{{ undefined_thing.attr }}", LPX_ERR_INVALID_ARG, "'undefined_thing' is undefined"));
     CHECK(fails("bad \xff utf-8", LPX_ERR_INVALID_ARG, "not valid UTF-8"));
     char deep[4096] = "{{ ";
-    for (int i = 0; i < 1000; i++) strcat(deep, "(");
+    for (int i = 0; i < 1000; i++)
+        strcat(deep, "(");
     CHECK(fails(deep, LPX_ERR_INVALID_ARG, "nested too deeply"));
 
     char *out = (char *)1;
