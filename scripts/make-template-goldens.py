@@ -184,6 +184,11 @@ CONSTRUCTS = [
     "  {%+ if true %}kept{% endif +%}\n  {{ 'v' }}  \n{% for x in l %}\n  {{ x }}\n{% endfor %}\n",
     "line1\r\nline2\r{% if true %}\r\n  yes\r\n{% endif %}\n\n",
     "{{ 'a' 'b' \"c\" }} {{ '\\x41\\u00e9\\U0001F600\\101\\a\\q' }} {{ 1_000 + 0.5e1 }}",
+    # macros
+    "{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('A') }} {{ greet('B', '?') }} {{ greet(name='C') }} {{ greet() }}|",
+    "{%- macro render(x) -%}\n  {%- if x is mapping -%}{{ x|tojson }}{%- else -%}{{ x }}{%- endif -%}\n{%- endmacro -%}\n{{ render(d) }} {{ render(s) }}",
+    "{% set g = 'G' %}{% macro m() %}{{ g }}{% endmacro %}{% set g = 'H' %}{{ m() }} {% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n * (fact(n - 1)|int) }}{% endif %}{% endmacro %}{{ fact(5) }}",
+    "{% macro m(a, b=a ~ 'x') %}{{ a }}{{ b }}{% endmacro %}{{ m('q') }} {% macro w() %}  x  {% endmacro %}[{{ w() }}] {{ w()|trim }} {{ w is callable }}",
     # errors transformers raises too
     "{{ raise_exception('custom: ' ~ s) }}",
 ]

@@ -633,7 +633,7 @@ bool tpl_test(tpl_ctx *c, const char *name, tpl_val v, const tpl_args *a) {
         return v.t == TV_UNDEF || v.t == TV_STR || v.t == TV_LIST || v.t == TV_DICT;
     if (is(name, "sequence"))
         return v.t == TV_UNDEF || v.t == TV_STR || v.t == TV_LIST || v.t == TV_DICT;
-    if (is(name, "callable")) return v.t == TV_FUNC || v.t == TV_METHOD;
+    if (is(name, "callable")) return v.t == TV_FUNC || v.t == TV_METHOD || v.t == TV_MACRO;
     if (is(name, "escaped")) return false;
     if (is(name, "lower") || is(name, "upper")) {
         v = tpl_str_of(c, v);

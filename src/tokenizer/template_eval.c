@@ -510,6 +510,50 @@ static tpl_args eval_args(tpl_ctx *c, const tpl_expr *e, tpl_scope *s) {
     return a;
 }
 
+static tpl_val capture(tpl_ctx *c, const tpl_body *body, tpl_scope *s);
+
+/* A macro call renders its body, in a scope under the one it was defined in,
+ * to a string. */
+static tpl_val call_macro(tpl_ctx *c, const tpl_macro *m, const tpl_args *a) {
+    const tpl_stmt *def = m->def;
+    if (a->npos > def->nparams)
+        tpl_fail(c, LPX_ERR_INVALID_ARG,
+                 "chat template line %d: macro '%s' takes not more than %zu argument(s)", c->line,
+                 def->text, def->nparams);
+    for (size_t k = 0; k < a->nkw; k++) {
+        bool known = false;
+        for (size_t i = 0; i < def->nparams; i++)
+            known |= !strcmp(def->params[i], a->kw[k]);
+        if (!known)
+            tpl_fail(c, LPX_ERR_UNSUPPORTED,
+                     "chat template line %d: unsupported construct: macro '%s' called with "
+                     "unknown keyword argument '%s'",
+                     c->line, def->text, a->kw[k]);
+    }
+    tpl_scope *ms = tpl_scope_new(c, m->scope);
+    for (size_t i = 0; i < def->nparams; i++) {
+        const tpl_val *given = i < a->npos ? &a->pos[i] : NULL;
+        for (size_t k = 0; k < a->nkw && !given; k++)
+            if (!strcmp(def->params[i], a->kw[k])) given = &a->kwv[k];
+        tpl_val v;
+        if (given) {
+            v = *given;
+        } else if (def->args[i]) {
+            v = eval(c, def->args[i], ms);
+        } else {
+            size_t n = strlen(def->params[i]) + 32;
+            char *why = tpl_alloc(c, n);
+            snprintf(why, n, "'%s' is undefined", def->params[i]);
+            v = tv_undef(why);
+        }
+        tpl_scope_set(c, ms, def->params[i], v);
+    }
+    int line = c->line;
+    tpl_val r = capture(c, &def->body, ms);
+    c->line = line;
+    return r;
+}
+
 static tpl_val eval(tpl_ctx *c, const tpl_expr *e, tpl_scope *s) {
     tpl_step(c);
     if (++c->depth > TPL_MAX_DEPTH * 4)
@@ -558,7 +602,7 @@ static tpl_val eval(tpl_ctx *c, const tpl_expr *e, tpl_scope *s) {
         tpl_need_defined(c, fn);
         tpl_args a = eval_args(c, e, s);
         c->line = e->line;
-        r = tpl_call(c, fn, &a);
+        r = fn.t == TV_MACRO ? call_macro(c, fn.u.macro, &a) : tpl_call(c, fn, &a);
         break;
     }
     case TE_FILTER: {
@@ -703,6 +747,16 @@ static void exec_for(tpl_ctx *c, const tpl_stmt *st, tpl_scope *s) {
     }
 }
 
+/* Runs body and returns what it printed instead of printing it. */
+static tpl_val capture(tpl_ctx *c, const tpl_body *body, tpl_scope *s) {
+    size_t mark = c->out_len;
+    tpl_exec(c, body, s);
+    tpl_val v = tv_str(c, c->out ? c->out + mark : "", c->out_len - mark);
+    c->out_len = mark;
+    if (c->out) c->out[mark] = '\0';
+    return v;
+}
+
 void tpl_exec(tpl_ctx *c, const tpl_body *body, tpl_scope *s) {
     if (++c->depth > TPL_MAX_DEPTH * 4)
         tpl_fail(c, LPX_ERR_INVALID_ARG, "chat template: statements nested too deeply");
@@ -738,13 +792,16 @@ void tpl_exec(tpl_ctx *c, const tpl_body *body, tpl_scope *s) {
         case TS_SET:
             assign(c, st->target, eval(c, st->e, s), s);
             break;
-        case TS_SETBLOCK: {
-            size_t mark = c->out_len;
-            tpl_exec(c, &st->body, s);
-            st->filter->lit = tv_str(c, c->out ? c->out + mark : "", c->out_len - mark);
-            c->out_len = mark;
-            if (c->out) c->out[mark] = '\0';
+        case TS_SETBLOCK:
+            st->filter->lit = capture(c, &st->body, s);
             assign(c, st->target, eval(c, st->e, s), s);
+            break;
+        case TS_MACRO: {
+            tpl_macro *m = tpl_alloc(c, sizeof *m);
+            m->def = st;
+            m->scope = s;
+            tpl_val v = {.t = TV_MACRO, .u.macro = m};
+            tpl_scope_set(c, s, st->text, v);
             break;
         }
         case TS_BREAK:

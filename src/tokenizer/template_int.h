@@ -80,10 +80,11 @@ typedef enum tpl_type {
     TV_STR,
     TV_LIST, /* also tuples (flag) */
     TV_DICT,
-    TV_NS,    /* namespace(): a dict whose attributes may be set */
-    TV_LOOP,  /* the loop variable of a for */
-    TV_FUNC,  /* a global function */
-    TV_METHOD /* a bound method of a str, dict or list */
+    TV_NS,     /* namespace(): a dict whose attributes may be set */
+    TV_LOOP,   /* the loop variable of a for */
+    TV_FUNC,   /* a global function */
+    TV_METHOD, /* a bound method of a str, dict or list */
+    TV_MACRO   /* a {% macro %} with the scope it was defined in */
 } tpl_type;
 
 typedef struct tpl_str {
@@ -97,6 +98,7 @@ typedef struct tpl_list tpl_list;
 typedef struct tpl_dict tpl_dict;
 typedef struct tpl_loop tpl_loop;
 typedef struct tpl_method tpl_method;
+typedef struct tpl_macro tpl_macro;
 
 struct tpl_val {
     tpl_type t;
@@ -110,6 +112,7 @@ struct tpl_val {
         tpl_loop *loop;
         int fn;
         const tpl_method *m;
+        const tpl_macro *macro;
         const char *why; /* TV_UNDEF: what is undefined, for the error when it is used */
     } u;
 };
@@ -281,7 +284,8 @@ typedef enum tpl_stmt_kind {
     TS_SETBLOCK, /* {% set target [| filters] %}body{% endset %}: e is the filter chain on TE_LIT */
     TS_BREAK,
     TS_CONTINUE,
-    TS_BLOCK /* {% generation %}: just its body */
+    TS_BLOCK, /* {% generation %}: just its body */
+    TS_MACRO  /* {% macro text(target args) %}: args are defaults (NULL: none), kw the names */
 } tpl_stmt_kind;
 
 typedef struct tpl_stmt tpl_stmt;
@@ -293,8 +297,11 @@ typedef struct tpl_body {
 struct tpl_stmt {
     tpl_stmt_kind kind;
     int line;
-    const char *text; /* TS_TEXT */
+    const char *text; /* TS_TEXT; TS_MACRO: its name */
     size_t len;
+    tpl_expr **args;     /* TS_MACRO: default value of each parameter, or NULL */
+    const char **params; /* TS_MACRO: parameter names */
+    size_t nparams;
     tpl_expr *e;
     tpl_expr *target;
     tpl_expr *filter;
@@ -318,6 +325,11 @@ void tpl_scope_set(tpl_ctx *c, tpl_scope *s, const char *name, tpl_val v);
 enum { TPL_JUMP_NONE, TPL_JUMP_BREAK, TPL_JUMP_CONTINUE };
 
 void tpl_exec(tpl_ctx *c, const tpl_body *body, tpl_scope *scope);
+
+struct tpl_macro {
+    const struct tpl_stmt *def;
+    tpl_scope *scope;
+};
 void tpl_out(tpl_ctx *c, const char *s, size_t n);
 void tpl_step(tpl_ctx *c);
 

@@ -693,9 +693,44 @@ static tpl_stmt *parse_set(parser *P, int line) {
     return s;
 }
 
-static const char *const unsupported_tags[] = {"macro",  "call",  "filter",     "with",  "include",
-                                               "import", "from",  "extends",    "block", "do",
-                                               "print",  "trans", "autoescape", NULL};
+static tpl_stmt *parse_macro(parser *P, int line) {
+    tpl_stmt *s = stmt(P, TS_MACRO, line);
+    if (cur(P)->type != TK_NAME) unexpected(P, "a macro name");
+    s->text = cur(P)->text;
+    next(P);
+    expect_op(P, "(");
+    exprs x = {0};
+    while (!is_op(P, ")")) {
+        if (x.n) expect_op(P, ",");
+        if (cur(P)->type != TK_NAME) unexpected(P, "a parameter name");
+        const char *name = cur(P)->text;
+        next(P);
+        tpl_expr *dflt = NULL;
+        if (is_op(P, "=")) {
+            next(P);
+            dflt = parse_expr(P, true);
+        }
+        push(P, &x, dflt, name);
+    }
+    next(P);
+    block_end(P);
+    s->args = x.v;
+    s->params = x.kw;
+    s->nparams = x.n;
+    static const char *const ends[] = {"endmacro", NULL};
+    const char *found;
+    int loops = P->loops;
+    P->loops = 0; /* break/continue cannot leave a macro */
+    s->body = parse_body(P, ends, &found);
+    P->loops = loops;
+    if (cur(P)->type == TK_NAME) next(P); /* {% endmacro name %} */
+    block_end(P);
+    return s;
+}
+
+static const char *const unsupported_tags[] = {"call",  "filter",     "with",  "include", "import",
+                                               "from",  "extends",    "block", "do",      "print",
+                                               "trans", "autoescape", NULL};
 
 static tpl_stmt *parse_statement(parser *P) {
     const tpl_tok *t = cur(P);
@@ -706,6 +741,7 @@ static tpl_stmt *parse_statement(parser *P) {
     if (!strcmp(name, "if")) return parse_if(P, line);
     if (!strcmp(name, "for")) return parse_for(P, line);
     if (!strcmp(name, "set")) return parse_set(P, line);
+    if (!strcmp(name, "macro")) return parse_macro(P, line);
     if (!strcmp(name, "break") || !strcmp(name, "continue")) {
         if (!P->loops)
             tpl_fail(P->c, LPX_ERR_INVALID_ARG, "chat template line %d: '%s' outside a for loop",

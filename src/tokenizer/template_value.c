@@ -232,6 +232,8 @@ const char *tpl_type_name(tpl_type t) {
         return "function";
     case TV_METHOD:
         return "method";
+    case TV_MACRO:
+        return "Macro";
     }
     return "?";
 }
@@ -306,6 +308,8 @@ bool tpl_equal(tpl_val a, tpl_val b) {
         return a.u.fn == b.u.fn;
     case TV_METHOD:
         return a.u.m == b.u.m;
+    case TV_MACRO:
+        return a.u.macro == b.u.macro;
     default:
         return false;
     }
@@ -550,6 +554,7 @@ void tpl_to_str(tpl_ctx *c, tpl_buf *b, tpl_val v) {
         return;
     case TV_FUNC:
     case TV_METHOD:
+    case TV_MACRO:
         tpl_fail(c, LPX_ERR_UNSUPPORTED,
                  "chat template line %d: printing a function is not supported", c->line);
     }

@@ -112,7 +112,7 @@ def test_llama32_default_date_is_strftime_now(lpx_bin, tmp_path):
 
 # Constructs outside the subset fail cleanly, naming the construct and line.
 @pytest.mark.parametrize("template,needle", [
-    ("hi\n{% macro m() %}x{% endmacro %}", "line 2: unsupported construct: {% macro %}"),
+    ("hi\n{% filter upper %}x{% endfilter %}", "line 2: unsupported construct: {% filter %}"),
     ("{{ 'a' | wordwrap }}", "line 1: unsupported construct: filter 'wordwrap'"),
     ("{% raw %}x{% endraw %}", "line 1: unsupported construct: {% raw %}"),
     ("\n\n{{ x is divisible_by_seven }}", "line 3: unsupported construct: test 'divisible_by_seven'"),
@@ -168,3 +168,4 @@ def test_construct(lpx_bin, tmp_path, case):
     else:
         assert r.returncode == 0, r.stderr.decode()
         assert r.stdout.decode() == case["expected"]
+

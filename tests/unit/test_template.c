@@ -95,8 +95,8 @@ int main(void) {
     /* Errors: a status, a one-line message naming what and where; no output. */
     CHECK(fails("{{ raise_exception('Roles must alternate') }}", LPX_ERR_INVALID_ARG,
                 "chat template: Roles must alternate"));
-    CHECK(fails("\n{% macro m() %}{% endmacro %}", LPX_ERR_UNSUPPORTED,
-                "line 2: unsupported construct: {% macro %}"));
+    CHECK(fails("\n{% call m() %}{% endcall %}", LPX_ERR_UNSUPPORTED,
+                "line 2: unsupported construct: {% call %}"));
     CHECK(fails("{{ x | frobnicate }}", LPX_ERR_UNSUPPORTED, "filter 'frobnicate'"));
     CHECK(fails("{% for %}", LPX_ERR_INVALID_ARG, "line 1"));
     CHECK(
