@@ -5,23 +5,27 @@
 #include "lpx.h"
 #include "tokenizer/template.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: lpx template --file T.jinja --messages M.json [options]\n\n"
-            "Renders the chat template T.jinja over the messages in M.json (a JSON array of\n"
-            "{\"role\": ..., \"content\": ...} objects) and prints the prompt text, byte for\n"
-            "byte as Hugging Face transformers' apply_chat_template renders it.\n\n"
+            "usage: lpx template (--file T.jinja | -m MODEL) --messages M.json [options]\n\n"
+            "Renders the chat template T.jinja (or MODEL's own, with its BOS/EOS tokens) over\n"
+            "the messages in M.json (a JSON array of {\"role\": ..., \"content\": ...}\n"
+            "objects) and prints the prompt text, byte for byte as Hugging Face transformers'\n"
+            "apply_chat_template renders it.\n\n"
             "  --file T.jinja            the template\n"
+            "  -m, --model MODEL         a .gguf file or model directory: its template and tokens\n"
             "  --messages M.json         the conversation ('-' reads standard input)\n"
             "  --add-generation-prompt   end with the assistant turn's opening\n"
             "  --enable-thinking BOOL    true or false (Qwen3); default: undefined\n"
             "  --date-string S           Llama 3: the date the template prints\n"
             "  --bos S, --eos S          texts of bos_token and eos_token\n"
             "  --vars V.json             a JSON object of further template variables (tools, ...)\n"
+            "                            (--date-string, --bos, --eos and --vars need --file)\n"
             "  -h, --help                this help\n");
 }
 
@@ -57,8 +61,50 @@ static char *read_all(const char *path) {
     return buf;
 }
 
+/* MODEL's template over role/content messages, through lpx_chat_render. */
+static int render_model(const char *path, const char *json, const lpx_template_opts *o) {
+    cJSON *arr = cJSON_Parse(json);
+    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
+    lpx_chat_message *msgs = n > 0 ? calloc((size_t)n, sizeof *msgs) : NULL;
+    if (n < 0 || (n > 0 && !msgs)) {
+        fprintf(stderr, "lpx template: messages must be a JSON array\n");
+        cJSON_Delete(arr);
+        return 1;
+    }
+    int k = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, k++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
+            fprintf(stderr, "lpx template: message %d needs string role and content with -m\n", k);
+            free(msgs);
+            cJSON_Delete(arr);
+            return 1;
+        }
+        msgs[k].role = role->valuestring;
+        msgs[k].content = content->valuestring;
+    }
+    lpx_model *m = NULL;
+    char *out = NULL;
+    lpx_status s = lpx_model_open(path, &m);
+    if (s == LPX_OK)
+        s = lpx_chat_render(m, msgs, (size_t)n, o->add_generation_prompt, o->enable_thinking, &out);
+    int rc = 1;
+    if (s == LPX_OK) {
+        fwrite(out, 1, strlen(out), stdout);
+        rc = fflush(stdout) == 0 ? 0 : 1;
+    } else {
+        fprintf(stderr, "lpx template: %s\n", lpx_last_error());
+    }
+    lpx_free(out);
+    lpx_model_close(m);
+    free(msgs);
+    cJSON_Delete(arr);
+    return rc;
+}
+
 int cmd_template(int argc, char **argv) {
-    const char *file = NULL, *messages = NULL, *vars = NULL;
+    const char *file = NULL, *messages = NULL, *vars = NULL, *model = NULL;
     lpx_template_opts o = lpx_template_opts_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -74,6 +120,8 @@ int cmd_template(int argc, char **argv) {
         const char **dst = !strcmp(a, "--file")          ? &file
                            : !strcmp(a, "--messages")    ? &messages
                            : !strcmp(a, "--vars")        ? &vars
+                           : !strcmp(a, "-m")            ? &model
+                           : !strcmp(a, "--model")       ? &model
                            : !strcmp(a, "--date-string") ? &o.date_string
                            : !strcmp(a, "--bos")         ? &o.bos_token
                            : !strcmp(a, "--eos")         ? &o.eos_token
@@ -98,9 +146,24 @@ int cmd_template(int argc, char **argv) {
         *dst = v;
         i++;
     }
-    if (!file || !messages) {
-        fprintf(stderr, "lpx template: --file and --messages are required (lpx template --help)\n");
+    if (!(file || model) || (file && model) || !messages) {
+        fprintf(stderr, "lpx template: --messages and one of --file or -m are required "
+                        "(lpx template --help)\n");
         return 2;
+    }
+    if (model) {
+        if (vars || o.bos_token || o.eos_token || o.date_string) {
+            fprintf(stderr, "lpx template: --vars, --bos, --eos and --date-string need --file\n");
+            return 2;
+        }
+        char *json = read_all(messages);
+        if (!json) {
+            fprintf(stderr, "lpx template: cannot read %s\n", messages);
+            return 1;
+        }
+        int rc = render_model(model, json, &o);
+        free(json);
+        return rc;
     }
     char *tmpl = read_all(file), *msgs = read_all(messages), *extra = vars ? read_all(vars) : NULL;
     int rc = 1;

@@ -169,3 +169,29 @@ def test_construct(lpx_bin, tmp_path, case):
         assert r.returncode == 0, r.stderr.decode()
         assert r.stdout.decode() == case["expected"]
 
+
+def test_model_template_smollm2(lpx_bin, tmp_path, smollm2):
+    """-m renders the GGUF's own template through lpx_chat_render: the same
+    text as the committed template file, which the goldens verify."""
+    case = next(c for c in GOLDENS if c["id"] == "smollm2-system_multi_turn-agp")
+    mfile = tmp_path / "m.json"
+    mfile.write_text(json.dumps(case["messages"]))
+    r = subprocess.run([lpx_bin, "template", "-m", smollm2, "--messages", str(mfile),
+                        "--add-generation-prompt"], capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode() == case["expected"]
+    gguf = pytest.importorskip("gguf")
+    field = gguf.GGUFReader(smollm2).fields["tokenizer.chat_template"]
+    text = bytes(field.parts[field.data[0]]).decode()
+    assert text == (TDIR / "HuggingFaceTB-SmolLM2-135M-Instruct.jinja").read_text()
+
+
+def test_model_without_template(lpx_bin, tmp_path):
+    mfile = tmp_path / "m.json"
+    mfile.write_text('[{"role": "user", "content": "hi"}]')
+    r = subprocess.run([lpx_bin, "template", "-m", str(ROOT / "tests/fixtures/models/llama"),
+                        "--messages", str(mfile)], capture_output=True, text=True)
+    assert r.returncode == 1 and "model has no chat template" in r.stderr
+    r = subprocess.run([lpx_bin, "template", "-m", "x.gguf", "--messages", str(mfile),
+                        "--bos", "<s>"], capture_output=True, text=True)
+    assert r.returncode == 2
