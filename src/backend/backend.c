@@ -6,12 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef LPX_HAVE_CUDA
-/* Weak, so that a build with nvcc links while src/backend/cuda/ is still
- * incomplete; a missing CUDA backend is then reported as unsupported. */
-extern const lpx_backend_ops lpx_cuda_backend_ops __attribute__((weak));
-#endif
-
 size_t lpx_kv_bytes_per_token(const lpx_config *c, size_t bytes_per_elem) {
     return (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * bytes_per_elem;
 }
@@ -34,9 +28,6 @@ lpx_status lpx_backend_select(const char *device, const lpx_backend_ops **ops, i
                                   "device '%s': expected cuda:N with N a GPU ordinal", device);
         }
 #ifdef LPX_HAVE_CUDA
-        if (!&lpx_cuda_backend_ops)
-            return lpx_errorf(LPX_ERR_UNSUPPORTED, "device '%s': no CUDA backend in this build",
-                              device);
         *ops = &lpx_cuda_backend_ops;
         *ordinal = (int)n;
         return LPX_OK;
