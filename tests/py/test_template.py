@@ -195,3 +195,25 @@ def test_model_without_template(lpx_bin, tmp_path):
     r = subprocess.run([lpx_bin, "template", "-m", "x.gguf", "--messages", str(mfile),
                         "--bos", "<s>"], capture_output=True, text=True)
     assert r.returncode == 2
+
+
+def test_model_template_gets_bos_eos(lpx_bin, tmp_path):
+    """lpx_chat_render passes the model's BOS/EOS token texts: an HF directory
+    with Llama 3.3's official template (as chat_template.jinja) renders as
+    --file does with --bos/--eos set to the tokenizer config's tokens."""
+    import shutil
+    model = tmp_path / "model"
+    shutil.copytree(ROOT / "tests/fixtures/model/hf-llama", model)
+    tmpl = TDIR / "meta-llama-Llama-3.3-70B-Instruct.jinja"
+    shutil.copy(tmpl, model / "chat_template.jinja")
+    config = json.loads((model / "tokenizer_config.json").read_text())
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+    mfile = tmp_path / "m.json"
+    mfile.write_text(json.dumps(messages))
+    r = subprocess.run([lpx_bin, "template", "-m", str(model), "--messages", str(mfile),
+                        "--add-generation-prompt"], capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    want = lpx_template(lpx_bin, tmp_path, tmpl, messages, agp=True, bos=config["bos_token"],
+                        eos=config["eos_token"])
+    assert want.returncode == 0 and r.stdout == want.stdout
+    assert r.stdout.decode().startswith(config["bos_token"] + "<|start_header_id|>system")
