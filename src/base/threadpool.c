@@ -17,8 +17,8 @@ struct lpx_threadpool {
     int n_threads; /* including the caller */
     pthread_t *threads;
     pthread_mutex_t mu;
-    pthread_cond_t wake; /* workers: a new job (or shutdown) */
-    pthread_cond_t done; /* caller: the last worker finished */
+    pthread_cond_t wake;             /* workers: a new job (or shutdown) */
+    pthread_cond_t done;             /* caller: the last worker finished */
     atomic_uint_fast64_t generation; /* bumped once per job */
     bool shutdown;
 
@@ -26,8 +26,8 @@ struct lpx_threadpool {
     lpx_parallel_fn fn;
     void *ctx;
     int64_t n, grain;
-    atomic_int_fast64_t next;   /* next unclaimed item */
-    atomic_int busy;            /* workers still in the current job */
+    atomic_int_fast64_t next; /* next unclaimed item */
+    atomic_int busy;          /* workers still in the current job */
 };
 
 typedef struct worker_arg {
@@ -118,7 +118,8 @@ void lpx_threadpool_destroy(lpx_threadpool *p) {
     p->shutdown = true;
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i - 1], NULL);
+    for (int i = 1; i < p->n_threads; i++)
+        pthread_join(p->threads[i - 1], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->wake);
     pthread_cond_destroy(&p->done);
@@ -126,10 +127,11 @@ void lpx_threadpool_destroy(lpx_threadpool *p) {
     free(p);
 }
 
-int lpx_threadpool_size(const lpx_threadpool *p) { return p->n_threads; }
+int lpx_threadpool_size(const lpx_threadpool *p) {
+    return p->n_threads;
+}
 
-void lpx_parallel_for(lpx_threadpool *p, int64_t n, int64_t grain, lpx_parallel_fn fn,
-                      void *ctx) {
+void lpx_parallel_for(lpx_threadpool *p, int64_t n, int64_t grain, lpx_parallel_fn fn, void *ctx) {
     if (n <= 0) return;
     if (grain < 1) grain = 1;
     if (p->n_threads == 1 || n <= grain) {
@@ -150,6 +152,7 @@ void lpx_parallel_for(lpx_threadpool *p, int64_t n, int64_t grain, lpx_parallel_
     for (int i = 0; i < SPIN_ITERS; i++)
         if (atomic_load_explicit(&p->busy, memory_order_acquire) == 0) return;
     pthread_mutex_lock(&p->mu);
-    while (atomic_load(&p->busy) != 0) pthread_cond_wait(&p->done, &p->mu);
+    while (atomic_load(&p->busy) != 0)
+        pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }

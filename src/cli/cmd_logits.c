@@ -15,23 +15,22 @@
 #define MAX_SEQS 64
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lpx logits -m MODEL --ids ID,ID,... [--ids ...] [options]\n\n"
-            "Runs a backend directly on token ids and writes float32 logits\n"
-            "[n_tokens][vocab] of every position (sequences in the order given).\n"
-            "Each --ids is one sequence; all sequences advance together, one step at a time.\n\n"
-            "  -m, --model MODEL     model directory or .gguf file\n"
-            "  --ids LIST            comma-separated token ids of one sequence (repeatable)\n"
-            "  --device DEV          cpu (default), cuda, cuda:N\n"
-            "  --mode MODE           prefill: all ids in one step (default);\n"
-            "                        decode: one id per step through the KV cache\n"
-            "  --chunk N[,N...]      ids per step for each sequence (overrides --mode)\n"
-            "  --block-size N        KV block size in tokens (default 16)\n"
-            "  --threads N           CPU threads (default: all cores)\n"
-            "  -o, --output FILE     write the logits there (raw little-endian float32)\n"
-            "  --greedy N            then generate N tokens greedily (all sequences batched);\n"
-            "                        prints one line of comma-separated ids per sequence\n"
-            "  --time                print prefill and decode speed to stderr\n");
+    fprintf(f, "usage: lpx logits -m MODEL --ids ID,ID,... [--ids ...] [options]\n\n"
+               "Runs a backend directly on token ids and writes float32 logits\n"
+               "[n_tokens][vocab] of every position (sequences in the order given).\n"
+               "Each --ids is one sequence; all sequences advance together, one step at a time.\n\n"
+               "  -m, --model MODEL     model directory or .gguf file\n"
+               "  --ids LIST            comma-separated token ids of one sequence (repeatable)\n"
+               "  --device DEV          cpu (default), cuda, cuda:N\n"
+               "  --mode MODE           prefill: all ids in one step (default);\n"
+               "                        decode: one id per step through the KV cache\n"
+               "  --chunk N[,N...]      ids per step for each sequence (overrides --mode)\n"
+               "  --block-size N        KV block size in tokens (default 16)\n"
+               "  --threads N           CPU threads (default: all cores)\n"
+               "  -o, --output FILE     write the logits there (raw little-endian float32)\n"
+               "  --greedy N            then generate N tokens greedily (all sequences batched);\n"
+               "                        prints one line of comma-separated ids per sequence\n"
+               "  --time                print prefill and decode speed to stderr\n");
 }
 
 static int fail(const char *what) {
@@ -111,8 +110,8 @@ static lpx_status step(run *r, int32_t upto_greedy, int32_t *n_fed) {
     *n_fed = n;
     if (!n) return LPX_OK;
     r->seq_start[ns] = n;
-    lpx_batch bt = {n, r->tokens, r->positions, ns, r->seq_start, r->seq_len, r->table,
-                    r->max_blocks, nl, r->rows};
+    lpx_batch bt = {n,          r->tokens, r->positions,  ns, r->seq_start,
+                    r->seq_len, r->table,  r->max_blocks, nl, r->rows};
     return r->b->ops->step(r->b, &bt, r->logits);
 }
 
@@ -154,7 +153,8 @@ int cmd_logits(int argc, char **argv) {
         } else if (!strcmp(a, "--time")) {
             timing = true;
         } else if ((!strcmp(a, "--block-size") || !strcmp(a, "--threads") ||
-                    !strcmp(a, "--greedy")) && has) {
+                    !strcmp(a, "--greedy")) &&
+                   has) {
             char *end;
             errno = 0;
             long v = strtol(argv[++i], &end, 10);
@@ -164,9 +164,12 @@ int cmd_logits(int argc, char **argv) {
                 fprintf(stderr, "lpx logits: %s: bad value '%s'\n", a, argv[i]);
                 return 2;
             }
-            if (is_threads) threads = (int)v;
-            else if (!strcmp(a, "--greedy")) n_greedy = (int)v;
-            else block_size = (int)v;
+            if (is_threads)
+                threads = (int)v;
+            else if (!strcmp(a, "--greedy"))
+                n_greedy = (int)v;
+            else
+                block_size = (int)v;
         } else {
             fprintf(stderr, "lpx logits: unknown or incomplete option '%s' (see --help)\n", a);
             return 2;
@@ -195,8 +198,8 @@ int cmd_logits(int argc, char **argv) {
     lpx_model *m = NULL;
     FILE *out = NULL;
     if (!r.seqs) goto oom;
-    if (chunk_arg && (!parse_ints(chunk_arg, &chunks, &n_chunks) ||
-                      (n_chunks != 1 && n_chunks != n_seqs))) {
+    if (chunk_arg &&
+        (!parse_ints(chunk_arg, &chunks, &n_chunks) || (n_chunks != 1 && n_chunks != n_seqs))) {
         fprintf(stderr, "lpx logits: --chunk wants one size or one per sequence\n");
         rc = 2;
         goto done;
@@ -248,8 +251,11 @@ int cmd_logits(int argc, char **argv) {
             r.seqs[s].blocks[i] = (int32_t)(n_blocks - 1 - ((int64_t)i * n_seqs + s));
     }
     if (max_step < n_seqs) max_step = n_seqs;
-    lpx_backend_opts o = {.device = ordinal, .n_threads = threads, .block_size = block_size,
-                          .n_blocks = (int32_t)n_blocks, .max_batch_tokens = (int32_t)max_step,
+    lpx_backend_opts o = {.device = ordinal,
+                          .n_threads = threads,
+                          .block_size = block_size,
+                          .n_blocks = (int32_t)n_blocks,
+                          .max_batch_tokens = (int32_t)max_step,
                           .max_seqs = n_seqs};
     r.tokens = malloc((size_t)max_step * sizeof(int32_t));
     r.positions = malloc((size_t)max_step * sizeof(int32_t));
@@ -258,8 +264,7 @@ int cmd_logits(int argc, char **argv) {
     r.seq_len = malloc((size_t)n_seqs * sizeof(int32_t));
     r.table = malloc((size_t)n_blocks * sizeof(int32_t));
     r.logits = malloc((size_t)max_step * (size_t)r.vocab * sizeof(float));
-    if (!r.tokens || !r.positions || !r.rows || !r.seq_start || !r.seq_len || !r.table ||
-        !r.logits)
+    if (!r.tokens || !r.positions || !r.rows || !r.seq_start || !r.seq_len || !r.table || !r.logits)
         goto oom;
     if (ops->create(m, &o, &r.b) != LPX_OK) {
         rc = fail("creating the backend");
@@ -317,7 +322,8 @@ int cmd_logits(int argc, char **argv) {
                 (double)total_ids / (t1 - t0), 1e3 * (c1 - c0));
 
     /* Greedy continuation, all sequences decoding together. */
-    for (int s = 0; s < n_seqs; s++) r.seqs[s].chunk = 1;
+    for (int s = 0; s < n_seqs; s++)
+        r.seqs[s].chunk = 1;
     int64_t gen = 0;
     for (int32_t g = 1; g < n_greedy; g++) {
         int32_t fed;

@@ -21,10 +21,14 @@ static uint32_t rnd(void) {
     rng ^= rng << 17;
     return (uint32_t)(rng >> 16);
 }
-static float rndf(void) { return (float)(rnd() % 20001) / 10000.0f - 1.0f; } /* [-1, 1] */
+static float rndf(void) {
+    return (float)(rnd() % 20001) / 10000.0f - 1.0f;
+} /* [-1, 1] */
 
 /* A finite f16 with magnitude in [2^-6, 2^-5): a plausible block scale. */
-static uint16_t rnd_scale(void) { return (uint16_t)(0x2400 | (rnd() & 0x3ff) | (rnd() & 1) << 15); }
+static uint16_t rnd_scale(void) {
+    return (uint16_t)(0x2400 | (rnd() & 0x3ff) | (rnd() & 1) << 15);
+}
 
 /* Random bytes of rows x cols elements of type t (valid scales in block types). */
 static uint8_t *rnd_tensor_data(lpx_dtype t, int64_t rows, int64_t cols, size_t *nbytes) {
@@ -32,7 +36,8 @@ static uint8_t *rnd_tensor_data(lpx_dtype t, int64_t rows, int64_t cols, size_t 
     lpx_dtype_row_bytes(t, cols, &row);
     *nbytes = row * (size_t)rows;
     uint8_t *p = malloc(*nbytes);
-    for (size_t i = 0; i < *nbytes; i++) p[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < *nbytes; i++)
+        p[i] = (uint8_t)rnd();
     int be = lpx_dtype_block_bytes(t);
     for (size_t off = 0; off < *nbytes; off += (size_t)be) {
         uint16_t s;
@@ -58,7 +63,8 @@ static uint8_t *rnd_tensor_data(lpx_dtype t, int64_t rows, int64_t cols, size_t 
             s = rnd_scale();
             memcpy(p + off, &s, 2);
             break;
-        case LPX_DT_COUNT: break;
+        case LPX_DT_COUNT:
+            break;
         }
     }
     return p;
@@ -98,14 +104,17 @@ static void test_matmul(lpx_threadpool *pool) {
     enum { ROWS = 37, COLS = 96, NT = 5 };
     float x[NT][COLS], y[NT][ROWS], bias[ROWS], rowbuf[2 * CPU_MATMUL_ROWBUF(COLS)], w[COLS];
     for (int t = 0; t < NT; t++)
-        for (int c = 0; c < COLS; c++) x[t][c] = rndf();
-    for (int r = 0; r < ROWS; r++) bias[r] = rndf();
+        for (int c = 0; c < COLS; c++)
+            x[t][c] = rndf();
+    for (int r = 0; r < ROWS; r++)
+        bias[r] = rndf();
     for (int type = 0; type < LPX_DT_COUNT; type++) {
         lpx_tensor W;
         mk(&W, "w", (lpx_dtype)type, ROWS, COLS);
         for (int acc = 0; acc < 2; acc++) {
             for (int t = 0; t < NT; t++)
-                for (int r = 0; r < ROWS; r++) y[t][r] = acc ? 1.0f : NAN;
+                for (int r = 0; r < ROWS; r++)
+                    y[t][r] = acc ? 1.0f : NAN;
             cpu_matmul_job job = {&W, bias, &y[0][0], ROWS, acc};
             cpu_matmul(pool, &job, 1, &x[0][0], COLS, NT, rowbuf, CPU_MATMUL_ROWBUF(COLS));
             double worst = 0;
@@ -123,8 +132,8 @@ static void test_matmul(lpx_threadpool *pool) {
                 }
             }
             CHECK(worst < 1e-6);
-            if (!(worst < 1e-6)) fprintf(stderr, "matmul %s: relative error %g\n",
-                                         lpx_dtype_name(W.type), worst);
+            if (!(worst < 1e-6))
+                fprintf(stderr, "matmul %s: relative error %g\n", lpx_dtype_name(W.type), worst);
         }
         if (type == LPX_DT_F32) {
             /* F32 weights at an odd address (a file may place them so) give the same result. */
@@ -133,7 +142,8 @@ static void test_matmul(lpx_threadpool *pool) {
             float y2[NT][ROWS];
             lpx_tensor W2 = W;
             W2.data = odd + 1;
-            cpu_matmul_job j1 = {&W, NULL, &y[0][0], ROWS, false}, j2 = {&W2, NULL, &y2[0][0], ROWS, false};
+            cpu_matmul_job j1 = {&W, NULL, &y[0][0], ROWS, false},
+                           j2 = {&W2, NULL, &y2[0][0], ROWS, false};
             cpu_matmul(pool, &j1, 1, &x[0][0], COLS, NT, rowbuf, CPU_MATMUL_ROWBUF(COLS));
             cpu_matmul(pool, &j2, 1, &x[0][0], COLS, NT, rowbuf, CPU_MATMUL_ROWBUF(COLS));
             CHECK(!memcmp(y, y2, sizeof y));
@@ -203,7 +213,8 @@ static void toy_init(toy *y, bool features) {
 }
 
 static void toy_free(toy *y) {
-    for (int64_t i = 0; i < y->m.n_tensors; i++) free((void *)y->t[i].data);
+    for (int64_t i = 0; i < y->m.n_tensors; i++)
+        free((void *)y->t[i].data);
 }
 
 enum { NSEQ = 3, BS = 4, MAXB = 8, NBLK = NSEQ * MAXB + 2, VOCAB = 160 };
@@ -217,7 +228,8 @@ static bool feed(lpx_backend *b, const int32_t *chunk, const int32_t table[NSEQ]
     int32_t done[NSEQ] = {0};
     static float logits[40][VOCAB];
     for (;;) {
-        int32_t tok[40], pos[40], start[NSEQ + 1], len[NSEQ], tbl[NSEQ][MAXB], rows[40], which[NSEQ];
+        int32_t tok[40], pos[40], start[NSEQ + 1], len[NSEQ], tbl[NSEQ][MAXB], rows[40],
+            which[NSEQ];
         int32_t n = 0, ns = 0;
         for (int s = 0; s < NSEQ; s++) {
             int32_t take = seq_n[s] - done[s] < chunk[s] ? seq_n[s] - done[s] : chunk[s];
@@ -260,9 +272,13 @@ static void test_invariance(bool features) {
     toy y;
     toy_init(&y, features);
     for (int s = 0; s < NSEQ; s++)
-        for (int i = 0; i < seq_n[s]; i++) ids[s][i] = (int32_t)(rnd() % VOCAB);
-    lpx_backend_opts o = {.n_threads = 2, .block_size = BS, .n_blocks = NBLK,
-                          .max_batch_tokens = 40, .max_seqs = NSEQ};
+        for (int i = 0; i < seq_n[s]; i++)
+            ids[s][i] = (int32_t)(rnd() % VOCAB);
+    lpx_backend_opts o = {.n_threads = 2,
+                          .block_size = BS,
+                          .n_blocks = NBLK,
+                          .max_batch_tokens = 40,
+                          .max_seqs = NSEQ};
     lpx_backend *b = NULL;
     CHECK(lpx_cpu_backend_ops.create(&y.m, &o, &b) == LPX_OK);
     if (!b) {
@@ -287,7 +303,8 @@ static void test_invariance(bool features) {
     float mx = 0;
     for (int s = 0; s < NSEQ; s++)
         for (int i = 0; i < seq_n[s]; i++)
-            for (int v = 0; v < VOCAB; v++) mx = fmaxf(mx, fabsf(alone[s][i][v]));
+            for (int v = 0; v < VOCAB; v++)
+                mx = fmaxf(mx, fabsf(alone[s][i][v]));
     CHECK(mx > 0.1f && isfinite(mx)); /* logits neither flat nor broken */
 
     /* All together: mixed prefill chunks and decode, other blocks; then all decode. */
@@ -386,7 +403,8 @@ static void test_invariance(bool features) {
 static atomic_int visits[1000];
 static void visit(void *ctx, int64_t b, int64_t e, int thread) {
     (void)ctx;
-    for (int64_t i = b; i < e; i++) atomic_fetch_add(&visits[i], 1);
+    for (int64_t i = b; i < e; i++)
+        atomic_fetch_add(&visits[i], 1);
     CHECK(thread >= 0 && thread < 2);
 }
 
@@ -395,10 +413,12 @@ static void test_threadpool(lpx_threadpool *pool) {
     int64_t ns[] = {0, 1, 7, 999, 1000};
     for (int k = 0; k < 5; k++)
         for (int64_t grain = 1; grain <= 64; grain *= 4) {
-            for (int i = 0; i < 1000; i++) visits[i] = 0;
+            for (int i = 0; i < 1000; i++)
+                visits[i] = 0;
             lpx_parallel_for(pool, ns[k], grain, visit, NULL);
             bool ok = true;
-            for (int i = 0; i < 1000; i++) ok &= visits[i] == (i < ns[k] ? 1 : 0);
+            for (int i = 0; i < 1000; i++)
+                ok &= visits[i] == (i < ns[k] ? 1 : 0);
             CHECK(ok);
         }
 }

@@ -33,21 +33,21 @@ typedef struct cpu_backend {
     int64_t block_floats;  /* floats in one KV block */
     size_t bytes;          /* weights + everything allocated here */
 
-    float *kv;               /* [n_blocks][n_layers][2][block_size][n_kv_heads][head_dim] */
-    float *vec_store;        /* 1-D weights converted to float */
-    cpu_layer_vecs *layers;  /* [n_layers], pointers into vec_store */
-    const float *out_norm;   /* (d_model) */
-    float *inv_freq;         /* (head_dim / 2) RoPE frequencies after scaling */
+    float *kv;              /* [n_blocks][n_layers][2][block_size][n_kv_heads][head_dim] */
+    float *vec_store;       /* 1-D weights converted to float */
+    cpu_layer_vecs *layers; /* [n_layers], pointers into vec_store */
+    const float *out_norm;  /* (d_model) */
+    float *inv_freq;        /* (head_dim / 2) RoPE frequencies after scaling */
 
     /* scratch for up to max_batch_tokens tokens (T) */
-    float *x;        /* [T][d_model] residual stream */
-    float *xb;       /* [T][max(d_model, q_dim)] normed input / attention output */
-    float *q;        /* [T][q_dim] */
-    float *k, *v;    /* [T][kv_dim] */
-    float *gate, *up; /* [T][d_ff] */
+    float *x;                   /* [T][d_model] residual stream */
+    float *xb;                  /* [T][max(d_model, q_dim)] normed input / attention output */
+    float *q;                   /* [T][q_dim] */
+    float *k, *v;               /* [T][kv_dim] */
+    float *gate, *up;           /* [T][d_ff] */
     float *rope_cos, *rope_sin; /* [T][head_dim / 2] */
-    float *rowbuf;   /* [n_threads][CPU_MATMUL_ROWBUF(max cols)] dequantized weight rows */
-    float *scores;   /* [n_threads][ctx_cap] attention weights */
+    float *rowbuf;    /* [n_threads][CPU_MATMUL_ROWBUF(max cols)] dequantized weight rows */
+    float *scores;    /* [n_threads][ctx_cap] attention weights */
     int32_t *tok_seq; /* [T] sequence index of each token */
 } cpu_backend;
 
@@ -58,7 +58,8 @@ static lpx_status alloc_floats(cpu_backend *b, float **p, int64_t n, const char 
     if (n < 0 || !lpx_mul_size((size_t)n, sizeof(float), &bytes))
         return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: %s: size overflows", what);
     *p = calloc(bytes ? bytes : 1, 1);
-    if (!*p) return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: %s: cannot allocate %zu bytes", what, bytes);
+    if (!*p)
+        return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: %s: cannot allocate %zu bytes", what, bytes);
     b->bytes += bytes;
     return LPX_OK;
 }
@@ -98,8 +99,8 @@ static lpx_status load_vec(const lpx_tensor *t, const char *role, int64_t n, boo
                           t->name, role, (long long)n);
     if ((unsigned)t->type >= LPX_DT_COUNT || !lpx_dtype_row_bytes(t->type, n, &bytes) ||
         bytes != t->nbytes || !t->data)
-        return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: tensor %s (%s): bad type or size",
-                          t->name, role);
+        return lpx_errorf(LPX_ERR_FORMAT, "cpu backend: tensor %s (%s): bad type or size", t->name,
+                          role);
     cpu_dequantize(t->type, t->data, *dst, n);
     *out = *dst;
     *dst += n;
@@ -205,7 +206,8 @@ static lpx_status cpu_create_into(cpu_backend *b, const lpx_model *m) {
     const lpx_backend_opts *o = &b->base.opts;
     LPX_TRY(check_config(c));
     LPX_TRY(check_weights(m));
-    for (int64_t i = 0; i < m->n_tensors; i++) b->bytes += m->tensors[i].nbytes;
+    for (int64_t i = 0; i < m->n_tensors; i++)
+        b->bytes += m->tensors[i].nbytes;
 
     int64_t d = c->d_model, hd = c->head_dim, L = c->n_layers, T = o->max_batch_tokens;
     b->q_dim = (int64_t)c->n_heads * hd;
@@ -214,7 +216,8 @@ static lpx_status cpu_create_into(cpu_backend *b, const lpx_model *m) {
     b->block_floats = L * 2 * o->block_size * b->kv_dim;
     int64_t kv_floats;
     if (!lpx_mul_i64(b->block_floats, o->n_blocks, &kv_floats))
-        return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: KV cache of %d blocks overflows", o->n_blocks);
+        return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: KV cache of %d blocks overflows",
+                          o->n_blocks);
     LPX_TRY(alloc_floats(b, &b->kv, kv_floats, "KV cache"));
 
     /* 1-D weights: per layer 2 norms, up to 3 biases and 2 q/k norms; out_norm. */
@@ -316,13 +319,14 @@ static lpx_status check_batch(const cpu_backend *b, const lpx_batch *bt) {
         for (int32_t i = 0; i < (len + o->block_size - 1) / o->block_size; i++)
             if (table[i] < 0 || table[i] >= o->n_blocks)
                 return lpx_errorf(LPX_ERR_INVALID_ARG,
-                                  "cpu backend: sequence %d: block %d is %d (have %d blocks)", s,
-                                  i, table[i], o->n_blocks);
+                                  "cpu backend: sequence %d: block %d is %d (have %d blocks)", s, i,
+                                  table[i], o->n_blocks);
         for (int32_t t = a; t < e; t++) {
             if (bt->positions[t] != len - (e - t))
-                return lpx_errorf(LPX_ERR_INVALID_ARG,
-                                  "cpu backend: token %d of sequence %d at position %d, expected %d",
-                                  t, s, bt->positions[t], len - (e - t));
+                return lpx_errorf(
+                    LPX_ERR_INVALID_ARG,
+                    "cpu backend: token %d of sequence %d at position %d, expected %d", t, s,
+                    bt->positions[t], len - (e - t));
             if (bt->tokens[t] < 0 || bt->tokens[t] >= vocab)
                 return lpx_errorf(LPX_ERR_INVALID_ARG,
                                   "cpu backend: token id %d outside the vocabulary (%d)",
@@ -366,8 +370,8 @@ static void attention_items(void *arg, int64_t begin, int64_t end, int thread) {
         int h = (int)(it % c->n_heads), kvh = h / group;
         const int32_t *table = bt->block_table + (int64_t)b->tok_seq[t] * bt->max_blocks;
         int64_t pos = bt->positions[t];
-        int64_t lo = c->sliding_window > 0 && pos >= c->sliding_window
-                         ? pos - c->sliding_window + 1 : 0;
+        int64_t lo =
+            c->sliding_window > 0 && pos >= c->sliding_window ? pos - c->sliding_window + 1 : 0;
         const float *q = b->q + t * b->q_dim + h * hd; /* (head_dim) */
         float *out = b->xb + t * b->q_dim + h * hd;    /* (head_dim) */
         float mx = -INFINITY;
@@ -461,7 +465,8 @@ static lpx_status cpu_step(lpx_backend *base, const lpx_batch *bt, float *logits
     const int64_t T = bt->n_tokens, d = c->d_model, half = c->head_dim / 2;
 
     for (int32_t s = 0; s < bt->n_seqs; s++)
-        for (int32_t t = bt->seq_start[s]; t < bt->seq_start[s + 1]; t++) b->tok_seq[t] = s;
+        for (int32_t t = bt->seq_start[s]; t < bt->seq_start[s + 1]; t++)
+            b->tok_seq[t] = s;
     for (int64_t t = 0; t < T; t++) {
         /* Angles in float32 as Hugging Face computes them (position * inv_freq). */
         for (int64_t i = 0; i < half; i++) {
@@ -473,7 +478,8 @@ static lpx_status cpu_step(lpx_backend *base, const lpx_batch *bt, float *logits
         if (e != b->x + t * d) memcpy(b->x + t * d, e, (size_t)d * sizeof(float));
     }
 
-    for (int l = 0; l < c->n_layers; l++) layer_forward(b, bt, l);
+    for (int l = 0; l < c->n_layers; l++)
+        layer_forward(b, bt, l);
 
     if (bt->n_logits == 0) return LPX_OK;
     for (int32_t i = 0; i < bt->n_logits; i++)

@@ -104,9 +104,12 @@ static inline __attribute__((always_inline)) void dequantize_blocks(lpx_dtype t,
 HOT void cpu_dequantize(lpx_dtype t, const void *src, float *dst, int64_t n) {
     const uint8_t *s = src;
     switch (t) {
-    case LPX_DT_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
+    case LPX_DT_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
     case LPX_DT_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = rd_f16(s + 2 * i);
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = rd_f16(s + 2 * i);
         return;
     case LPX_DT_BF16: {
         int64_t i = 0;
@@ -122,10 +125,17 @@ HOT void cpu_dequantize(lpx_dtype t, const void *src, float *dst, int64_t n) {
         }
         return;
     }
-    case LPX_DT_Q8_0: dequantize_blocks(LPX_DT_Q8_0, s, dst, n); return;
-    case LPX_DT_Q4_0: dequantize_blocks(LPX_DT_Q4_0, s, dst, n); return;
-    case LPX_DT_Q4_1: dequantize_blocks(LPX_DT_Q4_1, s, dst, n); return;
-    case LPX_DT_COUNT: break;
+    case LPX_DT_Q8_0:
+        dequantize_blocks(LPX_DT_Q8_0, s, dst, n);
+        return;
+    case LPX_DT_Q4_0:
+        dequantize_blocks(LPX_DT_Q4_0, s, dst, n);
+        return;
+    case LPX_DT_Q4_1:
+        dequantize_blocks(LPX_DT_Q4_1, s, dst, n);
+        return;
+    case LPX_DT_COUNT:
+        break;
     }
 }
 
@@ -153,7 +163,8 @@ HOT float cpu_dot(const float *a, const float *b, int64_t n) {
     }
     f32x8 acc = acc0 + acc1;
     float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) s += a[i] * b[i];
+    for (; i < n; i++)
+        s += a[i] * b[i];
     return s;
 }
 
@@ -173,25 +184,29 @@ static inline __attribute__((always_inline)) void dot_tile(const float *const *w
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) acc[r][t] = (f32x8){0};
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = (f32x8){0};
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         f32x8 xv[TILE_T];
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) memcpy(&xv[t], x + t * ldx + i, 32);
+        for (int t = 0; t < NT; t++)
+            memcpy(&xv[t], x + t * ldx + i, 32);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             f32x8 wv;
             memcpy(&wv, w[r] + i, 32);
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) acc[r][t] += wv * xv[t];
+            for (int t = 0; t < NT; t++)
+                acc[r][t] += wv * xv[t];
         }
     }
     for (int r = 0; r < R; r++)
         for (int t = 0; t < NT; t++) {
             f32x8 a = acc[r][t];
             float v = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-            for (int64_t j = i; j < n; j++) v += w[r][j] * x[t * ldx + j];
+            for (int64_t j = i; j < n; j++)
+                v += w[r][j] * x[t * ldx + j];
             out[r][t] = v;
         }
 }
@@ -200,10 +215,9 @@ static inline __attribute__((always_inline)) void dot_tile(const float *const *w
  * each block is unpacked into registers and used at once. Per (row, token) it
  * performs the same operations in the same order as dequantizing the row and
  * running dot_tile, so results stay bit-identical to batched steps. */
-static inline __attribute__((always_inline)) void qdot_rows(lpx_dtype t,
-                                                            const uint8_t *const *rows,
-                                                            const int R, const float *x,
-                                                            int64_t n, float out[][TILE_T]) {
+static inline __attribute__((always_inline)) void qdot_rows(lpx_dtype t, const uint8_t *const *rows,
+                                                            const int R, const float *x, int64_t n,
+                                                            float out[][TILE_T]) {
     const int bytes = t == LPX_DT_Q8_0 ? 34 : t == LPX_DT_Q4_1 ? 20 : 18;
     f32x8 acc[TILE_R] = {{0}};
     for (int64_t b = 0; b < n / 32; b++) {
@@ -243,7 +257,7 @@ HOT static void matmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
     int64_t first = 0; /* first global row of job j */
     for (int64_t r0 = begin; r0 < end; r0 += TILE_R) {
         int R = end - r0 < TILE_R ? (int)(end - r0) : TILE_R;
-        const float *w[TILE_R];               /* (cols) each */
+        const float *w[TILE_R]; /* (cols) each */
         const cpu_matmul_job *job[TILE_R];
         int64_t lr[TILE_R];
         for (int k = 0; k < R; k++) {
@@ -253,9 +267,10 @@ HOT static void matmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
             lr[k] = r0 + k - first;
         }
         lpx_dtype type = job[0]->w->type;
-        bool fused = c->n_tok == 1 && (type == LPX_DT_Q8_0 || type == LPX_DT_Q4_0 ||
-                                       type == LPX_DT_Q4_1);
-        for (int k = 1; k < R; k++) fused &= job[k]->w->type == type;
+        bool fused =
+            c->n_tok == 1 && (type == LPX_DT_Q8_0 || type == LPX_DT_Q4_0 || type == LPX_DT_Q4_1);
+        for (int k = 1; k < R; k++)
+            fused &= job[k]->w->type == type;
         if (fused) {
             const uint8_t *q[TILE_R]; /* (row bytes) each */
             float out[TILE_R][TILE_T];
@@ -286,24 +301,49 @@ HOT static void matmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
             }
             continue;
         }
-        for (int k = 0; k < R; k++) w[k] = cpu_weight_row(job[k]->w, lr[k], buf + k * c->cols);
+        for (int k = 0; k < R; k++)
+            w[k] = cpu_weight_row(job[k]->w, lr[k], buf + k * c->cols);
         for (int64_t t0 = 0; t0 < c->n_tok; t0 += TILE_T) {
             int NT = c->n_tok - t0 < TILE_T ? (int)(c->n_tok - t0) : TILE_T;
             const float *x = c->x + t0 * c->ldx;
             float out[TILE_R][TILE_T];
             switch (R * 4 + NT) { /* constant shapes, so each tile is fully unrolled */
-            case 4 * 4 + 3: dot_tile(w, 4, x, c->ldx, 3, c->cols, out); break;
-            case 4 * 4 + 2: dot_tile(w, 4, x, c->ldx, 2, c->cols, out); break;
-            case 4 * 4 + 1: dot_tile(w, 4, x, c->ldx, 1, c->cols, out); break;
-            case 3 * 4 + 3: dot_tile(w, 3, x, c->ldx, 3, c->cols, out); break;
-            case 3 * 4 + 2: dot_tile(w, 3, x, c->ldx, 2, c->cols, out); break;
-            case 3 * 4 + 1: dot_tile(w, 3, x, c->ldx, 1, c->cols, out); break;
-            case 2 * 4 + 3: dot_tile(w, 2, x, c->ldx, 3, c->cols, out); break;
-            case 2 * 4 + 2: dot_tile(w, 2, x, c->ldx, 2, c->cols, out); break;
-            case 2 * 4 + 1: dot_tile(w, 2, x, c->ldx, 1, c->cols, out); break;
-            case 1 * 4 + 3: dot_tile(w, 1, x, c->ldx, 3, c->cols, out); break;
-            case 1 * 4 + 2: dot_tile(w, 1, x, c->ldx, 2, c->cols, out); break;
-            default: dot_tile(w, 1, x, c->ldx, 1, c->cols, out); break;
+            case 4 * 4 + 3:
+                dot_tile(w, 4, x, c->ldx, 3, c->cols, out);
+                break;
+            case 4 * 4 + 2:
+                dot_tile(w, 4, x, c->ldx, 2, c->cols, out);
+                break;
+            case 4 * 4 + 1:
+                dot_tile(w, 4, x, c->ldx, 1, c->cols, out);
+                break;
+            case 3 * 4 + 3:
+                dot_tile(w, 3, x, c->ldx, 3, c->cols, out);
+                break;
+            case 3 * 4 + 2:
+                dot_tile(w, 3, x, c->ldx, 2, c->cols, out);
+                break;
+            case 3 * 4 + 1:
+                dot_tile(w, 3, x, c->ldx, 1, c->cols, out);
+                break;
+            case 2 * 4 + 3:
+                dot_tile(w, 2, x, c->ldx, 3, c->cols, out);
+                break;
+            case 2 * 4 + 2:
+                dot_tile(w, 2, x, c->ldx, 2, c->cols, out);
+                break;
+            case 2 * 4 + 1:
+                dot_tile(w, 2, x, c->ldx, 1, c->cols, out);
+                break;
+            case 1 * 4 + 3:
+                dot_tile(w, 1, x, c->ldx, 3, c->cols, out);
+                break;
+            case 1 * 4 + 2:
+                dot_tile(w, 1, x, c->ldx, 2, c->cols, out);
+                break;
+            default:
+                dot_tile(w, 1, x, c->ldx, 1, c->cols, out);
+                break;
             }
             for (int k = 0; k < R; k++) {
                 float b = job[k]->bias ? job[k]->bias[lr[k]] : 0.0f;
@@ -320,7 +360,8 @@ HOT static void matmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
 void cpu_matmul(lpx_threadpool *pool, const cpu_matmul_job *jobs, int n_jobs, const float *x,
                 int64_t ldx, int64_t n_tok, float *rowbuf, int64_t rowbuf_stride) {
     int64_t rows = 0;
-    for (int j = 0; j < n_jobs; j++) rows += lpx_tensor_rows(jobs[j].w);
+    for (int j = 0; j < n_jobs; j++)
+        rows += lpx_tensor_rows(jobs[j].w);
     matmul_ctx c = {jobs, n_jobs, x, ldx, n_tok, lpx_tensor_cols(jobs[0].w), rowbuf, rowbuf_stride};
     /* ~16 chunks per thread balance the load; chunks are whole tiles. */
     int64_t grain = rows / (16 * lpx_threadpool_size(pool)) / TILE_R * TILE_R;
@@ -330,7 +371,8 @@ void cpu_matmul(lpx_threadpool *pool, const cpu_matmul_job *jobs, int n_jobs, co
 void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
     float ss = cpu_dot(x, x, n);
     float scale = 1.0f / sqrtf(ss / (float)n + eps);
-    for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
+    for (int64_t i = 0; i < n; i++)
+        out[i] = x[i] * scale * w[i];
 }
 
 void cpu_rope(float *v, const float *cos_, const float *sin_, int64_t n, bool interleaved) {
@@ -352,9 +394,11 @@ HOT void cpu_axpy(float *y, float a, const float *x, int64_t n) {
         yv += a * xv;
         memcpy(y + i, &yv, 32);
     }
-    for (; i < n; i++) y[i] += a * x[i];
+    for (; i < n; i++)
+        y[i] += a * x[i];
 }
 
 void cpu_swiglu(float *g, const float *u, int64_t n) {
-    for (int64_t i = 0; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    for (int64_t i = 0; i < n; i++)
+        g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
