@@ -14,10 +14,12 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: lpx tokenize -m MODEL [options] TEXT\n"
-            "       lpx tokenize -m MODEL [options] --jsonl FILE\n\n"
-            "Tokenizes TEXT with the model's tokenizer. MODEL is a .gguf file, a Hugging Face\n"
-            "model directory or a tokenizer.json file.\n\n"
+            "usage: lpx tokenize (-m MODEL | -t TOKENIZER) [options] TEXT\n"
+            "       lpx tokenize (-m MODEL | -t TOKENIZER) [options] --jsonl FILE\n\n"
+            "Tokenizes TEXT with the model's tokenizer. MODEL is a .gguf file or a Hugging Face\n"
+            "model directory, opened as every command opens it. TOKENIZER is a tokenizer alone:\n"
+            "a tokenizer.json (with tokenizer_config.json beside it when present), a directory\n"
+            "holding one, or the tokenizer metadata of a .gguf file; no weights are read.\n\n"
             "options:\n"
             "  --ids            print only the ids, space-separated\n"
             "  --pieces         print only the pieces, as a JSON array of strings\n"
@@ -39,6 +41,7 @@ static int fail(const char *what) {
     return 1;
 }
 
+/* A tokenizer without a model: tokenizer.json, a directory with one, or GGUF metadata. */
 static lpx_status open_tokenizer(const char *path, lpx_tokenizer **t) {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -337,7 +340,7 @@ static int run_text(const lpx_tokenizer *t, const opts *o, const char *text) {
 }
 
 int cmd_tokenize(int argc, char **argv) {
-    const char *model = NULL, *jsonl = NULL, *text = NULL;
+    const char *model = NULL, *tok_path = NULL, *jsonl = NULL, *text = NULL;
     opts o = {.parse_special = true, .add_special = true};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -345,6 +348,7 @@ int cmd_tokenize(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
+        else if ((!strcmp(a, "-t") || !strcmp(a, "--tokenizer")) && i + 1 < argc) tok_path = argv[++i];
         else if (!strcmp(a, "--jsonl") && i + 1 < argc) jsonl = argv[++i];
         else if (!strcmp(a, "--ids")) o.ids_only = true;
         else if (!strcmp(a, "--pieces")) o.pieces_only = true;
@@ -363,15 +367,29 @@ int cmd_tokenize(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model || (!text && !jsonl) || (text && jsonl) || (o.ids_only && o.pieces_only) ||
+    if (!model == !tok_path || (!text && !jsonl) || (text && jsonl) || (o.ids_only && o.pieces_only) ||
         (o.stream && !o.decode)) {
-        fprintf(stderr, "lpx tokenize: need -m MODEL and one of TEXT or --jsonl FILE "
-                        "(lpx tokenize --help)\n");
+        fprintf(stderr, "lpx tokenize: need one of -m MODEL or -t TOKENIZER, and one of TEXT or "
+                        "--jsonl FILE (lpx tokenize --help)\n");
         return 2;
     }
-    lpx_tokenizer *t;
-    if (open_tokenizer(model, &t) != LPX_OK) return fail(model);
+    lpx_model *m = NULL;
+    lpx_tokenizer *own = NULL;
+    const lpx_tokenizer *t;
+    if (model) {
+        if (lpx_model_open(model, &m) != LPX_OK) return fail(model);
+        t = lpx_model_tokenizer(m);
+        if (!t) {
+            lpx_model_close(m);
+            fprintf(stderr, "lpx tokenize: %s: the model has no tokenizer\n", model);
+            return 1;
+        }
+    } else {
+        if (open_tokenizer(tok_path, &own) != LPX_OK) return fail(tok_path);
+        t = own;
+    }
     int rc = jsonl ? run_jsonl(t, &o, jsonl) : run_text(t, &o, text);
-    lpx_tokenizer_free(t);
+    lpx_tokenizer_free(own);
+    lpx_model_close(m);
     return rc;
 }

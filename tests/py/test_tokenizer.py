@@ -82,7 +82,9 @@ def smollm2_gguf_reference(path):
 
 
 def lpx_jsonl(lpx_bin, model, path, *flags):
-    r = subprocess.run([lpx_bin, "tokenize", "-m", str(model), "--jsonl", str(path), *flags],
+    """A full model (the real SmolLM2 GGUF) opens with -m; tokenizer-only fixtures with -t."""
+    opt = "-m" if str(model).endswith("Q4_1.gguf") else "-t"
+    r = subprocess.run([lpx_bin, "tokenize", opt, str(model), "--jsonl", str(path), *flags],
                        capture_output=True)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
     # Strict: every output line must be valid UTF-8 JSON. (Not splitlines(): U+2028 is text.)
@@ -225,6 +227,17 @@ def test_cli_text_modes(lpx_bin, smollm2, smollm2_json):
     assert json.loads(r.stdout) == ref.decode([1, 19556, 905, 2], skip_special_tokens=False)
 
 
+def test_model_and_tokenizer_only_agree(lpx_bin, smollm2):
+    """-m opens the model (lpx_model_open); -t reads only the GGUF's tokenizer metadata."""
+    text = "Tokenizers agree: 3.14 <|im_end|>"
+    out = [subprocess.run([lpx_bin, "tokenize", opt, smollm2, "--ids", text], capture_output=True,
+                          text=True).stdout for opt in ("-m", "-t")]
+    assert out[0] == out[1] and len(out[0].split()) > 5
+    r = subprocess.run([lpx_bin, "tokenize", "-m", str(FIX / "tiny_spm/tokenizer.json"), "x"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.startswith("lpx tokenize: ")
+
+
 def test_cli_usage_and_errors(lpx_bin, tmp_path):
     r = subprocess.run([lpx_bin, "tokenize", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--jsonl" in r.stdout
@@ -232,6 +245,6 @@ def test_cli_usage_and_errors(lpx_bin, tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("lpx tokenize: ")
     bad = tmp_path / "tokenizer.json"
     bad.write_text('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}')
-    r = subprocess.run([lpx_bin, "tokenize", "-m", str(bad), "x"], capture_output=True, text=True)
+    r = subprocess.run([lpx_bin, "tokenize", "-t", str(bad), "x"], capture_output=True, text=True)
     assert r.returncode == 1 and "merge 0" in r.stderr and "not in the vocabulary" in r.stderr
     assert r.stderr.count("\n") == 1
