@@ -5,7 +5,6 @@
 #include "lpx.h"
 #include "tokenizer/template.h"
 
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +24,7 @@ static void usage(FILE *f) {
             "  --date-string S           Llama 3: the date the template prints\n"
             "  --bos S, --eos S          texts of bos_token and eos_token\n"
             "  --vars V.json             a JSON object of further template variables (tools, ...)\n"
-            "                            (--date-string, --bos, --eos and --vars need --file)\n"
+            "                            (--date-string, --bos and --eos need --file)\n"
             "  -h, --help                this help\n");
 }
 
@@ -61,34 +60,15 @@ static char *read_all(const char *path) {
     return buf;
 }
 
-/* MODEL's template over role/content messages, through lpx_chat_render. */
-static int render_model(const char *path, const char *json, const lpx_template_opts *o) {
-    cJSON *arr = cJSON_Parse(json);
-    int n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : -1;
-    lpx_chat_message *msgs = n > 0 ? calloc((size_t)n, sizeof *msgs) : NULL;
-    if (n < 0 || (n > 0 && !msgs)) {
-        fprintf(stderr, "lpx template: messages must be a JSON array\n");
-        cJSON_Delete(arr);
-        return 1;
-    }
-    int k = 0;
-    for (const cJSON *e = arr->child; e; e = e->next, k++) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(e, "role");
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
-        if (!cJSON_IsString(role) || !cJSON_IsString(content)) {
-            fprintf(stderr, "lpx template: message %d needs string role and content with -m\n", k);
-            free(msgs);
-            cJSON_Delete(arr);
-            return 1;
-        }
-        msgs[k].role = role->valuestring;
-        msgs[k].content = content->valuestring;
-    }
+/* MODEL's own template and tokens, through lpx_chat_render_json. */
+static int render_model(const char *path, const char *json, const char *extra,
+                        const lpx_template_opts *o) {
     lpx_model *m = NULL;
     char *out = NULL;
     lpx_status s = lpx_model_open(path, &m);
     if (s == LPX_OK)
-        s = lpx_chat_render(m, msgs, (size_t)n, o->add_generation_prompt, o->enable_thinking, &out);
+        s = lpx_chat_render_json(m, json, extra, o->add_generation_prompt, o->enable_thinking,
+                                 &out);
     int rc = 1;
     if (s == LPX_OK) {
         fwrite(out, 1, strlen(out), stdout);
@@ -98,8 +78,6 @@ static int render_model(const char *path, const char *json, const lpx_template_o
     }
     lpx_free(out);
     lpx_model_close(m);
-    free(msgs);
-    cJSON_Delete(arr);
     return rc;
 }
 
@@ -151,24 +129,20 @@ int cmd_template(int argc, char **argv) {
                         "(lpx template --help)\n");
         return 2;
     }
-    if (model) {
-        if (vars || o.bos_token || o.eos_token || o.date_string) {
-            fprintf(stderr, "lpx template: --vars, --bos, --eos and --date-string need --file\n");
-            return 2;
-        }
-        char *json = read_all(messages);
-        if (!json) {
-            fprintf(stderr, "lpx template: cannot read %s\n", messages);
-            return 1;
-        }
-        int rc = render_model(model, json, &o);
-        free(json);
-        return rc;
+    if (model && (o.bos_token || o.eos_token || o.date_string)) {
+        fprintf(stderr, "lpx template: --bos, --eos and --date-string need --file\n");
+        return 2;
     }
-    char *tmpl = read_all(file), *msgs = read_all(messages), *extra = vars ? read_all(vars) : NULL;
+    char *tmpl = file ? read_all(file) : NULL, *msgs = read_all(messages);
+    char *extra = vars ? read_all(vars) : NULL;
     int rc = 1;
-    if (!tmpl || !msgs || (vars && !extra)) {
-        fprintf(stderr, "lpx template: cannot read %s\n", !tmpl ? file : !msgs ? messages : vars);
+    if ((file && !tmpl) || !msgs || (vars && !extra)) {
+        fprintf(stderr, "lpx template: cannot read %s\n",
+                file && !tmpl ? file
+                : !msgs       ? messages
+                              : vars);
+    } else if (model) {
+        rc = render_model(model, msgs, extra, &o);
     } else {
         o.extra_json = extra;
         char *out = NULL;

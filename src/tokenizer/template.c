@@ -52,7 +52,6 @@ static void render_body(tpl_ctx *c, const char *tmpl, tpl_val messages,
     c->depth = 0;
 
     tpl_scope *g = tpl_scope_new(c, NULL);
-    c->globals = g;
     tpl_scope_set(c, g, "messages", messages);
     tpl_scope_set(c, g, "tools", tv_none());
     tpl_scope_set(c, g, "documents", tv_none());

@@ -43,4 +43,12 @@ lpx_status lpx_template_render(const char *tmpl, const lpx_chat_message *msgs, s
 lpx_status lpx_template_render_json(const char *tmpl, const char *messages_json,
                                     const lpx_template_opts *opts, char **out);
 
+/* lpx_chat_render over JSON messages (any keys: tool_calls, reasoning_content,
+ * ...) and extra variables (extra_json, e.g. {"tools": [...]}, may be NULL),
+ * with the model's template and BOS/EOS texts: what an OpenAI-style server
+ * needs. */
+lpx_status lpx_chat_render_json(const lpx_model *m, const char *messages_json,
+                                const char *extra_json, bool add_generation_prompt,
+                                int enable_thinking, char **out);
+
 #endif

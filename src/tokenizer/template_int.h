@@ -5,6 +5,7 @@
  *   template_builtins.c filters, tests, methods and global functions
  *   template_eval.c     the interpreter
  *   template.c          the public entry points
+ *   template_chat.c     lpx_chat_render (the model's template and tokens)
  * Everything a render allocates lives in one arena freed at the end; a failure
  * anywhere unwinds to the entry point with longjmp (after setting the lpx
  * error message), so no partial result needs cleaning up on the way. */
@@ -48,7 +49,6 @@ typedef struct tpl_ctx {
     int depth; /* current nesting while parsing / evaluating */
     int line;  /* line of the statement being evaluated (for messages) */
     int jump;  /* pending break/continue (TPL_JUMP_*) */
-    struct tpl_scope *globals;
 } tpl_ctx;
 
 _Noreturn void tpl_fail(tpl_ctx *c, lpx_status s, const char *fmt, ...) LPX_PRINTF(3, 4);

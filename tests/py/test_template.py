@@ -195,6 +195,9 @@ def test_model_without_template(lpx_bin, tmp_path):
     r = subprocess.run([lpx_bin, "template", "-m", "x.gguf", "--messages", str(mfile),
                         "--bos", "<s>"], capture_output=True, text=True)
     assert r.returncode == 2
+    r = subprocess.run([lpx_bin, "template", "-m", "x.gguf", "--file", "t.jinja",
+                        "--messages", str(mfile)], capture_output=True, text=True)
+    assert r.returncode == 2
 
 
 def test_model_template_gets_bos_eos(lpx_bin, tmp_path):
@@ -217,3 +220,20 @@ def test_model_template_gets_bos_eos(lpx_bin, tmp_path):
                         eos=config["eos_token"])
     assert want.returncode == 0 and r.stdout == want.stdout
     assert r.stdout.decode().startswith(config["bos_token"] + "<|start_header_id|>system")
+
+
+def test_model_template_json_messages_and_tools(lpx_bin, tmp_path):
+    """-m with tool calls in the messages and tools in --vars goes through
+    lpx_chat_render_json and matches transformers' golden."""
+    import shutil
+    case = next(c for c in GOLDENS if c["id"] == "qwen3-tools-agp")
+    model = tmp_path / "model"
+    shutil.copytree(ROOT / "tests/fixtures/model/hf-qwen3", model)
+    shutil.copy(TDIR / case["template"], model / "chat_template.jinja")
+    mfile, vfile = tmp_path / "m.json", tmp_path / "v.json"
+    mfile.write_text(json.dumps(case["messages"]))
+    vfile.write_text(json.dumps(case["vars"]))
+    r = subprocess.run([lpx_bin, "template", "-m", str(model), "--messages", str(mfile),
+                        "--vars", str(vfile), "--add-generation-prompt"], capture_output=True)
+    assert r.returncode == 0, r.stderr.decode()
+    assert r.stdout.decode() == case["expected"]

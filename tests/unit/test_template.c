@@ -118,5 +118,26 @@ int main(void) {
                                    &out) == LPX_OK &&
           !strcmp(out, "r|r"));
     lpx_free(out);
+
+    /* lpx_chat_render: the model's template; none gives LPX_ERR_UNSUPPORTED. */
+    lpx_model *m = NULL;
+    CHECK(lpx_model_open(LPX_SOURCE_DIR "/tests/fixtures/model/hf-llama", &m) == LPX_OK);
+    const lpx_chat_message hi[] = {{"user", "Hi"}};
+    out = NULL;
+    CHECK(m && lpx_chat_render(m, hi, 1, true, -1, &out) == LPX_OK && out &&
+          !strcmp(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
+    lpx_free(out);
+    CHECK(m &&
+          lpx_chat_render_json(m, "[{\"role\": \"user\", \"content\": \"Hi\"}]", NULL, false, -1,
+                               &out) == LPX_OK &&
+          out && !strcmp(out, "<|im_start|>user\nHi<|im_end|>\n"));
+    lpx_free(out);
+    lpx_model_close(m);
+    m = NULL;
+    CHECK(lpx_model_open(LPX_SOURCE_DIR "/tests/fixtures/models/llama", &m) == LPX_OK);
+    out = (char *)1;
+    CHECK(m && lpx_chat_render(m, hi, 1, true, -1, &out) == LPX_ERR_UNSUPPORTED && out == NULL &&
+          strstr(lpx_last_error(), "model has no chat template"));
+    lpx_model_close(m);
     TEST_DONE();
 }
