@@ -1,0 +1,668 @@
+/* Requests in, events out: submit/cancel from any thread, one stepping thread
+ * that schedules (scheduler.c), runs the backend, samples and stops. */
+#include "engine/engine_impl.h"
+
+#include "base/checked.h"
+#include "base/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+void lpx_request_init(lpx_request *r) {
+    memset(r, 0, sizeof *r);
+    r->sampling.temperature = 0;
+    r->sampling.top_p = 1;
+    r->sampling.repetition_penalty = 1;
+    r->sampling.seed = -1;
+    r->max_tokens = -1;
+    r->skip_special = true;
+}
+
+const char *lpx_finish_reason_name(lpx_finish_reason r) {
+    switch (r) {
+    case LPX_FINISH_NONE:
+        return "none";
+    case LPX_FINISH_STOP:
+        return "stop";
+    case LPX_FINISH_LENGTH:
+        return "length";
+    case LPX_FINISH_CANCELLED:
+        return "cancelled";
+    case LPX_FINISH_ERROR:
+        return "error";
+    }
+    return "unknown";
+}
+
+/* ---- creation ------------------------------------------------------------- */
+
+static void *alloc_array(size_t n, size_t elem, bool *ok) {
+    size_t bytes;
+    void *p = lpx_mul_size(n ? n : 1, elem, &bytes) ? malloc(bytes) : NULL;
+    if (!p) *ok = false;
+    return p;
+}
+
+lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config *c,
+                                    lpx_engine **out) {
+    *out = NULL;
+    if (c->max_num_seqs <= 0 || c->max_num_batched_tokens <= 0 || c->max_model_len <= 1 ||
+        c->block_size <= 0 || c->n_blocks <= 0)
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "engine: max_num_seqs %d, max_num_batched_tokens %d, max_model_len %d, "
+                          "block_size %d, kv blocks %d: expected all positive (max_model_len > 1)",
+                          c->max_num_seqs, c->max_num_batched_tokens, c->max_model_len,
+                          c->block_size, c->n_blocks);
+    if (m->cfg.vocab_size <= 0)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "engine: model vocab %d", m->cfg.vocab_size);
+    lpx_engine *e = calloc(1, sizeof *e);
+    if (!e) return lpx_errorf(LPX_ERR_NOMEM, "engine: out of memory");
+    e->model = m;
+    e->cfg = *c;
+    e->vocab = m->cfg.vocab_size;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_mutex_init(&e->step_mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    e->next_id = 1;
+
+    lpx_status st = lpx_kv_pool_init(&e->pool, c->n_blocks, c->block_size);
+    if (st == LPX_OK) st = lpx_sampler_init(&e->sampler, e->vocab);
+    if (st == LPX_OK) {
+        bool ok = true;
+        size_t stride = (size_t)lpx_kv_blocks_needed(&e->pool, c->max_model_len);
+        e->b_tokens = alloc_array((size_t)c->max_num_batched_tokens, sizeof(int32_t), &ok);
+        e->b_pos = alloc_array((size_t)c->max_num_batched_tokens, sizeof(int32_t), &ok);
+        e->b_start = alloc_array((size_t)c->max_num_seqs + 1, sizeof(int32_t), &ok);
+        e->b_len = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
+        e->b_rows = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
+        size_t cells;
+        ok = ok && lpx_mul_size((size_t)c->max_num_seqs, stride, &cells);
+        e->b_table = ok ? alloc_array(cells, sizeof(int32_t), &ok) : NULL;
+        size_t logit_cells;
+        ok = ok && lpx_mul_size((size_t)c->max_num_seqs, (size_t)e->vocab, &logit_cells);
+        e->logits = ok ? alloc_array(logit_cells, sizeof(float), &ok) : NULL;
+        /* The tokenizer's longest piece + 8 always holds one push. */
+        e->piece_cap = (m->tok ? lpx_tokenizer_max_piece(m->tok) : 0) + 8;
+        e->piece = alloc_array(e->piece_cap, 1, &ok);
+        if (!ok) st = lpx_errorf(LPX_ERR_NOMEM, "engine: batch buffers: out of memory");
+    }
+    /* EOS: the model's generation defaults and the tokenizer's. */
+    for (int i = 0; i < m->gen.n_eos && i < 8; i++)
+        e->eos[e->n_eos++] = m->gen.eos_ids[i];
+    int32_t tok_eos = m->tok ? lpx_tokenizer_eos(m->tok) : -1;
+    if (tok_eos >= 0) e->eos[e->n_eos++] = tok_eos;
+
+    if (st == LPX_OK) {
+        lpx_backend_opts bo = {
+            .device = c->device,
+            .n_threads = c->n_threads,
+            .block_size = c->block_size,
+            .n_blocks = c->n_blocks,
+            .max_batch_tokens = c->max_num_batched_tokens,
+            .max_seqs = c->max_num_seqs,
+        };
+        st = c->ops->create(m, &bo, &e->be);
+        if (st != LPX_OK) lpx_error_wrap(st, "engine: %s backend", c->ops->name);
+    }
+    if (st != LPX_OK) {
+        lpx_engine_destroy(e);
+        return st;
+    }
+    snprintf(e->st.device, sizeof e->st.device, "%s", c->device_name);
+    e->st.block_size = c->block_size;
+    e->st.kv_blocks_total = c->n_blocks;
+    e->st.kv_bytes = (int64_t)c->n_blocks * c->block_size * (int64_t)c->kv_bytes_per_token;
+    e->st.max_model_len = c->max_model_len;
+    e->st.max_num_seqs = c->max_num_seqs;
+    e->st.max_num_batched_tokens = c->max_num_batched_tokens;
+    *out = e;
+    return LPX_OK;
+}
+
+/* ---- requests ------------------------------------------------------------- */
+
+static void seq_free(lpx_seq *s) {
+    if (!s) return;
+    free(s->stop_ids);
+    lpx_stop_free(&s->stop);
+    free(s->tokens);
+    lpx_block_table_free(&s->bt);
+    free(s);
+}
+
+/* The prompt's token ids, from whichever form the request used (malloc'd). */
+static lpx_status prompt_ids(const lpx_engine *e, const lpx_request *r, int32_t **ids, size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    int forms = (r->prompt_ids != NULL) + (r->prompt_text != NULL) + (r->messages != NULL);
+    if (forms != 1)
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "request: give exactly one of prompt ids, prompt text, chat messages "
+                          "(%d given)",
+                          forms);
+    if (r->prompt_ids) {
+        if (!(*ids = malloc((r->n_prompt_ids ? r->n_prompt_ids : 1) * sizeof **ids)))
+            return lpx_errorf(LPX_ERR_NOMEM, "request: out of memory");
+        memcpy(*ids, r->prompt_ids, r->n_prompt_ids * sizeof **ids);
+        *n = r->n_prompt_ids;
+        return LPX_OK;
+    }
+    const lpx_tokenizer *t = e->model->tok;
+    if (!t) return lpx_errorf(LPX_ERR_UNSUPPORTED, "request: the model has no tokenizer");
+    char *rendered = NULL;
+    const char *text = r->prompt_text;
+    bool add_special = true;
+    if (r->messages) {
+        LPX_TRY(lpx_chat_render(e->model, r->messages, r->n_messages, true, -1, &rendered));
+        text = rendered;
+        add_special = false; /* the template writes BOS itself, as transformers assumes */
+    }
+    size_t len = strlen(text), cap = len + 16, need = 0;
+    lpx_status st = LPX_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        free(*ids);
+        if (!(*ids = malloc(cap * sizeof **ids))) {
+            st = lpx_errorf(LPX_ERR_NOMEM, "request: out of memory");
+            break;
+        }
+        st = lpx_tokenize(t, text, len, add_special, true, *ids, cap, &need);
+        if (st != LPX_OK || need <= cap) break;
+        cap = need;
+    }
+    lpx_free(rendered);
+    if (st != LPX_OK) {
+        free(*ids);
+        *ids = NULL;
+        return st;
+    }
+    *n = need;
+    return LPX_OK;
+}
+
+static uint64_t fresh_seed(uint64_t id) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t x = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (id * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ull;
+    return x ^ (x >> 29);
+}
+
+lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb cb, void *user,
+                             uint64_t *id) {
+    if (!e || !r || !cb || !id)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "submit: engine, request, callback and id needed");
+    LPX_TRY(lpx_sampling_validate(&r->sampling));
+    if (r->max_tokens == 0 || r->max_tokens < -1)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "max_tokens %d: expected >= 1 (or -1: no limit)",
+                          r->max_tokens);
+    for (size_t i = 0; i < r->n_stop_token_ids; i++)
+        if (r->stop_token_ids[i] < 0 || r->stop_token_ids[i] >= e->vocab)
+            return lpx_errorf(LPX_ERR_INVALID_ARG, "stop token id %d: expected 0..%d",
+                              r->stop_token_ids[i], e->vocab - 1);
+    int32_t *ids;
+    size_t n;
+    LPX_TRY(prompt_ids(e, r, &ids, &n));
+    int64_t pool_tokens = (int64_t)e->pool.n_blocks * e->pool.block_size;
+    lpx_status st = LPX_OK;
+    if (n == 0) st = lpx_errorf(LPX_ERR_INVALID_ARG, "empty prompt: expected at least 1 token");
+    for (size_t i = 0; st == LPX_OK && i < n; i++)
+        if (ids[i] < 0 || ids[i] >= e->vocab)
+            st = lpx_errorf(LPX_ERR_INVALID_ARG, "prompt token %zu is %d: expected 0..%d", i,
+                            ids[i], e->vocab - 1);
+    if (st == LPX_OK && (int64_t)n + 1 > e->cfg.max_model_len)
+        st = lpx_errorf(LPX_ERR_TOO_LONG,
+                        "prompt of %zu tokens is too long: max_model_len is %d (prompt + 1 "
+                        "output token must fit)",
+                        n, e->cfg.max_model_len);
+    if (st == LPX_OK && (int64_t)n + 1 > pool_tokens)
+        st = lpx_errorf(LPX_ERR_TOO_LONG,
+                        "prompt of %zu tokens is too long: the KV cache holds %lld tokens (prompt "
+                        "+ 1 output token must fit)",
+                        n, (long long)pool_tokens);
+    if (st != LPX_OK) {
+        free(ids);
+        return st;
+    }
+    lpx_seq *s = calloc(1, sizeof *s);
+    if (!s) {
+        free(ids);
+        return lpx_errorf(LPX_ERR_NOMEM, "submit: out of memory");
+    }
+    s->tokens = ids;
+    s->cap = (int32_t)n;
+    s->n_prompt = s->n_tokens = (int32_t)n;
+    s->limit = e->cfg.max_model_len < pool_tokens ? e->cfg.max_model_len : (int32_t)pool_tokens;
+    s->cb = cb;
+    s->user = user;
+    s->sp = r->sampling;
+    s->max_tokens = r->max_tokens;
+    s->ignore_eos = r->ignore_eos;
+    s->skip_special = r->skip_special;
+    st = lpx_stop_init(&s->stop, r->stop, r->n_stop);
+    if (st == LPX_OK && r->n_stop_token_ids) {
+        s->stop_ids = malloc(r->n_stop_token_ids * sizeof *s->stop_ids);
+        if (!s->stop_ids)
+            st = lpx_errorf(LPX_ERR_NOMEM, "submit: out of memory");
+        else
+            memcpy(s->stop_ids, r->stop_token_ids, r->n_stop_token_ids * sizeof *s->stop_ids);
+        s->n_stop_ids = r->n_stop_token_ids;
+    }
+    if (e->model->tok) {
+        lpx_detok_stream_init(&s->detok, e->model->tok, r->skip_special);
+        s->detok.first = false; /* output continues the prompt: keep its leading space */
+    }
+    if (st != LPX_OK) {
+        seq_free(s);
+        return st;
+    }
+    s->t_submit = now_ms();
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping)
+        st = lpx_errorf(LPX_ERR_BUSY, "submit: the engine is shutting down");
+    else if (!lpx_seq_list_push(&e->incoming, s))
+        st = lpx_errorf(LPX_ERR_NOMEM, "submit: out of memory");
+    if (st == LPX_OK) {
+        s->id = *id = e->next_id++;
+        s->seed = s->sp.seed >= 0 ? (uint64_t)s->sp.seed : fresh_seed(s->id);
+        e->st.n_submitted++;
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st != LPX_OK) seq_free(s);
+    return st;
+}
+
+lpx_status lpx_engine_cancel(lpx_engine *e, uint64_t id) {
+    pthread_mutex_lock(&e->mu);
+    lpx_status st = LPX_OK;
+    if (id == 0 || id >= e->next_id) {
+        st = lpx_errorf(LPX_ERR_INVALID_ARG, "cancel: no request %llu", (unsigned long long)id);
+    } else {
+        if (e->n_cancels == e->cap_cancels) {
+            int32_t cap = e->cap_cancels ? e->cap_cancels * 2 : 16;
+            uint64_t *v = realloc(e->cancels, (size_t)cap * sizeof *v);
+            if (!v)
+                st = lpx_errorf(LPX_ERR_NOMEM, "cancel: out of memory");
+            else {
+                e->cancels = v;
+                e->cap_cancels = cap;
+            }
+        }
+        if (st == LPX_OK) {
+            e->cancels[e->n_cancels++] = id;
+            pthread_cond_signal(&e->cv);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+/* ---- events --------------------------------------------------------------- */
+
+static bool text_append(lpx_engine *e, const char *p, size_t n) {
+    if (e->text_len + n + 1 > e->text_cap) {
+        size_t cap = e->text_cap ? e->text_cap : 256;
+        while (cap < e->text_len + n + 1)
+            cap *= 2;
+        char *t = realloc(e->text, cap);
+        if (!t) return false;
+        e->text = t;
+        e->text_cap = cap;
+    }
+    memcpy(e->text + e->text_len, p, n);
+    e->text_len += n;
+    e->text[e->text_len] = '\0';
+    return true;
+}
+
+/* Passes decoded text through the stop matcher into e->text. */
+static bool feed_text(lpx_engine *e, lpx_seq *s, const char *p, size_t n, bool *stopped) {
+    if (lpx_stop_push(&s->stop, p, n, stopped) != LPX_OK) return false;
+    return text_append(e, s->stop.out, s->stop.n_out);
+}
+
+/* Releases everything still held (an incomplete character, a partial stop
+ * string) because the output ends for a reason other than a stop string. */
+static bool flush_text(lpx_engine *e, lpx_seq *s, bool *stopped) {
+    *stopped = false;
+    if (!e->model->tok) return true;
+    char buf[64];
+    size_t n = lpx_detok_stream_flush(&s->detok, buf, sizeof buf);
+    if (!feed_text(e, s, buf, n, stopped)) return false;
+    if (*stopped) return true;
+    lpx_stop_flush(&s->stop);
+    return text_append(e, s->stop.out, s->stop.n_out);
+}
+
+/* Ends s: frees its blocks, takes it off the lists, sends the last event
+ * (with ev's token, if any) and frees it. flush releases held text: every end
+ * but a stop string (whose text is dropped) and an error. */
+static void finish(lpx_engine *e, lpx_seq *s, lpx_event *ev, lpx_finish_reason why, bool flush,
+                   const char *error) {
+    bool stopped = false;
+    if (flush && !flush_text(e, s, &stopped)) why = LPX_FINISH_ERROR, error = "out of memory";
+    if (stopped && why == LPX_FINISH_LENGTH) why = LPX_FINISH_STOP;
+    lpx_kv_release(&e->pool, &s->bt);
+    lpx_seq_list_remove(&e->running, s);
+    lpx_seq_list_remove(&e->waiting, s);
+    double t = now_ms();
+    int32_t n_out = s->n_tokens - s->n_prompt;
+    ev->finish = why;
+    ev->error = error;
+    ev->text = e->text;
+    ev->text_len = e->text_len;
+    ev->n_prompt_tokens = s->n_prompt;
+    ev->n_output_tokens = n_out;
+    ev->n_preemptions = s->n_preempt;
+    ev->total_ms = t - s->t_submit;
+    ev->ttft_ms = n_out > 0 ? s->t_first - s->t_submit : 0;
+    ev->decode_tok_s = n_out > 1 && t > s->t_first ? (n_out - 1) / ((t - s->t_first) * 1e-3) : 0;
+    pthread_mutex_lock(&e->mu);
+    e->st.n_finished++;
+    if (n_out > 0) {
+        e->ttft_sum += ev->ttft_ms;
+        e->n_ttft++;
+    }
+    pthread_mutex_unlock(&e->mu);
+    s->cb(ev, s->user);
+    seq_free(s);
+}
+
+static void finish_alone(lpx_engine *e, lpx_seq *s, lpx_finish_reason why, const char *error) {
+    lpx_event ev = {.id = s->id, .token = -1, .index = s->n_tokens - s->n_prompt};
+    e->text_len = 0;
+    finish(e, s, &ev, why, !error, error);
+}
+
+static bool is_stop_token(const lpx_engine *e, const lpx_seq *s, int32_t tok) {
+    if (!s->ignore_eos)
+        for (int i = 0; i < e->n_eos; i++)
+            if (e->eos[i] == tok) return true;
+    for (size_t i = 0; i < s->n_stop_ids; i++)
+        if (s->stop_ids[i] == tok) return true;
+    return false;
+}
+
+/* Samples the next token of s from its logits row and reports it. */
+static lpx_status advance(lpx_engine *e, lpx_seq *s, float *logits) {
+    int32_t n_out = s->n_tokens - s->n_prompt;
+    lpx_token_logprob top[LPX_MAX_LOGPROBS];
+    float lp = 0;
+    int32_t tok = lpx_sample(&e->sampler, &s->sp, s->seed, n_out, logits, s->tokens, s->n_prompt,
+                             s->tokens + s->n_prompt, n_out, top, &lp);
+    if (s->n_tokens == s->cap) {
+        int32_t cap = s->cap * 2 > s->limit ? s->limit : s->cap * 2;
+        int32_t *t = realloc(s->tokens, (size_t)cap * sizeof *t);
+        if (!t) {
+            finish_alone(e, s, LPX_FINISH_ERROR, "out of memory");
+            return LPX_OK;
+        }
+        s->tokens = t;
+        s->cap = cap;
+    }
+    s->tokens[s->n_tokens++] = tok;
+    if (n_out == 0) s->t_first = now_ms();
+    pthread_mutex_lock(&e->mu);
+    e->st.generated_tokens++;
+    pthread_mutex_unlock(&e->mu);
+
+    lpx_event ev = {.id = s->id, .token = tok, .index = n_out};
+    if (s->sp.logprobs > 0) {
+        ev.logprob = lp;
+        ev.top = top;
+        ev.n_top = s->sp.logprobs;
+    }
+    e->text_len = 0;
+    bool stop_tok = is_stop_token(e, s, tok), stopped = false;
+    if (!stop_tok && e->model->tok) {
+        size_t n = lpx_detok_stream_push(&s->detok, tok, e->piece, e->piece_cap);
+        if (!feed_text(e, s, e->piece, n, &stopped)) {
+            finish(e, s, &ev, LPX_FINISH_ERROR, false, "out of memory");
+            return LPX_OK;
+        }
+    }
+    lpx_finish_reason why = LPX_FINISH_NONE;
+    if (stopped || stop_tok)
+        why = LPX_FINISH_STOP;
+    else if ((s->max_tokens > 0 && n_out + 1 >= s->max_tokens) || s->n_tokens >= s->limit)
+        why = LPX_FINISH_LENGTH;
+    if (why != LPX_FINISH_NONE) {
+        finish(e, s, &ev, why, !stopped, NULL);
+        return LPX_OK;
+    }
+    ev.text = e->text;
+    ev.text_len = e->text_len;
+    s->cb(&ev, s->user);
+    return LPX_OK;
+}
+
+/* ---- stepping ------------------------------------------------------------- */
+
+static bool has_work(const lpx_engine *e) {
+    return e->waiting.n > 0 || e->running.n > 0;
+}
+
+static lpx_seq *take_seq(lpx_engine *e, uint64_t id) {
+    lpx_seq_list *lists[2] = {&e->running, &e->waiting};
+    for (int l = 0; l < 2; l++)
+        for (int32_t i = 0; i < lists[l]->n; i++)
+            if (lists[l]->v[i]->id == id) return lists[l]->v[i];
+    return NULL;
+}
+
+static void snapshot(lpx_engine *e) {
+    e->st.n_running = e->running.n;
+    e->st.n_waiting = e->waiting.n + e->incoming.n;
+    e->st.kv_blocks_used = lpx_kv_used(&e->pool);
+    e->st.kv_blocks_peak = e->pool.peak_used;
+}
+
+static lpx_status step_once(lpx_engine *e, bool *busy) {
+    /* Take what other threads queued. */
+    pthread_mutex_lock(&e->mu);
+    lpx_status st = LPX_OK;
+    if (!lpx_seq_list_reserve(&e->waiting, e->waiting.n + e->incoming.n))
+        st = lpx_errorf(LPX_ERR_NOMEM, "engine: out of memory");
+    for (int32_t i = 0; st == LPX_OK && i < e->incoming.n; i++) {
+        lpx_seq *s = e->incoming.v[i];
+        lpx_seq_list_push(&e->waiting, s);
+        e->st.prompt_tokens += s->n_prompt;
+    }
+    if (st == LPX_OK) e->incoming.n = 0;
+    int32_t n_cancels = e->n_cancels;
+    uint64_t cancels[64];
+    if (n_cancels > 64) n_cancels = 64; /* the rest next step */
+    if (n_cancels > 0) {
+        memcpy(cancels, e->cancels, (size_t)n_cancels * sizeof *cancels);
+        memmove(e->cancels, e->cancels + n_cancels,
+                (size_t)(e->n_cancels - n_cancels) * sizeof *cancels);
+        e->n_cancels -= n_cancels;
+    }
+    pthread_mutex_unlock(&e->mu);
+    LPX_TRY(st);
+
+    for (int32_t i = 0; i < n_cancels; i++) {
+        lpx_seq *s = take_seq(e, cancels[i]);
+        if (s) finish_alone(e, s, LPX_FINISH_CANCELLED, NULL);
+    }
+
+    double t0 = now_ms();
+    st = lpx_schedule(e);
+    int32_t n_tok = 0, n_rows = 0, stride = 1;
+    lpx_seq_list *q = &e->sched;
+    for (int32_t i = 0; st == LPX_OK && i < q->n; i++)
+        if (q->v[i]->bt.n > stride) stride = q->v[i]->bt.n;
+    for (int32_t i = 0; st == LPX_OK && i < q->n; i++) {
+        lpx_seq *s = q->v[i];
+        e->b_start[i] = n_tok;
+        for (int32_t j = 0; j < s->n_new; j++, n_tok++) {
+            e->b_tokens[n_tok] = s->tokens[s->n_computed + j];
+            e->b_pos[n_tok] = s->n_computed + j;
+        }
+        e->b_len[i] = s->n_computed + s->n_new;
+        memcpy(e->b_table + (size_t)i * stride, s->bt.ids, (size_t)s->bt.n * sizeof(int32_t));
+        for (int32_t j = s->bt.n; j < stride; j++)
+            e->b_table[(size_t)i * stride + j] = -1;
+        if (e->b_len[i] == s->n_tokens) e->b_rows[n_rows++] = n_tok - 1;
+    }
+    if (st == LPX_OK && q->n > 0) {
+        e->b_start[q->n] = n_tok;
+        lpx_batch b = {
+            .n_tokens = n_tok,
+            .tokens = e->b_tokens,
+            .positions = e->b_pos,
+            .n_seqs = q->n,
+            .seq_start = e->b_start,
+            .seq_len = e->b_len,
+            .block_table = e->b_table,
+            .max_blocks = stride,
+            .n_logits = n_rows,
+            .logit_rows = e->b_rows,
+        };
+        st = e->cfg.ops->step(e->be, &b, e->logits);
+        if (st != LPX_OK) {
+            /* The step's sequences cannot go on (their cache is unknown); others can. */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", lpx_last_error());
+            for (int32_t i = 0; i < q->n; i++)
+                finish_alone(e, q->v[i], LPX_FINISH_ERROR, msg);
+            q->n = 0;
+            lpx_errorf(st, "%s", msg);
+        }
+        int32_t row = 0;
+        for (int32_t i = 0; i < q->n; i++) {
+            lpx_seq *s = q->v[i];
+            s->n_computed += s->n_new;
+            if (s->n_computed == s->n_tokens) {
+                lpx_status st2 = advance(e, s, e->logits + (size_t)row++ * e->vocab);
+                if (st == LPX_OK) st = st2;
+            }
+        }
+        pthread_mutex_lock(&e->mu);
+        e->st.n_steps++;
+        e->st.computed_tokens += n_tok;
+        e->st.busy_s += (now_ms() - t0) * 1e-3;
+        pthread_mutex_unlock(&e->mu);
+    }
+    pthread_mutex_lock(&e->mu);
+    snapshot(e);
+    *busy = has_work(e) || e->incoming.n > 0 || e->n_cancels > 0;
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+lpx_status lpx_engine_step(lpx_engine *e, bool *busy) {
+    bool on;
+    pthread_mutex_lock(&e->mu);
+    on = e->thread_on;
+    pthread_mutex_unlock(&e->mu);
+    if (on) return lpx_errorf(LPX_ERR_BUSY, "engine_step: the engine thread is running");
+    pthread_mutex_lock(&e->step_mu);
+    lpx_status st = step_once(e, busy);
+    pthread_mutex_unlock(&e->step_mu);
+    return st;
+}
+
+static void *engine_thread(void *arg) {
+    lpx_engine *e = arg;
+    pthread_mutex_lock(&e->step_mu);
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stopping && !has_work(e) && e->incoming.n == 0 && e->n_cancels == 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        bool stop = e->stopping;
+        pthread_mutex_unlock(&e->mu);
+        if (stop) break;
+        bool busy;
+        if (step_once(e, &busy) != LPX_OK)
+            fprintf(stderr, "lpx engine: step failed: %s\n", lpx_last_error());
+    }
+    pthread_mutex_unlock(&e->step_mu);
+    return NULL;
+}
+
+lpx_status lpx_engine_start(lpx_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    lpx_status st = LPX_OK;
+    if (e->thread_on)
+        st = lpx_errorf(LPX_ERR_BUSY, "engine_start: already running");
+    else if (pthread_create(&e->thread, NULL, engine_thread, e) != 0)
+        st = lpx_errorf(LPX_ERR_INTERNAL, "engine_start: cannot create a thread");
+    else
+        e->thread_on = true;
+    e->stopping = false;
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+void lpx_engine_stop(lpx_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    bool on = e->thread_on;
+    e->stopping = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (on) pthread_join(e->thread, NULL);
+    pthread_mutex_lock(&e->mu);
+    e->thread_on = false;
+    e->stopping = false;
+    pthread_mutex_unlock(&e->mu);
+}
+
+lpx_status lpx_engine_get_stats(lpx_engine *e, lpx_engine_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->st;
+    out->ttft_ms_mean = e->n_ttft ? e->ttft_sum / (double)e->n_ttft : 0;
+    out->tok_s = e->st.busy_s > 0 ? (double)e->st.generated_tokens / e->st.busy_s : 0;
+    pthread_mutex_unlock(&e->mu);
+    if (e->be && e->cfg.ops->memory_used) out->backend_memory = e->cfg.ops->memory_used(e->be);
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) out->peak_rss = (size_t)ru.ru_maxrss * 1024;
+    return LPX_OK;
+}
+
+void lpx_engine_destroy(lpx_engine *e) {
+    if (!e) return;
+    lpx_engine_stop(e);
+    /* Outstanding requests end as cancelled, so every caller hears an end. */
+    pthread_mutex_lock(&e->mu);
+    for (int32_t i = 0; i < e->incoming.n; i++)
+        if (!lpx_seq_list_push(&e->waiting, e->incoming.v[i])) seq_free(e->incoming.v[i]);
+    e->incoming.n = 0;
+    pthread_mutex_unlock(&e->mu);
+    while (e->running.n > 0)
+        finish_alone(e, e->running.v[0], LPX_FINISH_CANCELLED, NULL);
+    while (e->waiting.n > 0)
+        finish_alone(e, e->waiting.v[0], LPX_FINISH_CANCELLED, NULL);
+    if (e->be) e->cfg.ops->destroy(e->be);
+    lpx_kv_pool_free(&e->pool);
+    lpx_sampler_free(&e->sampler);
+    free(e->waiting.v);
+    free(e->running.v);
+    free(e->sched.v);
+    free(e->incoming.v);
+    free(e->cancels);
+    free(e->b_tokens);
+    free(e->b_pos);
+    free(e->b_start);
+    free(e->b_len);
+    free(e->b_table);
+    free(e->b_rows);
+    free(e->logits);
+    free(e->text);
+    free(e->piece);
+    pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->step_mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}

@@ -1,0 +1,29 @@
+/* Engine internals shared by lpx_engine_create (create.c: device choice and
+ * sizing) and the tests, which drive the engine over a mock backend. */
+#ifndef LPX_ENGINE_ENGINE_H
+#define LPX_ENGINE_ENGINE_H
+
+#include "backend/backend.h"
+#include "lpx.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Everything resolved: no zeros meaning "default" left. */
+typedef struct lpx_engine_config {
+    const lpx_backend_ops *ops;
+    char device_name[32];
+    int device; /* CUDA ordinal */
+    int32_t n_threads;
+    int32_t max_num_seqs;
+    int32_t max_num_batched_tokens;
+    int32_t max_model_len;
+    int32_t block_size;
+    int32_t n_blocks;
+    size_t kv_bytes_per_token;
+} lpx_engine_config;
+
+lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config *c,
+                                    lpx_engine **out);
+
+#endif

@@ -1,0 +1,89 @@
+/* The engine's state, shared by engine.c (requests, steps, events) and
+ * scheduler.c (which sequences run in the next step). */
+#ifndef LPX_ENGINE_ENGINE_IMPL_H
+#define LPX_ENGINE_ENGINE_IMPL_H
+
+#include "engine/engine.h"
+#include "engine/kv_blocks.h"
+#include "engine/sampler.h"
+#include "engine/stop.h"
+#include "tokenizer/tokenizer.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct lpx_seq {
+    uint64_t id;
+    lpx_event_cb cb;
+    void *user;
+    lpx_sampling_params sp;
+    uint64_t seed;
+    int32_t max_tokens; /* -1: none */
+    bool ignore_eos, skip_special;
+    int32_t *stop_ids; /* [n_stop_ids] */
+    size_t n_stop_ids;
+    lpx_stop_matcher stop;
+    lpx_detok_stream detok; /* valid when the model has a tokenizer */
+    int32_t *tokens;        /* [cap]: prompt, then output */
+    int32_t n_prompt, n_tokens, cap;
+    int32_t limit;      /* most tokens: min(max_model_len, KV pool) */
+    int32_t n_computed; /* leading tokens whose K/V are in the cache */
+    lpx_block_table bt;
+    int32_t n_preempt;
+    double t_submit, t_first;
+    /* This step's share (scheduler): tokens n_computed .. +n_new. */
+    int32_t n_new;
+} lpx_seq;
+
+typedef struct lpx_seq_list {
+    lpx_seq **v;
+    int32_t n, cap;
+} lpx_seq_list;
+
+struct lpx_engine {
+    const lpx_model *model;
+    lpx_engine_config cfg;
+    lpx_backend *be;
+    int32_t vocab;
+    lpx_kv_pool pool;
+    lpx_sampler sampler;
+    int32_t eos[16];
+    int n_eos;
+
+    /* Touched only by the thread that steps. */
+    lpx_seq_list waiting; /* FIFO; preempted sequences go back to the front */
+    lpx_seq_list running; /* admission order: the last is the newest */
+    lpx_seq_list sched;   /* this step's sequences, batch order */
+    int32_t *b_tokens, *b_pos, *b_start, *b_len, *b_table, *b_rows; /* batch descriptor */
+    float *logits;                                                  /* [max_num_seqs][vocab] */
+    char *piece; /* [piece_cap] one token\'s decoded text */
+    size_t piece_cap;
+    char *text; /* event text being built */
+    size_t text_len, text_cap;
+    pthread_mutex_t step_mu;
+
+    /* Under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    lpx_seq_list incoming;
+    uint64_t *cancels;
+    int32_t n_cancels, cap_cancels;
+    uint64_t next_id;
+    bool thread_on, stopping;
+    pthread_t thread;
+    lpx_engine_stats st;
+    double ttft_sum;
+    int64_t n_ttft;
+};
+
+bool lpx_seq_list_reserve(lpx_seq_list *l, int32_t n);
+bool lpx_seq_list_push(lpx_seq_list *l, lpx_seq *s);
+bool lpx_seq_list_push_front(lpx_seq_list *l, lpx_seq *s);
+void lpx_seq_list_remove(lpx_seq_list *l, lpx_seq *s);
+
+/* Picks this step's work into e->sched (each with n_new > 0), reserving KV
+ * blocks; may preempt running sequences and admit waiting ones. */
+lpx_status lpx_schedule(lpx_engine *e);
+
+#endif

@@ -1,0 +1,107 @@
+/* Continuous batching. Each step: the running sequences first, oldest first,
+ * each with its next chunk (a decode token, or up to the token budget of
+ * prompt); a sequence that needs a block when none is free preempts the
+ * newest running one (possibly itself). Then, if nothing was preempted,
+ * waiting sequences are admitted in order while the sequence limit, the token
+ * budget and free blocks allow. The oldest running sequence can always
+ * proceed (no sequence is longer than the pool), so there is no deadlock. */
+#include "engine/engine_impl.h"
+
+#include "base/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+bool lpx_seq_list_reserve(lpx_seq_list *l, int32_t n) {
+    if (n <= l->cap) return true;
+    int32_t cap = l->cap ? l->cap : 16;
+    while (cap < n)
+        cap *= 2;
+    lpx_seq **v = realloc(l->v, (size_t)cap * sizeof *v);
+    if (!v) return false;
+    l->v = v;
+    l->cap = cap;
+    return true;
+}
+
+static bool grow(lpx_seq_list *l) {
+    return lpx_seq_list_reserve(l, l->n + 1);
+}
+
+bool lpx_seq_list_push(lpx_seq_list *l, lpx_seq *s) {
+    if (!grow(l)) return false;
+    l->v[l->n++] = s;
+    return true;
+}
+
+bool lpx_seq_list_push_front(lpx_seq_list *l, lpx_seq *s) {
+    if (!grow(l)) return false;
+    memmove(l->v + 1, l->v, (size_t)l->n * sizeof *l->v);
+    l->v[0] = s;
+    l->n++;
+    return true;
+}
+
+void lpx_seq_list_remove(lpx_seq_list *l, lpx_seq *s) {
+    for (int32_t i = 0; i < l->n; i++)
+        if (l->v[i] == s) {
+            memmove(l->v + i, l->v + i + 1, (size_t)(l->n - i - 1) * sizeof *l->v);
+            l->n--;
+            return;
+        }
+}
+
+static void preempt(lpx_engine *e, lpx_seq *s) {
+    lpx_kv_release(&e->pool, &s->bt);
+    s->n_computed = 0; /* prompt + output are recomputed when it runs again */
+    s->n_preempt++;
+    lpx_seq_list_remove(&e->running, s);
+    lpx_seq_list_push_front(&e->waiting, s); /* room reserved by lpx_schedule */
+    pthread_mutex_lock(&e->mu);
+    e->st.n_preemptions++;
+    pthread_mutex_unlock(&e->mu);
+}
+
+lpx_status lpx_schedule(lpx_engine *e) {
+    e->sched.n = 0;
+    /* Reserve first so that moving sequences between lists cannot fail. */
+    int32_t all = e->waiting.n + e->running.n;
+    if (!lpx_seq_list_reserve(&e->waiting, all) || !lpx_seq_list_reserve(&e->running, all) ||
+        !lpx_seq_list_reserve(&e->sched, all))
+        return lpx_errorf(LPX_ERR_NOMEM, "scheduler: %d sequences: out of memory", (int)all);
+    int32_t budget = e->cfg.max_num_batched_tokens;
+    bool preempted = false;
+    lpx_status st;
+    for (int32_t i = 0; i < e->running.n && budget > 0;) {
+        lpx_seq *s = e->running.v[i];
+        int32_t n_new = s->n_tokens - s->n_computed;
+        if (n_new > budget) n_new = budget;
+        while (!lpx_kv_reserve(&e->pool, &s->bt, (int64_t)s->n_computed + n_new, &st)) {
+            if (st != LPX_OK) return st;
+            lpx_seq *victim = e->running.v[e->running.n - 1];
+            preempt(e, victim);
+            preempted = true;
+            if (victim == s) break;
+        }
+        if (i >= e->running.n || e->running.v[i] != s) break; /* s itself was preempted */
+        s->n_new = n_new;
+        budget -= n_new;
+        lpx_seq_list_push(&e->sched, s);
+        i++;
+    }
+    while (!preempted && e->waiting.n > 0 && e->running.n < e->cfg.max_num_seqs && budget > 0) {
+        lpx_seq *s = e->waiting.v[0];
+        int32_t n_new = s->n_tokens - s->n_computed;
+        if (n_new > budget) n_new = budget;
+        if (!lpx_kv_reserve(&e->pool, &s->bt, (int64_t)s->n_computed + n_new, &st)) {
+            if (st != LPX_OK) return st;
+            break;
+        }
+        lpx_seq_list_remove(&e->waiting, s);
+        lpx_seq_list_push(&e->running, s);
+        lpx_seq_list_push(&e->sched, s);
+        s->n_new = n_new;
+        budget -= n_new;
+    }
+    return LPX_OK;
+}

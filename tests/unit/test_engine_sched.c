@@ -1,0 +1,410 @@
+/* The engine over a mock backend whose logits are a hash of the whole context
+ * it reads back through the block tables: any paging, chunking, batching or
+ * preemption mistake changes the tokens. Every run is compared with a plain
+ * reference loop that never touches the engine. */
+#include "engine/engine_impl.h"
+#include "test.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { VOCAB = 64, MAXPOS = 512, EOS = 63 };
+
+/* ---- mock backend --------------------------------------------------------- */
+
+typedef struct mock {
+    lpx_backend base;
+    int32_t *slots; /* [n_blocks * block_size] token ids written to the cache */
+    int fail_next;  /* make the next step fail */
+} mock;
+
+static int violations;
+
+static float logit_of(uint64_t h, int v) {
+    uint64_t x = h ^ ((uint64_t)v * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 32;
+    return (float)(x % 1000) / 100.0f - 5.0f;
+}
+
+static void context_logits(const int32_t *ctx, int n, float *out) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < n; i++)
+        h = (h ^ (uint64_t)(ctx[i] + 1)) * 1099511628211ull;
+    for (int v = 0; v < VOCAB; v++)
+        out[v] = logit_of(h, v);
+}
+
+static lpx_status mock_create(const lpx_model *m, const lpx_backend_opts *o, lpx_backend **out) {
+    mock *b = calloc(1, sizeof *b);
+    b->slots = malloc((size_t)o->n_blocks * o->block_size * sizeof *b->slots);
+    b->base.model = m;
+    b->base.opts = *o;
+    *out = &b->base;
+    return LPX_OK;
+}
+
+static lpx_status mock_step(lpx_backend *be, const lpx_batch *bt, float *logits) {
+    mock *b = (mock *)be;
+    const int bs = be->opts.block_size, nb = be->opts.n_blocks;
+    if (b->fail_next) {
+        b->fail_next = 0;
+        return LPX_ERR_DEVICE;
+    }
+    if (bt->n_tokens > be->opts.max_batch_tokens || bt->n_seqs > be->opts.max_seqs) violations++;
+    int32_t ctx[MAXPOS];
+    int row = 0;
+    for (int s = 0; s < bt->n_seqs; s++) {
+        const int32_t *table = bt->block_table + (size_t)s * bt->max_blocks;
+        int start = bt->seq_start[s], end = bt->seq_start[s + 1];
+        if (end <= start || bt->positions[end - 1] != bt->seq_len[s] - 1) violations++;
+        for (int t = start; t < end; t++) {
+            int p = bt->positions[t];
+            if (t > start && p != bt->positions[t - 1] + 1) violations++;
+            int blk = table[p / bs];
+            if (blk < 0 || blk >= nb) {
+                violations++;
+                continue;
+            }
+            b->slots[blk * bs + p % bs] = bt->tokens[t];
+        }
+        for (; row < bt->n_logits && bt->logit_rows[row] < end; row++) {
+            if (bt->logit_rows[row] != end - 1) violations++;
+            for (int p = 0; p < bt->seq_len[s]; p++)
+                ctx[p] = b->slots[table[p / bs] * bs + p % bs];
+            context_logits(ctx, bt->seq_len[s], logits + (size_t)row * VOCAB);
+        }
+    }
+    return LPX_OK;
+}
+
+static void mock_destroy(lpx_backend *be) {
+    free(((mock *)be)->slots);
+    free(be);
+}
+
+static const lpx_backend_ops mock_ops = {"mock", mock_create, mock_step, NULL, NULL, mock_destroy};
+
+/* ---- helpers -------------------------------------------------------------- */
+
+typedef struct result {
+    int32_t tokens[MAXPOS];
+    int n, n_events, finish, preempt;
+    pthread_mutex_t *mu;
+    pthread_cond_t *cv;
+    int *done;
+} result;
+
+static void on_event(const lpx_event *ev, void *user) {
+    result *r = user;
+    if (ev->token >= 0) r->tokens[r->n++] = ev->token;
+    r->n_events++;
+    if (ev->finish) {
+        r->finish = ev->finish;
+        r->preempt = ev->n_preemptions;
+        if (r->mu) {
+            pthread_mutex_lock(r->mu);
+            (*r->done)++;
+            pthread_cond_broadcast(r->cv);
+            pthread_mutex_unlock(r->mu);
+        }
+    }
+}
+
+/* The reference: no engine, one sequence, the same sampler calls. */
+static int reference(const int32_t *prompt, int n_prompt, const lpx_sampling_params *sp,
+                     int max_tokens, bool stop_at_eos, int32_t *out) {
+    lpx_sampler s;
+    lpx_sampler_init(&s, VOCAB);
+    int32_t ctx[MAXPOS];
+    memcpy(ctx, prompt, (size_t)n_prompt * sizeof *ctx);
+    int n = 0;
+    float l[VOCAB];
+    while (n < max_tokens && n_prompt + n < MAXPOS) {
+        context_logits(ctx, n_prompt + n, l);
+        int32_t t = lpx_sample(&s, sp, (uint64_t)sp->seed, n, l, ctx, n_prompt, ctx + n_prompt, n,
+                               NULL, NULL);
+        ctx[n_prompt + n] = out[n] = t;
+        n++;
+        if (stop_at_eos && t == EOS) break;
+    }
+    lpx_sampler_free(&s);
+    return n;
+}
+
+static lpx_model model;
+
+static lpx_engine *make(int max_seqs, int max_tokens_step, int n_blocks, int block_size) {
+    lpx_engine_config c = {.ops = &mock_ops,
+                           .device_name = "mock",
+                           .max_num_seqs = max_seqs,
+                           .max_num_batched_tokens = max_tokens_step,
+                           .max_model_len = MAXPOS,
+                           .block_size = block_size,
+                           .n_blocks = n_blocks,
+                           .kv_bytes_per_token = 8};
+    lpx_engine *e = NULL;
+    CHECK(lpx_engine_create_config(&model, &c, &e) == LPX_OK);
+    return e;
+}
+
+static void drain(lpx_engine *e) {
+    bool busy = true;
+    for (int guard = 0; busy && guard < 100000; guard++)
+        CHECK(lpx_engine_step(e, &busy) == LPX_OK);
+    CHECK(!busy);
+}
+
+static void make_prompt(int k, int32_t *p, int n) {
+    for (int i = 0; i < n; i++)
+        p[i] = (k * 31 + i * 7 + (i * i) % 13) % (VOCAB - 1);
+}
+
+/* Runs n requests together on an engine shaped by the arguments and checks
+ * each against the reference; returns the preemptions seen. */
+static int64_t batch_run(int n, int max_seqs, int step_tokens, int n_blocks, int block_size,
+                         bool sampled) {
+    lpx_engine *e = make(max_seqs, step_tokens, n_blocks, block_size);
+    if (!e) return -1;
+    static result res[16];
+    int32_t prompts[16][64];
+    int lens[16];
+    lpx_request rq[16];
+    for (int k = 0; k < n; k++) {
+        lens[k] = 3 + (k * 11) % 40;
+        make_prompt(k, prompts[k], lens[k]);
+        memset(&res[k], 0, sizeof res[k]);
+        lpx_request_init(&rq[k]);
+        rq[k].prompt_ids = prompts[k];
+        rq[k].n_prompt_ids = (size_t)lens[k];
+        rq[k].max_tokens = 10 + (k % 4) * 3;
+        rq[k].ignore_eos = true;
+        rq[k].sampling.seed = 1000 + k;
+        if (sampled) {
+            rq[k].sampling.temperature = 0.9f;
+            rq[k].sampling.top_p = 0.9f;
+            rq[k].sampling.repetition_penalty = 1.2f;
+            rq[k].sampling.frequency_penalty = 0.3f;
+        }
+        uint64_t id;
+        CHECK(lpx_engine_submit(e, &rq[k], on_event, &res[k], &id) == LPX_OK);
+    }
+    drain(e);
+    for (int k = 0; k < n; k++) {
+        int32_t want[MAXPOS];
+        int nw = reference(prompts[k], lens[k], &rq[k].sampling, rq[k].max_tokens, false, want);
+        CHECK(res[k].finish == LPX_FINISH_LENGTH);
+        CHECK(res[k].n == nw && !memcmp(res[k].tokens, want, (size_t)nw * sizeof *want));
+    }
+    lpx_engine_stats st;
+    lpx_engine_get_stats(e, &st);
+    CHECK(st.kv_blocks_used == 0 && st.n_running == 0 && st.n_waiting == 0);
+    CHECK(st.n_finished == n && st.n_submitted == n);
+    lpx_engine_destroy(e);
+    return st.n_preemptions;
+}
+
+/* ---- threads -------------------------------------------------------------- */
+
+typedef struct worker {
+    lpx_engine *e;
+    int base;
+    result *res;
+    int32_t prompts[4][16];
+} worker;
+
+static void *submitter(void *arg) {
+    worker *w = arg;
+    for (int k = 0; k < 4; k++) {
+        make_prompt(w->base + k, w->prompts[k], 16);
+        lpx_request rq;
+        lpx_request_init(&rq);
+        rq.prompt_ids = w->prompts[k];
+        rq.n_prompt_ids = 16;
+        rq.max_tokens = 12;
+        rq.ignore_eos = true;
+        uint64_t id;
+        CHECK(lpx_engine_submit(w->e, &rq, on_event, &w->res[k], &id) == LPX_OK);
+    }
+    return NULL;
+}
+
+int main(void) {
+    model.cfg.vocab_size = VOCAB;
+    model.cfg.max_position_embeddings = MAXPOS;
+    model.gen.eos_ids[0] = EOS;
+    model.gen.n_eos = 1;
+
+    /* Alone, batched, chunked prefill, and under KV pressure: all equal the
+     * reference (greedy, then seeded sampling with penalties). */
+    for (int sampled = 0; sampled < 2; sampled++) {
+        CHECK(batch_run(1, 8, 256, 64, 16, sampled) == 0);
+        CHECK(batch_run(8, 8, 256, 256, 16, sampled) == 0);
+        CHECK(batch_run(8, 8, 7, 256, 4, sampled) == 0); /* prefill in chunks of <= 7 */
+        /* 12 blocks of 8 tokens: 96 slots for 8 sequences of up to ~70. */
+        int64_t pre = batch_run(8, 8, 64, 12, 8, sampled);
+        CHECK(pre > 0);
+        CHECK(batch_run(16, 3, 16, 16, 4, sampled) > 0);
+    }
+    CHECK(violations == 0);
+
+    /* EOS ends a greedy run with "stop" exactly where the reference emits it;
+     * ignore_eos runs on to max_tokens. */
+    int found = 0;
+    for (int k = 0; k < 200 && !found; k++) {
+        int32_t p[8], want[MAXPOS];
+        make_prompt(k, p, 8);
+        lpx_sampling_params sp = {.top_p = 1, .repetition_penalty = 1, .seed = 1};
+        int nw = reference(p, 8, &sp, 100, true, want);
+        if (want[nw - 1] != EOS) continue;
+        found = 1;
+        lpx_engine *e = make(4, 64, 64, 16);
+        result r1 = {0}, r2 = {0};
+        lpx_request rq;
+        lpx_request_init(&rq);
+        rq.prompt_ids = p;
+        rq.n_prompt_ids = 8;
+        rq.max_tokens = 100;
+        uint64_t id;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r1, &id) == LPX_OK);
+        rq.ignore_eos = true;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r2, &id) == LPX_OK);
+        drain(e);
+        CHECK(r1.finish == LPX_FINISH_STOP && r1.n == nw && r1.tokens[nw - 1] == EOS);
+        CHECK(r2.finish == LPX_FINISH_LENGTH && r2.n == 100);
+        lpx_engine_destroy(e);
+    }
+    CHECK(found);
+
+    /* Refusals before any memory is taken; a run that reaches max_model_len. */
+    {
+        lpx_engine *e = make(4, 64, 8, 16); /* the pool holds 128 tokens */
+        int32_t p[MAXPOS];
+        make_prompt(3, p, MAXPOS);
+        lpx_request rq;
+        lpx_request_init(&rq);
+        rq.prompt_ids = p;
+        uint64_t id;
+        result r = {0};
+        rq.n_prompt_ids = MAXPOS;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r, &id) == LPX_ERR_TOO_LONG);
+        CHECK(strstr(lpx_last_error(), "512") != NULL);
+        rq.n_prompt_ids = 128; /* fits max_model_len but not the pool */
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r, &id) == LPX_ERR_TOO_LONG);
+        CHECK(strstr(lpx_last_error(), "128") != NULL);
+        rq.n_prompt_ids = 0;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r, &id) == LPX_ERR_INVALID_ARG);
+        rq.n_prompt_ids = 4;
+        rq.max_tokens = 0;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r, &id) == LPX_ERR_INVALID_ARG);
+        rq.max_tokens = -1;
+        rq.sampling.temperature = -1;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r, &id) == LPX_ERR_INVALID_ARG);
+        rq.sampling.temperature = 0;
+        int32_t bad = VOCAB;
+        rq.prompt_ids = &bad;
+        rq.n_prompt_ids = 1;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r, &id) == LPX_ERR_INVALID_ARG);
+        lpx_engine_stats st;
+        lpx_engine_get_stats(e, &st);
+        CHECK(st.n_submitted == 0 && st.kv_blocks_used == 0);
+        /* 120 prompt tokens, no max_tokens: ends at the pool's 128 tokens. */
+        rq.prompt_ids = p;
+        rq.n_prompt_ids = 120;
+        rq.ignore_eos = true;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r, &id) == LPX_OK);
+        drain(e);
+        CHECK(r.finish == LPX_FINISH_LENGTH && r.n == 8);
+        lpx_engine_destroy(e);
+    }
+
+    /* Cancel: waiting and running requests end "cancelled", blocks return. */
+    {
+        lpx_engine *e = make(1, 64, 16, 16);
+        int32_t p[8];
+        make_prompt(1, p, 8);
+        lpx_request rq;
+        lpx_request_init(&rq);
+        rq.prompt_ids = p;
+        rq.n_prompt_ids = 8;
+        rq.ignore_eos = true;
+        result r1 = {0}, r2 = {0};
+        uint64_t id1, id2;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r1, &id1) == LPX_OK);
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r2, &id2) == LPX_OK);
+        bool busy;
+        for (int i = 0; i < 5; i++)
+            lpx_engine_step(e, &busy);
+        CHECK(r1.n == 5 && r2.n == 0); /* max_num_seqs 1: the second waits */
+        CHECK(lpx_engine_cancel(e, id1) == LPX_OK);
+        CHECK(lpx_engine_cancel(e, id2) == LPX_OK);
+        CHECK(lpx_engine_cancel(e, 999) == LPX_ERR_INVALID_ARG);
+        drain(e);
+        CHECK(r1.finish == LPX_FINISH_CANCELLED && r2.finish == LPX_FINISH_CANCELLED);
+        CHECK(lpx_engine_cancel(e, id1) == LPX_OK); /* finished: a no-op */
+        lpx_engine_stats st;
+        lpx_engine_get_stats(e, &st);
+        CHECK(st.kv_blocks_used == 0);
+        /* A backend failure ends the step's requests with "error"; the engine goes on. */
+        result r3 = {0}, r4 = {0};
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r3, &id1) == LPX_OK);
+        ((mock *)e->be)->fail_next = 1;
+        CHECK(lpx_engine_step(e, &busy) == LPX_ERR_DEVICE);
+        CHECK(r3.finish == LPX_FINISH_ERROR);
+        rq.max_tokens = 3;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r4, &id2) == LPX_OK);
+        drain(e);
+        CHECK(r4.finish == LPX_FINISH_LENGTH && r4.n == 3);
+        /* Destroy ends what is still queued as cancelled. */
+        result r5 = {0};
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r5, &id1) == LPX_OK);
+        lpx_engine_destroy(e);
+        CHECK(r5.finish == LPX_FINISH_CANCELLED);
+    }
+
+    /* The engine thread serving four submitting threads at once. */
+    {
+        lpx_engine *e = make(6, 32, 40, 4);
+        pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+        pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+        int done = 0;
+        static result res[4][4];
+        worker w[4];
+        memset(res, 0, sizeof res);
+        for (int t = 0; t < 4; t++)
+            for (int k = 0; k < 4; k++) {
+                res[t][k].mu = &mu;
+                res[t][k].cv = &cv;
+                res[t][k].done = &done;
+            }
+        CHECK(lpx_engine_start(e) == LPX_OK);
+        bool busy;
+        CHECK(lpx_engine_step(e, &busy) == LPX_ERR_BUSY);
+        pthread_t th[4];
+        for (int t = 0; t < 4; t++) {
+            w[t].e = e;
+            w[t].base = t * 4;
+            w[t].res = res[t];
+            pthread_create(&th[t], NULL, submitter, &w[t]);
+        }
+        for (int t = 0; t < 4; t++)
+            pthread_join(th[t], NULL);
+        pthread_mutex_lock(&mu);
+        while (done < 16)
+            pthread_cond_wait(&cv, &mu);
+        pthread_mutex_unlock(&mu);
+        lpx_engine_stop(e);
+        lpx_sampling_params sp = {.top_p = 1, .repetition_penalty = 1};
+        for (int t = 0; t < 4; t++)
+            for (int k = 0; k < 4; k++) {
+                int32_t want[MAXPOS];
+                int nw = reference(w[t].prompts[k], 16, &sp, 12, false, want);
+                CHECK(res[t][k].n == nw && !memcmp(res[t][k].tokens, want, sizeof(int32_t) * nw));
+            }
+        lpx_engine_destroy(e);
+    }
+    CHECK(violations == 0);
+    TEST_DONE();
+}
