@@ -10,7 +10,8 @@
 static lpx_tokenizer *tok;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    if (lpx_tokenizer_load_json_file("tests/fixtures/tokenizer/tiny_bpe/tokenizer.json", &tok) != LPX_OK) {
+    if (lpx_tokenizer_load_json_file("tests/fixtures/tokenizer/tiny_bpe/tokenizer.json", &tok) !=
+        LPX_OK) {
         fprintf(stderr, "fuzz_tokenizer: %s\n", lpx_last_error());
         abort();
     }
@@ -21,7 +22,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 static void check_utf8(const unsigned char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned char c = s[i];
-        size_t k = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        size_t k = c < 0x80                 ? 1
+                   : c >= 0xC2 && c <= 0xDF ? 2
+                   : c >= 0xE0 && c <= 0xEF ? 3
+                   : c >= 0xF0 && c <= 0xF4 ? 4
+                                            : 0;
         if (!k || i + k > n) abort();
         for (size_t j = 1; j < k; j++)
             if ((s[i + j] & 0xC0) != 0x80) abort();
@@ -41,7 +46,8 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     /* The input bytes as ids too: decode must take any id, valid or not. */
     int32_t raw[128];
     size_t nr = len / 2 < 128 ? len / 2 : 128;
-    for (size_t i = 0; i < nr; i++) raw[i] = (int32_t)(data[1 + 2 * i] | data[2 + 2 * i] << 8) - 4096;
+    for (size_t i = 0; i < nr; i++)
+        raw[i] = (int32_t)(data[1 + 2 * i] | data[2 + 2 * i] << 8) - 4096;
     char *buf = malloc(8192), chunk[4200];
     size_t out = 0;
     for (int pass = 0; pass < 2; pass++) {

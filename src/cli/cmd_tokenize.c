@@ -37,7 +37,8 @@ static void usage(FILE *f) {
 }
 
 static int fail(const char *what) {
-    fprintf(stderr, "lpx tokenize: %s%s%s\n", what, *lpx_last_error() ? ": " : "", lpx_last_error());
+    fprintf(stderr, "lpx tokenize: %s%s%s\n", what, *lpx_last_error() ? ": " : "",
+            lpx_last_error());
     return 1;
 }
 
@@ -64,12 +65,18 @@ static void put_json_str(FILE *f, const char *s, size_t n) {
     fputc('"', f);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c == '\r') fputs("\\r", f);
-        else if (c == '\t') fputs("\\t", f);
-        else if (c < 0x20 || c == 0x7F) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c == '\r')
+            fputs("\\r", f);
+        else if (c == '\t')
+            fputs("\\t", f);
+        else if (c < 0x20 || c == 0x7F)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
     }
     fputc('"', f);
 }
@@ -102,7 +109,8 @@ static lpx_status print_decoded(const lpx_tokenizer *t, const opts *o, const int
         fputc('[', f);
         bool first = true;
         for (size_t i = 0; i <= n; i++) {
-            size_t w = i < n ? lpx_detok_stream_push(&s, ids[i], buf, cap) : lpx_detok_stream_flush(&s, buf, cap);
+            size_t w = i < n ? lpx_detok_stream_push(&s, ids[i], buf, cap)
+                             : lpx_detok_stream_flush(&s, buf, cap);
             if (!w) continue;
             if (!first) fputc(',', f);
             put_json_str(f, buf, w);
@@ -138,7 +146,8 @@ static int hexval(char c) {
  * the tokenizer then rejects as invalid UTF-8. Returns the length or -1. */
 static long parse_json_string(const char *s, size_t n, char *out) {
     size_t i = 0, o = 0;
-    while (i < n && (s[i] == ' ' || s[i] == '\t')) i++;
+    while (i < n && (s[i] == ' ' || s[i] == '\t'))
+        i++;
     if (i >= n || s[i++] != '"') return -1;
     while (i < n && s[i] != '"') {
         unsigned char c = (unsigned char)s[i++];
@@ -152,15 +161,32 @@ static long parse_json_string(const char *s, size_t n, char *out) {
         if (e != 'u') {
             char c2;
             switch (e) {
-            case '"': c2 = '"'; break;
-            case '\\': c2 = '\\'; break;
-            case '/': c2 = '/'; break;
-            case 'b': c2 = '\b'; break;
-            case 'f': c2 = '\f'; break;
-            case 'n': c2 = '\n'; break;
-            case 'r': c2 = '\r'; break;
-            case 't': c2 = '\t'; break;
-            default: return -1;
+            case '"':
+                c2 = '"';
+                break;
+            case '\\':
+                c2 = '\\';
+                break;
+            case '/':
+                c2 = '/';
+                break;
+            case 'b':
+                c2 = '\b';
+                break;
+            case 'f':
+                c2 = '\f';
+                break;
+            case 'n':
+                c2 = '\n';
+                break;
+            case 'r':
+                c2 = '\r';
+                break;
+            case 't':
+                c2 = '\t';
+                break;
+            default:
+                return -1;
             }
             out[o++] = c2;
             continue;
@@ -184,7 +210,8 @@ static long parse_json_string(const char *s, size_t n, char *out) {
                 i += 6;
             }
         }
-        if (cp < 0x80) out[o++] = (char)cp;
+        if (cp < 0x80)
+            out[o++] = (char)cp;
         else if (cp < 0x800) {
             out[o++] = (char)(0xC0 | cp >> 6);
             out[o++] = (char)(0x80 | (cp & 0x3F));
@@ -205,7 +232,8 @@ static long parse_json_string(const char *s, size_t n, char *out) {
 
 static void print_ids(FILE *f, const int32_t *ids, size_t n) {
     fputc('[', f);
-    for (size_t i = 0; i < n; i++) fprintf(f, i ? ",%d" : "%d", ids[i]);
+    for (size_t i = 0; i < n; i++)
+        fprintf(f, i ? ",%d" : "%d", ids[i]);
     fputs("]\n", f);
 }
 
@@ -228,7 +256,9 @@ static int run_jsonl(const lpx_tokenizer *t, const opts *o, const char *path) {
         cJSON *v = o->decode ? cJSON_ParseWithLength(line, (size_t)len) : NULL;
         /* Escapes never grow: the text fits in the line's length. */
         char *grown = o->decode ? text : realloc(text, (size_t)len + 1);
-        long tlen = grown ? (text = grown, o->decode ? -1 : parse_json_string(line, (size_t)len, text)) : -1;
+        long tlen =
+            grown ? (text = grown, o->decode ? -1 : parse_json_string(line, (size_t)len, text))
+                  : -1;
         if (!o->decode && tlen >= 0) {
             if (encode(t, o, text, (size_t)tlen, &ids, &cap, &n) != LPX_OK) {
                 fprintf(stderr, "lpx tokenize: %s line %zu: %s\n", path, lines, lpx_last_error());
@@ -264,8 +294,8 @@ static int run_jsonl(const lpx_tokenizer *t, const opts *o, const char *path) {
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     if (o->stats)
-        fprintf(stderr, "lpx tokenize: %zu lines, %zu tokens, %.3f s, %.0f tokens/s\n", lines, tokens,
-                secs, secs > 0 ? (double)tokens / secs : 0.0);
+        fprintf(stderr, "lpx tokenize: %zu lines, %zu tokens, %.3f s, %.0f tokens/s\n", lines,
+                tokens, secs, secs > 0 ? (double)tokens / secs : 0.0);
     free(line);
     free(text);
     free(ids);
@@ -310,7 +340,8 @@ static int run_text(const lpx_tokenizer *t, const opts *o, const char *text) {
         return fail("encode");
     }
     if (o->ids_only) {
-        for (size_t i = 0; i < n; i++) printf(i ? " %d" : "%d", ids[i]);
+        for (size_t i = 0; i < n; i++)
+            printf(i ? " %d" : "%d", ids[i]);
         putchar('\n');
     } else {
         size_t pcap = lpx_tokenizer_max_piece(t) + 16;
@@ -347,28 +378,41 @@ int cmd_tokenize(int argc, char **argv) {
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model = argv[++i];
-        else if ((!strcmp(a, "-t") || !strcmp(a, "--tokenizer")) && i + 1 < argc) tok_path = argv[++i];
-        else if (!strcmp(a, "--jsonl") && i + 1 < argc) jsonl = argv[++i];
-        else if (!strcmp(a, "--ids")) o.ids_only = true;
-        else if (!strcmp(a, "--pieces")) o.pieces_only = true;
-        else if (!strcmp(a, "--no-special")) o.parse_special = false;
-        else if (!strcmp(a, "--no-bos")) o.add_special = false;
-        else if (!strcmp(a, "--decode")) o.decode = true;
-        else if (!strcmp(a, "--stream")) o.stream = true;
-        else if (!strcmp(a, "--skip-special")) o.skip_special = true;
-        else if (!strcmp(a, "--stats")) o.stats = true;
+        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
+            model = argv[++i];
+        else if ((!strcmp(a, "-t") || !strcmp(a, "--tokenizer")) && i + 1 < argc)
+            tok_path = argv[++i];
+        else if (!strcmp(a, "--jsonl") && i + 1 < argc)
+            jsonl = argv[++i];
+        else if (!strcmp(a, "--ids"))
+            o.ids_only = true;
+        else if (!strcmp(a, "--pieces"))
+            o.pieces_only = true;
+        else if (!strcmp(a, "--no-special"))
+            o.parse_special = false;
+        else if (!strcmp(a, "--no-bos"))
+            o.add_special = false;
+        else if (!strcmp(a, "--decode"))
+            o.decode = true;
+        else if (!strcmp(a, "--stream"))
+            o.stream = true;
+        else if (!strcmp(a, "--skip-special"))
+            o.skip_special = true;
+        else if (!strcmp(a, "--stats"))
+            o.stats = true;
         else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "lpx tokenize: unknown or incomplete option %s (lpx tokenize --help)\n", a);
+            fprintf(stderr, "lpx tokenize: unknown or incomplete option %s (lpx tokenize --help)\n",
+                    a);
             return 2;
-        } else if (!text) text = a;
+        } else if (!text)
+            text = a;
         else {
             fprintf(stderr, "lpx tokenize: one TEXT only (quote it)\n");
             return 2;
         }
     }
-    if (!model == !tok_path || (!text && !jsonl) || (text && jsonl) || (o.ids_only && o.pieces_only) ||
-        (o.stream && !o.decode)) {
+    if (!model == !tok_path || (!text && !jsonl) || (text && jsonl) ||
+        (o.ids_only && o.pieces_only) || (o.stream && !o.decode)) {
         fprintf(stderr, "lpx tokenize: need one of -m MODEL or -t TOKENIZER, and one of TEXT or "
                         "--jsonl FILE (lpx tokenize --help)\n");
         return 2;

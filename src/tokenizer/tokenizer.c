@@ -27,7 +27,8 @@ lpx_status tok_alloc(lpx_tokenizer **out, int32_t n_vocab) {
     t->dec_len = calloc(n, sizeof *t->dec_len);
     t->flags = calloc(n, 1);
     t->unk_id = t->bos = t->eos = -1;
-    for (int i = 0; i < 256; i++) t->byte_ids[i] = -1;
+    for (int i = 0; i < 256; i++)
+        t->byte_ids[i] = -1;
     if (!t->text || !t->text_len || !t->dec || !t->dec_len || !t->flags) {
         lpx_tokenizer_free(t);
         return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: vocabulary of %d tokens", n_vocab);
@@ -59,7 +60,8 @@ static bool valid_utf8(const char *s, size_t n, size_t *bad_at) {
 
 lpx_status tok_set_text(lpx_tokenizer *t, int32_t id, const char *s, size_t len) {
     if (id < 0 || id >= t->n_vocab)
-        return lpx_errorf(LPX_ERR_FORMAT, "tokenizer: token id %d outside 0..%d", id, t->n_vocab - 1);
+        return lpx_errorf(LPX_ERR_FORMAT, "tokenizer: token id %d outside 0..%d", id,
+                          t->n_vocab - 1);
     if (len > TOK_MAX_TOKEN_BYTES)
         return lpx_errorf(LPX_ERR_FORMAT, "tokenizer: token %d is %zu bytes (limit %d)", id, len,
                           TOK_MAX_TOKEN_BYTES);
@@ -101,9 +103,9 @@ lpx_status tok_add_merge(lpx_tokenizer *t, const char *a, size_t a_len, const ch
     int32_t ia = tok_strmap_get(&t->vocab, t, a, a_len);
     int32_t ib = tok_strmap_get(&t->vocab, t, b, b_len);
     if (ia < 0 || ib < 0)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: merge %u: token '%.*s' is not in the vocabulary",
-                          where, rank, (int)(ia < 0 ? (a_len > 64 ? 64 : a_len) : (b_len > 64 ? 64 : b_len)),
-                          ia < 0 ? a : b);
+        return lpx_errorf(
+            LPX_ERR_FORMAT, "%s: merge %u: token '%.*s' is not in the vocabulary", where, rank,
+            (int)(ia < 0 ? (a_len > 64 ? 64 : a_len) : (b_len > 64 ? 64 : b_len)), ia < 0 ? a : b);
     char stack[256];
     size_t n = a_len + b_len;
     char *cat = n <= sizeof stack ? stack : malloc(n);
@@ -161,7 +163,8 @@ static lpx_status make_dec(lpx_tokenizer *t, int32_t id) {
         }
     } else {
         for (size_t i = 0; i < n && st == LPX_OK;) {
-            if (t->dec_space && n - i >= t->dec_space_len && !memcmp(s + i, t->dec_space, t->dec_space_len)) {
+            if (t->dec_space && n - i >= t->dec_space_len &&
+                !memcmp(s + i, t->dec_space, t->dec_space_len)) {
                 st = tok_buf_append(&b, " ", 1);
                 i += t->dec_space_len;
             } else {
@@ -194,7 +197,8 @@ lpx_status tok_finish(lpx_tokenizer *t) {
     }
     /* Index added tokens by first byte, longest first: the first hit is the longest. */
     int count[256] = {0};
-    for (int i = 0; i < t->n_added; i++) count[(unsigned char)t->added[i].text[0]]++;
+    for (int i = 0; i < t->n_added; i++)
+        count[(unsigned char)t->added[i].text[0]]++;
     for (int c = 0; c < 256; c++) {
         if (!count[c]) continue;
         int16_t *list = malloc((size_t)(count[c] + 1) * sizeof *list);
@@ -203,7 +207,8 @@ lpx_status tok_finish(lpx_tokenizer *t) {
         for (int i = 0; i < t->n_added; i++) {
             if ((unsigned char)t->added[i].text[0] != c) continue;
             int j = k++; /* insertion sort, longest first */
-            while (j > 0 && t->added[list[j - 1]].len < t->added[i].len) list[j] = list[j - 1], j--;
+            while (j > 0 && t->added[list[j - 1]].len < t->added[i].len)
+                list[j] = list[j - 1], j--;
             list[j] = (int16_t)i;
         }
         list[k] = -1;
@@ -226,7 +231,8 @@ void lpx_tokenizer_free(lpx_tokenizer *t) {
     tok_strmap_free(&t->vocab);
     tok_mergemap_free(&t->merges);
     free(t->added);
-    for (int c = 0; c < 256; c++) free(t->added_first[c]);
+    for (int c = 0; c < 256; c++)
+        free(t->added_first[c]);
     for (int i = 0; i < t->n_norms; i++) {
         free(t->norms[i].a);
         free(t->norms[i].b);
@@ -241,10 +247,18 @@ void lpx_tokenizer_free(lpx_tokenizer *t) {
 
 /* ---- queries ------------------------------------------------------------------- */
 
-int32_t lpx_tokenizer_bos(const lpx_tokenizer *t) { return t->bos; }
-int32_t lpx_tokenizer_eos(const lpx_tokenizer *t) { return t->eos; }
-int32_t lpx_vocab_size(const lpx_tokenizer *t) { return t ? t->n_vocab : 0; }
-size_t lpx_tokenizer_max_piece(const lpx_tokenizer *t) { return t->max_dec_len; }
+int32_t lpx_tokenizer_bos(const lpx_tokenizer *t) {
+    return t->bos;
+}
+int32_t lpx_tokenizer_eos(const lpx_tokenizer *t) {
+    return t->eos;
+}
+int32_t lpx_vocab_size(const lpx_tokenizer *t) {
+    return t ? t->n_vocab : 0;
+}
+size_t lpx_tokenizer_max_piece(const lpx_tokenizer *t) {
+    return t->max_dec_len;
+}
 
 bool lpx_tokenizer_is_special(const lpx_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && (t->flags[id] & TOKF_SPECIAL);
@@ -289,7 +303,8 @@ static lpx_status segs_push(segs *s, size_t off, size_t len, int32_t id) {
 }
 
 static size_t prev_char_start(const char *s, size_t i) {
-    do i--;
+    do
+        i--;
     while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80);
     return i;
 }
@@ -330,9 +345,12 @@ static lpx_status split_added(const lpx_tokenizer *t, const char *s, size_t n, b
             bool start_ok = start == 0, stop_ok = stop == n;
             if (!start_ok) {
                 size_t q = prev_char_start(s, start);
-                start_ok = !(tok_utf8_len((const unsigned char *)s + q, start - q, &cp) && is_word_char(cp));
+                start_ok = !(tok_utf8_len((const unsigned char *)s + q, start - q, &cp) &&
+                             is_word_char(cp));
             }
-            if (!stop_ok) stop_ok = !(tok_utf8_len((const unsigned char *)s + stop, n - stop, &cp) && is_word_char(cp));
+            if (!stop_ok)
+                stop_ok = !(tok_utf8_len((const unsigned char *)s + stop, n - stop, &cp) &&
+                            is_word_char(cp));
             if (!start_ok || !stop_ok) continue;
         }
         if (hit->lstrip) {
@@ -340,7 +358,9 @@ static lpx_status split_added(const lpx_tokenizer *t, const char *s, size_t n, b
             while (q > start_off) {
                 size_t r = prev_char_start(s, q);
                 uint32_t cp;
-                if (!tok_utf8_len((const unsigned char *)s + r, q - r, &cp) || !tok_is_whitespace(cp)) break;
+                if (!tok_utf8_len((const unsigned char *)s + r, q - r, &cp) ||
+                    !tok_is_whitespace(cp))
+                    break;
                 q = r;
             }
             start = q;
@@ -348,7 +368,8 @@ static lpx_status split_added(const lpx_tokenizer *t, const char *s, size_t n, b
         if (hit->rstrip) {
             uint32_t cp;
             size_t cl;
-            while (stop < n && (cl = tok_utf8_len((const unsigned char *)s + stop, n - stop, &cp)) &&
+            while (stop < n &&
+                   (cl = tok_utf8_len((const unsigned char *)s + stop, n - stop, &cp)) &&
                    tok_is_whitespace(cp))
                 stop += cl;
             p = stop;
@@ -391,25 +412,30 @@ static lpx_status encode_text(const lpx_tokenizer *t, enc_ctx *c, const char *s,
 }
 
 static lpx_status tok_encode(const lpx_tokenizer *t, const char *text, size_t len, bool add_special,
-                      bool parse_special, tok_ids *ids) {
+                             bool parse_special, tok_ids *ids) {
     size_t bad;
     if (!valid_utf8(text, len, &bad))
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "tokenize: text is not valid UTF-8 (byte %zu: 0x%02x)",
-                          bad, (unsigned char)text[bad]);
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "tokenize: text is not valid UTF-8 (byte %zu: 0x%02x)", bad,
+                          (unsigned char)text[bad]);
     enc_ctx c = {0};
     lpx_status st = LPX_OK;
     c.md = pcre2_match_data_create(1, NULL);
     if (!c.md) return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
     if (add_special)
-        for (int i = 0; i < t->n_prefix && st == LPX_OK; i++) st = tok_ids_push(ids, t->prefix[i]);
+        for (int i = 0; i < t->n_prefix && st == LPX_OK; i++)
+            st = tok_ids_push(ids, t->prefix[i]);
     if (st == LPX_OK) st = split_added(t, text, len, false, parse_special, &c.outer);
     for (size_t i = 0; i < c.outer.n && st == LPX_OK; i++) {
         seg g = c.outer.v[i];
-        if (g.id >= 0) st = tok_ids_push(ids, g.id);
-        else st = encode_text(t, &c, text + g.off, g.len, g.off == 0, parse_special, ids);
+        if (g.id >= 0)
+            st = tok_ids_push(ids, g.id);
+        else
+            st = encode_text(t, &c, text + g.off, g.len, g.off == 0, parse_special, ids);
     }
     if (add_special)
-        for (int i = 0; i < t->n_suffix && st == LPX_OK; i++) st = tok_ids_push(ids, t->suffix[i]);
+        for (int i = 0; i < t->n_suffix && st == LPX_OK; i++)
+            st = tok_ids_push(ids, t->suffix[i]);
     pcre2_match_data_free(c.md);
     free(c.norm.p);
     free(c.words_buf.p);
@@ -446,7 +472,8 @@ static size_t utf8_prefix(const unsigned char *s, size_t n, bool *complete) {
         *complete = true;
         return 1;
     }
-    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    if (c >= 0xC2 && c <= 0xDF)
+        need = 2;
     else if (c >= 0xE0 && c <= 0xEF) {
         need = 3;
         if (c == 0xE0) lo = 0xA0;
@@ -494,14 +521,15 @@ static lpx_status append_lossy(tok_buf *out, const unsigned char *s, size_t n, b
 }
 
 static bool skip_id(const lpx_tokenizer *t, int32_t id, bool skip_special) {
-    return id < 0 || id >= t->n_vocab || !t->text[id] || (skip_special && (t->flags[id] & TOKF_SPECIAL));
+    return id < 0 || id >= t->n_vocab || !t->text[id] ||
+           (skip_special && (t->flags[id] & TOKF_SPECIAL));
 }
 
 /* Text of ids: pieces joined; a run of byte tokens that is not valid UTF-8
  * becomes one U+FFFD per byte (tokenizers' ByteFallback decoder); leading
  * spaces stripped as the decoder asks. */
-static lpx_status decode_all(const lpx_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
-                             tok_buf *out) {
+static lpx_status decode_all(const lpx_tokenizer *t, const int32_t *ids, size_t n,
+                             bool skip_special, tok_buf *out) {
     tok_buf raw = {0}, run = {0};
     lpx_status st = tok_buf_append(&raw, "", 0);
     size_t run_tokens = 0;
@@ -528,11 +556,13 @@ static lpx_status decode_all(const lpx_tokenizer *t, const int32_t *ids, size_t 
         }
     }
     size_t skip = 0;
-    while (st == LPX_OK && (int)skip < t->dec_strip_lead && skip < raw.len && raw.p[skip] == ' ') skip++;
+    while (st == LPX_OK && (int)skip < t->dec_strip_lead && skip < raw.len && raw.p[skip] == ' ')
+        skip++;
     size_t used;
     out->len = 0;
     if (st == LPX_OK) st = tok_buf_append(out, "", 0);
-    if (st == LPX_OK) st = append_lossy(out, (const unsigned char *)raw.p + skip, raw.len - skip, false, &used);
+    if (st == LPX_OK)
+        st = append_lossy(out, (const unsigned char *)raw.p + skip, raw.len - skip, false, &used);
     free(raw.p);
     free(run.p);
     return st;
@@ -543,7 +573,8 @@ static size_t copy_out(const tok_buf *b, char *buf, size_t cap) {
     if (!cap) return 0;
     size_t n = b->len < cap - 1 ? b->len : cap - 1;
     /* Never cut a character in half. */
-    while (n > 0 && n < b->len && ((unsigned char)b->p[n] & 0xC0) == 0x80) n--;
+    while (n > 0 && n < b->len && ((unsigned char)b->p[n] & 0xC0) == 0x80)
+        n--;
     if (n) memcpy(buf, b->p, n);
     buf[n] = '\0';
     return n;
@@ -603,7 +634,8 @@ size_t lpx_detok_stream_push(lpx_detok_stream *s, int32_t id, char *out, size_t 
     size_t n = t->dec_len[id];
     if (s->first && n) {
         s->first = false;
-        for (int k = 0; k < t->dec_strip_lead && n && *p == ' '; k++) p++, n--;
+        for (int k = 0; k < t->dec_strip_lead && n && *p == ' '; k++)
+            p++, n--;
     }
     return stream_emit(s, p, n, false, out, cap);
 }

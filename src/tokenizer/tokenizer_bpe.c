@@ -31,7 +31,8 @@ static uint64_t hash_u64(uint64_t x) {
 
 static size_t pow2_cap(size_t n_expected) {
     size_t cap = 16;
-    while (cap < n_expected * 2) cap <<= 1;
+    while (cap < n_expected * 2)
+        cap <<= 1;
     return cap;
 }
 
@@ -133,10 +134,14 @@ size_t tok_utf8_len(const unsigned char *s, size_t n, uint32_t *cp) {
     }
     size_t len;
     uint32_t v, min;
-    if (c >= 0xC2 && c <= 0xDF) len = 2, v = c & 0x1F, min = 0x80;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, v = c & 0x0F, min = 0x800;
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, v = c & 0x07, min = 0x10000;
-    else return 0;
+    if (c >= 0xC2 && c <= 0xDF)
+        len = 2, v = c & 0x1F, min = 0x80;
+    else if (c >= 0xE0 && c <= 0xEF)
+        len = 3, v = c & 0x0F, min = 0x800;
+    else if (c >= 0xF0 && c <= 0xF4)
+        len = 4, v = c & 0x07, min = 0x10000;
+    else
+        return 0;
     if (n < len) return 0;
     for (size_t i = 1; i < len; i++) {
         if ((s[i] & 0xC0) != 0x80) return 0;
@@ -270,7 +275,8 @@ lpx_status tok_bpe_word(const lpx_tokenizer *t, const char *w, size_t n, tok_ids
             bool fell_back = false;
             if (t->byte_fallback) {
                 fell_back = true;
-                for (size_t k = 0; k < cl; k++) fell_back &= t->byte_ids[(unsigned char)w[i + k]] >= 0;
+                for (size_t k = 0; k < cl; k++)
+                    fell_back &= t->byte_ids[(unsigned char)w[i + k]] >= 0;
                 for (size_t k = 0; fell_back && k < cl; k++)
                     sym_push(s, &ns, t->byte_ids[(unsigned char)w[i + k]], 1);
             }
@@ -315,7 +321,8 @@ lpx_status tok_bpe_word(const lpx_tokenizer *t, const char *w, size_t n, tok_ids
             if (nm) heap_push(heap, &nh, (cand){nm->rank, top.pos, nm->id});
         }
     }
-    for (int32_t i = 0; i >= 0 && st == LPX_OK; i = s[i].next) st = tok_ids_push(out, s[i].id);
+    for (int32_t i = 0; i >= 0 && st == LPX_OK; i = s[i].next)
+        st = tok_ids_push(out, s[i].id);
 done:
     if (s != s_small) {
         free(s);

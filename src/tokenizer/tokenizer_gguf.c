@@ -67,7 +67,8 @@ static lpx_status opt_id(const lpx_gguf *g, const char *key, int32_t n_vocab, in
     int64_t v;
     if (!lpx_gguf_get_i64(g, key, &v)) return LPX_OK;
     if (v < 0 || v >= n_vocab)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: %s = %lld outside 0..%d", W, key, (long long)v, n_vocab - 1);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: %s = %lld outside 0..%d", W, key, (long long)v,
+                          n_vocab - 1);
     *id = (int32_t)v;
     return LPX_OK;
 }
@@ -78,19 +79,22 @@ static lpx_status load_bpe_merges(lpx_tokenizer *t, const lpx_gguf *g) {
     if (!lpx_gguf_get_arr(g, "tokenizer.ggml.merges", &et, &n) || et != LPX_GGUF_STRING)
         return lpx_errorf(LPX_ERR_FORMAT, "%s: tokenizer.ggml.merges missing or not strings", W);
     if (n > (uint64_t)TOK_MAX_VOCAB * 4)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: %llu merges (limit %d)", W, (unsigned long long)n, TOK_MAX_VOCAB * 4);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: %llu merges (limit %d)", W, (unsigned long long)n,
+                          TOK_MAX_VOCAB * 4);
     LPX_TRY(tok_mergemap_init(&t->merges, (size_t)n));
     for (uint64_t i = 0; i < n; i++) {
         const char *s;
         size_t len;
         if (!lpx_gguf_arr_str(g, "tokenizer.ggml.merges", i, &s, &len))
-            return lpx_errorf(LPX_ERR_FORMAT, "%s: merge %llu unreadable", W, (unsigned long long)i);
+            return lpx_errorf(LPX_ERR_FORMAT, "%s: merge %llu unreadable", W,
+                              (unsigned long long)i);
         const char *sp = memchr(s, ' ', len);
         if (!sp || memchr(sp + 1, ' ', len - (size_t)(sp + 1 - s)))
-            return lpx_errorf(LPX_ERR_FORMAT, "%s: merge %llu \"%.*s\" is not two tokens split by one space",
-                              W, (unsigned long long)i, (int)(len > 64 ? 64 : len), s);
-        LPX_TRY(tok_add_merge(t, s, (size_t)(sp - s), sp + 1, len - (size_t)(sp + 1 - s), (uint32_t)i,
-                              "GGUF tokenizer.ggml.merges"));
+            return lpx_errorf(LPX_ERR_FORMAT,
+                              "%s: merge %llu \"%.*s\" is not two tokens split by one space", W,
+                              (unsigned long long)i, (int)(len > 64 ? 64 : len), s);
+        LPX_TRY(tok_add_merge(t, s, (size_t)(sp - s), sp + 1, len - (size_t)(sp + 1 - s),
+                              (uint32_t)i, "GGUF tokenizer.ggml.merges"));
     }
     return LPX_OK;
 }
@@ -115,7 +119,8 @@ static lpx_status load_spm_merges(lpx_tokenizer *t, const lpx_gguf *g, const uin
     lpx_gguf_type et;
     uint64_t n;
     if (!lpx_gguf_get_arr(g, "tokenizer.ggml.scores", &et, &n) || n != (uint64_t)t->n_vocab)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: tokenizer.ggml.scores missing or not one per token", W);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: tokenizer.ggml.scores missing or not one per token",
+                          W);
     spm_merge *v = NULL;
     size_t nv = 0, cap = 0;
     lpx_status st = LPX_OK;
@@ -150,7 +155,8 @@ static lpx_status load_spm_merges(lpx_tokenizer *t, const lpx_gguf *g, const uin
         qsort(v, nv, sizeof *v, cmp_spm);
         st = tok_mergemap_init(&t->merges, nv);
     }
-    for (size_t i = 0; i < nv && st == LPX_OK; i++) tok_mergemap_put(&t->merges, v[i].l, v[i].r, (uint32_t)i, v[i].id);
+    for (size_t i = 0; i < nv && st == LPX_OK; i++)
+        tok_mergemap_put(&t->merges, v[i].l, v[i].r, (uint32_t)i, v[i].id);
     free(v);
     return st;
 }
@@ -161,17 +167,19 @@ static lpx_status build(const lpx_gguf *g, lpx_tokenizer *t, uint8_t *types, boo
     uint64_t nt;
     bool has_types = lpx_gguf_get_arr(g, "tokenizer.ggml.token_type", &et, &nt);
     if (has_types && nt != n)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: %llu token types for %llu tokens", W, (unsigned long long)nt,
-                          (unsigned long long)n);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: %llu token types for %llu tokens", W,
+                          (unsigned long long)nt, (unsigned long long)n);
     LPX_TRY(tok_strmap_init(&t->vocab, (size_t)n));
     for (uint64_t i = 0; i < n; i++) {
         const char *s;
         size_t len;
         int64_t ty = TT_NORMAL;
         if (!lpx_gguf_arr_str(g, "tokenizer.ggml.tokens", i, &s, &len))
-            return lpx_errorf(LPX_ERR_FORMAT, "%s: token %llu unreadable", W, (unsigned long long)i);
+            return lpx_errorf(LPX_ERR_FORMAT, "%s: token %llu unreadable", W,
+                              (unsigned long long)i);
         if (has_types && !lpx_gguf_arr_i64(g, "tokenizer.ggml.token_type", i, &ty))
-            return lpx_errorf(LPX_ERR_FORMAT, "%s: token type %llu unreadable", W, (unsigned long long)i);
+            return lpx_errorf(LPX_ERR_FORMAT, "%s: token type %llu unreadable", W,
+                              (unsigned long long)i);
         if (ty < TT_NORMAL || ty > TT_BYTE)
             return lpx_errorf(LPX_ERR_FORMAT, "%s: token %llu has type %lld (expected 1..6)", W,
                               (unsigned long long)i, (long long)ty);
@@ -183,8 +191,11 @@ static lpx_status build(const lpx_gguf *g, lpx_tokenizer *t, uint8_t *types, boo
         int ty = types[i];
         if (ty != TT_CONTROL && ty != TT_USER && !(spm && ty == TT_UNKNOWN)) continue;
         if (t->text_len[i] == 0) continue; /* empty control tokens cannot occur in text */
-        tok_added a = {.id = (int32_t)i, .text = t->text[i], .len = t->text_len[i],
-                       .special = ty != TT_USER, .normalized = false};
+        tok_added a = {.id = (int32_t)i,
+                       .text = t->text[i],
+                       .len = t->text_len[i],
+                       .special = ty != TT_USER,
+                       .normalized = false};
         LPX_TRY(tok_add_added(t, &a));
     }
     const char *model_pre;
@@ -216,7 +227,9 @@ static lpx_status build(const lpx_gguf *g, lpx_tokenizer *t, uint8_t *types, boo
     t->fuse_unk = true;
     t->unk_id = -1;
     tok_pre *p = &t->pres[t->n_pres++];
-    *p = (tok_pre){.kind = TOK_PRE_METASPACE, .prepend = add_space ? 1 : 0, .a = strdup(SPACE_MARK),
+    *p = (tok_pre){.kind = TOK_PRE_METASPACE,
+                   .prepend = add_space ? 1 : 0,
+                   .a = strdup(SPACE_MARK),
                    .a_len = 3};
     t->dec_space = strdup(SPACE_MARK);
     if (!p->a || !t->dec_space) return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
@@ -227,29 +240,34 @@ static lpx_status build(const lpx_gguf *g, lpx_tokenizer *t, uint8_t *types, boo
 }
 
 lpx_status lpx_tokenizer_load_gguf(const lpx_gguf *g, lpx_tokenizer **out) {
-    if (!g || !out) return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_tokenizer_load_gguf: NULL argument");
+    if (!g || !out)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_tokenizer_load_gguf: NULL argument");
     *out = NULL;
     const char *model;
     size_t model_len;
     if (!lpx_gguf_get_str(g, "tokenizer.ggml.model", &model, &model_len))
         return lpx_errorf(LPX_ERR_FORMAT, "%s: tokenizer.ggml.model missing", W);
     bool spm;
-    if (model_len == 4 && !memcmp(model, "gpt2", 4)) spm = false;
-    else if (model_len == 5 && !memcmp(model, "llama", 5)) spm = true;
+    if (model_len == 4 && !memcmp(model, "gpt2", 4))
+        spm = false;
+    else if (model_len == 5 && !memcmp(model, "llama", 5))
+        spm = true;
     else
-        return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model \"%.*s\" (expected gpt2 or llama)",
-                          W, (int)(model_len > 32 ? 32 : model_len), model);
+        return lpx_errorf(LPX_ERR_UNSUPPORTED,
+                          "%s: tokenizer.ggml.model \"%.*s\" (expected gpt2 or llama)", W,
+                          (int)(model_len > 32 ? 32 : model_len), model);
     lpx_gguf_type et;
     uint64_t n;
     if (!lpx_gguf_get_arr(g, "tokenizer.ggml.tokens", &et, &n) || et != LPX_GGUF_STRING)
         return lpx_errorf(LPX_ERR_FORMAT, "%s: tokenizer.ggml.tokens missing or not strings", W);
     if (n == 0 || n > TOK_MAX_VOCAB)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: %llu tokens (expected 1..%d)", W, (unsigned long long)n,
-                          TOK_MAX_VOCAB);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: %llu tokens (expected 1..%d)", W,
+                          (unsigned long long)n, TOK_MAX_VOCAB);
     lpx_tokenizer *t;
     LPX_TRY(tok_alloc(&t, (int32_t)n));
     uint8_t *types = calloc((size_t)n, 1);
-    lpx_status st = types ? build(g, t, types, spm) : lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
+    lpx_status st =
+        types ? build(g, t, types, spm) : lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
     if (st == LPX_OK) st = tok_finish(t);
     free(types);
     if (st != LPX_OK) {

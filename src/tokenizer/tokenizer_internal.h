@@ -94,21 +94,21 @@ enum {
 };
 
 struct lpx_tokenizer {
-    int32_t n_vocab;       /* ids are 0 .. n_vocab-1; holes have text NULL */
-    char **text;           /* [n_vocab] token text as stored (NUL-terminated) */
-    uint32_t *text_len;    /* [n_vocab] */
-    char **dec;            /* [n_vocab] decoded bytes (not NUL-terminated) */
-    uint32_t *dec_len;     /* [n_vocab] */
-    uint8_t *flags;        /* [n_vocab] TOKF_* */
+    int32_t n_vocab;    /* ids are 0 .. n_vocab-1; holes have text NULL */
+    char **text;        /* [n_vocab] token text as stored (NUL-terminated) */
+    uint32_t *text_len; /* [n_vocab] */
+    char **dec;         /* [n_vocab] decoded bytes (not NUL-terminated) */
+    uint32_t *dec_len;  /* [n_vocab] */
+    uint8_t *flags;     /* [n_vocab] TOKF_* */
     size_t max_dec_len;
 
-    tok_strmap vocab;      /* model vocabulary: text -> id */
+    tok_strmap vocab; /* model vocabulary: text -> id */
     tok_mergemap merges;
     bool byte_fallback, fuse_unk, ignore_merges;
     int32_t unk_id;        /* -1 when none */
     int32_t byte_ids[256]; /* <0xNN> token ids (byte fallback), -1 when absent */
 
-    tok_added *added;      /* added tokens, matched in the text first */
+    tok_added *added; /* added tokens, matched in the text first */
     int n_added;
     int16_t *added_first[256]; /* by first byte: indexes into added, longest first, -1 ends */
 
@@ -117,11 +117,11 @@ struct lpx_tokenizer {
     tok_pre pres[TOK_MAX_OPS];
     int n_pres;
 
-    bool dec_bytelevel;    /* decoder maps byte-level characters back to bytes */
+    bool dec_bytelevel;     /* decoder maps byte-level characters back to bytes */
     bool dec_byte_fallback; /* decoder turns <0xNN> tokens into bytes */
-    char *dec_space;       /* decoder replaces this (e.g. "▁") with a space; NULL: none */
+    char *dec_space;        /* decoder replaces this (e.g. "▁") with a space; NULL: none */
     size_t dec_space_len;
-    int dec_strip_lead;    /* leading spaces removed from the whole output (SentencePiece) */
+    int dec_strip_lead; /* leading spaces removed from the whole output (SentencePiece) */
 
     int32_t prefix[TOK_MAX_AFFIX], suffix[TOK_MAX_AFFIX]; /* post-processor ids */
     int n_prefix, n_suffix;
@@ -143,8 +143,8 @@ const tok_merge *tok_mergemap_get(const tok_mergemap *m, int32_t a, int32_t b);
 lpx_status tok_alloc(lpx_tokenizer **out, int32_t n_vocab);
 lpx_status tok_set_text(lpx_tokenizer *t, int32_t id, const char *s, size_t len);
 lpx_status tok_add_added(lpx_tokenizer *t, const tok_added *a);
-lpx_status tok_add_merge(lpx_tokenizer *t, const char *a, size_t a_len, const char *b,
-                         size_t b_len, uint32_t rank, const char *where);
+lpx_status tok_add_merge(lpx_tokenizer *t, const char *a, size_t a_len, const char *b, size_t b_len,
+                         uint32_t rank, const char *where);
 lpx_status tok_compile_regex(const char *pattern, size_t len, pcre2_code **out);
 /* The GPT-2 pattern used by ByteLevel(use_regex = true). */
 extern const char tok_gpt2_regex[];

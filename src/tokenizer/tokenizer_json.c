@@ -47,7 +47,8 @@ static lpx_status type_of(const cJSON *o, const char *what, const char **type) {
 static lpx_status get_pattern(const cJSON *o, const char *what, const char **s, bool *is_regex) {
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "pattern");
     const char *str = get_str(p, "String"), *re = get_str(p, "Regex");
-    if (!str && !re) return lpx_errorf(LPX_ERR_FORMAT, "%s: %s without a String or Regex pattern", W, what);
+    if (!str && !re)
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: %s without a String or Regex pattern", W, what);
     *s = str ? str : re;
     *is_regex = !str;
     return LPX_OK;
@@ -61,18 +62,24 @@ static lpx_status add_norm(lpx_tokenizer *t, const cJSON *o) {
     LPX_TRY(type_of(o, "normalizer", &type));
     if (!strcmp(type, "Sequence")) {
         const cJSON *e;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "normalizers")) LPX_TRY(add_norm(t, e));
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "normalizers"))
+            LPX_TRY(add_norm(t, e));
         return LPX_OK;
     }
     if (t->n_norms >= TOK_MAX_OPS)
         return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: more than %d normalizers", W, TOK_MAX_OPS);
     tok_norm *n = &t->norms[t->n_norms];
     memset(n, 0, sizeof *n);
-    if (!strcmp(type, "NFC")) n->kind = TOK_NORM_NFC;
-    else if (!strcmp(type, "NFD")) n->kind = TOK_NORM_NFD;
-    else if (!strcmp(type, "NFKC")) n->kind = TOK_NORM_NFKC;
-    else if (!strcmp(type, "NFKD")) n->kind = TOK_NORM_NFKD;
-    else if (!strcmp(type, "Lowercase")) n->kind = TOK_NORM_LOWERCASE;
+    if (!strcmp(type, "NFC"))
+        n->kind = TOK_NORM_NFC;
+    else if (!strcmp(type, "NFD"))
+        n->kind = TOK_NORM_NFD;
+    else if (!strcmp(type, "NFKC"))
+        n->kind = TOK_NORM_NFKC;
+    else if (!strcmp(type, "NFKD"))
+        n->kind = TOK_NORM_NFKD;
+    else if (!strcmp(type, "Lowercase"))
+        n->kind = TOK_NORM_LOWERCASE;
     else if (!strcmp(type, "Prepend")) {
         const char *s = get_str(o, "prepend");
         if (!s) return lpx_errorf(LPX_ERR_FORMAT, "%s: Prepend normalizer without \"prepend\"", W);
@@ -82,8 +89,11 @@ static lpx_status add_norm(lpx_tokenizer *t, const cJSON *o) {
         const char *pat, *content = get_str(o, "content");
         bool is_regex;
         LPX_TRY(get_pattern(o, "Replace normalizer", &pat, &is_regex));
-        if (is_regex) return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: Replace normalizer with a Regex", W);
-        if (!content || !*pat) return lpx_errorf(LPX_ERR_FORMAT, "%s: Replace normalizer needs pattern and content", W);
+        if (is_regex)
+            return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: Replace normalizer with a Regex", W);
+        if (!content || !*pat)
+            return lpx_errorf(LPX_ERR_FORMAT, "%s: Replace normalizer needs pattern and content",
+                              W);
         n->kind = TOK_NORM_REPLACE;
         n->a = dup_str(pat, &n->a_len);
         n->b = dup_str(content, &n->b_len);
@@ -117,7 +127,8 @@ static lpx_status add_pre(lpx_tokenizer *t, const cJSON *o) {
     LPX_TRY(type_of(o, "pre_tokenizer", &type));
     if (!strcmp(type, "Sequence")) {
         const cJSON *e;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "pretokenizers")) LPX_TRY(add_pre(t, e));
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "pretokenizers"))
+            LPX_TRY(add_pre(t, e));
         return LPX_OK;
     }
     if (t->n_pres >= TOK_MAX_OPS)
@@ -151,11 +162,16 @@ static lpx_status add_pre(lpx_tokenizer *t, const cJSON *o) {
         p->kind = TOK_PRE_METASPACE;
         p->a = dup_str(rep ? rep : "\xE2\x96\x81", &p->a_len);
         if (!p->a) return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
-        if (!scheme) p->prepend = get_bool(o, "add_prefix_space", true) ? 2 : 0;
-        else if (!strcmp(scheme, "always")) p->prepend = 2;
-        else if (!strcmp(scheme, "first")) p->prepend = 1;
-        else if (!strcmp(scheme, "never")) p->prepend = 0;
-        else return lpx_errorf(LPX_ERR_FORMAT, "%s: Metaspace prepend_scheme \"%s\"", W, scheme);
+        if (!scheme)
+            p->prepend = get_bool(o, "add_prefix_space", true) ? 2 : 0;
+        else if (!strcmp(scheme, "always"))
+            p->prepend = 2;
+        else if (!strcmp(scheme, "first"))
+            p->prepend = 1;
+        else if (!strcmp(scheme, "never"))
+            p->prepend = 0;
+        else
+            return lpx_errorf(LPX_ERR_FORMAT, "%s: Metaspace prepend_scheme \"%s\"", W, scheme);
         p->flag = get_bool(o, "split", true);
     } else {
         return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: pre_tokenizer type \"%s\"", W, type);
@@ -179,7 +195,8 @@ static lpx_status add_dec(lpx_tokenizer *t, const cJSON *o) {
     LPX_TRY(type_of(o, "decoder", &type));
     if (!strcmp(type, "Sequence")) {
         const cJSON *e;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "decoders")) LPX_TRY(add_dec(t, e));
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "decoders"))
+            LPX_TRY(add_dec(t, e));
     } else if (!strcmp(type, "ByteLevel")) {
         t->dec_bytelevel = true;
     } else if (!strcmp(type, "ByteFallback")) {
@@ -191,7 +208,8 @@ static lpx_status add_dec(lpx_tokenizer *t, const cJSON *o) {
         bool is_regex;
         LPX_TRY(get_pattern(o, "Replace decoder", &pat, &is_regex));
         if (is_regex || !content || strcmp(content, " ") || !*pat)
-            return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: Replace decoder other than STRING -> \" \"", W);
+            return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: Replace decoder other than STRING -> \" \"",
+                              W);
         LPX_TRY(set_dec_space(t, pat));
     } else if (!strcmp(type, "Strip")) {
         const char *c = get_str(o, "content");
@@ -199,7 +217,8 @@ static lpx_status add_dec(lpx_tokenizer *t, const cJSON *o) {
         const cJSON *stop = cJSON_GetObjectItemCaseSensitive(o, "stop");
         if (!c || strcmp(c, " ") || !cJSON_IsNumber(start) || start->valuedouble < 0 ||
             start->valuedouble > 8 || (cJSON_IsNumber(stop) && stop->valuedouble != 0))
-            return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: Strip decoder other than leading spaces", W);
+            return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: Strip decoder other than leading spaces",
+                              W);
         t->dec_strip_lead = (int)start->valuedouble;
     } else if (!strcmp(type, "Metaspace")) {
         const char *rep = get_str(o, "replacement"), *scheme = get_str(o, "prepend_scheme");
@@ -226,21 +245,28 @@ static lpx_status template_ids(lpx_tokenizer *t, const cJSON *o) {
             continue;
         }
         const char *name = get_str(cJSON_GetObjectItemCaseSensitive(e, "SpecialToken"), "id");
-        if (!name) return lpx_errorf(LPX_ERR_FORMAT, "%s: TemplateProcessing item without SpecialToken id", W);
+        if (!name)
+            return lpx_errorf(LPX_ERR_FORMAT, "%s: TemplateProcessing item without SpecialToken id",
+                              W);
         const cJSON *ids = cJSON_GetObjectItemCaseSensitive(
             cJSON_GetObjectItemCaseSensitive(specials, name), "ids");
         const cJSON *id;
         if (!cJSON_IsArray(ids))
-            return lpx_errorf(LPX_ERR_FORMAT, "%s: TemplateProcessing special token \"%s\" has no ids", W, name);
+            return lpx_errorf(LPX_ERR_FORMAT,
+                              "%s: TemplateProcessing special token \"%s\" has no ids", W, name);
         cJSON_ArrayForEach(id, ids) {
             int n = after ? t->n_suffix : t->n_prefix;
             if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble >= t->n_vocab)
-                return lpx_errorf(LPX_ERR_FORMAT, "%s: TemplateProcessing id of \"%s\" out of range", W, name);
+                return lpx_errorf(LPX_ERR_FORMAT,
+                                  "%s: TemplateProcessing id of \"%s\" out of range", W, name);
             if (n >= TOK_MAX_AFFIX)
-                return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: more than %d template tokens", W, TOK_MAX_AFFIX);
+                return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: more than %d template tokens", W,
+                                  TOK_MAX_AFFIX);
             (after ? t->suffix : t->prefix)[n] = (int32_t)id->valuedouble;
-            if (after) t->n_suffix++;
-            else t->n_prefix++;
+            if (after)
+                t->n_suffix++;
+            else
+                t->n_prefix++;
         }
     }
     return LPX_OK;
@@ -252,7 +278,8 @@ static lpx_status add_post(lpx_tokenizer *t, const cJSON *o) {
     LPX_TRY(type_of(o, "post_processor", &type));
     if (!strcmp(type, "Sequence")) {
         const cJSON *e;
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "processors")) LPX_TRY(add_post(t, e));
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "processors"))
+            LPX_TRY(add_post(t, e));
         return LPX_OK;
     }
     if (!strcmp(type, "ByteLevel")) return LPX_OK; /* offsets only */
@@ -265,7 +292,8 @@ static lpx_status add_post(lpx_tokenizer *t, const cJSON *o) {
 static lpx_status json_id(const cJSON *v, const char *what, int32_t *id) {
     if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= TOK_MAX_VOCAB ||
         v->valuedouble != (double)(int32_t)v->valuedouble)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: %s: id is not an integer in 0..%d", W, what, TOK_MAX_VOCAB - 1);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: %s: id is not an integer in 0..%d", W, what,
+                          TOK_MAX_VOCAB - 1);
     *id = (int32_t)v->valuedouble;
     return LPX_OK;
 }
@@ -278,16 +306,19 @@ static lpx_status load_merges(lpx_tokenizer *t, const cJSON *merges) {
         if (cJSON_IsString(m)) {
             const char *s = m->valuestring, *sp = strchr(s, ' ');
             if (!sp || strchr(sp + 1, ' '))
-                return lpx_errorf(LPX_ERR_FORMAT, "%s: merge %u \"%.64s\" is not two tokens split by one space",
-                                  W, rank, s);
+                return lpx_errorf(LPX_ERR_FORMAT,
+                                  "%s: merge %u \"%.64s\" is not two tokens split by one space", W,
+                                  rank, s);
             LPX_TRY(tok_add_merge(t, s, (size_t)(sp - s), sp + 1, strlen(sp + 1), rank, W));
         } else if (cJSON_IsArray(m) && cJSON_GetArraySize(m) == 2 &&
-                   cJSON_IsString(cJSON_GetArrayItem(m, 0)) && cJSON_IsString(cJSON_GetArrayItem(m, 1))) {
+                   cJSON_IsString(cJSON_GetArrayItem(m, 0)) &&
+                   cJSON_IsString(cJSON_GetArrayItem(m, 1))) {
             const char *a = cJSON_GetArrayItem(m, 0)->valuestring;
             const char *b = cJSON_GetArrayItem(m, 1)->valuestring;
             LPX_TRY(tok_add_merge(t, a, strlen(a), b, strlen(b), rank, W));
         } else {
-            return lpx_errorf(LPX_ERR_FORMAT, "%s: merge %u is neither \"a b\" nor [a, b]", W, rank);
+            return lpx_errorf(LPX_ERR_FORMAT, "%s: merge %u is neither \"a b\" nor [a, b]", W,
+                              rank);
         }
         rank++;
     }
@@ -300,7 +331,8 @@ static lpx_status token_of(const lpx_tokenizer *t, const cJSON *cfg, const char 
     if (!s) return LPX_OK;
     int32_t found = lpx_tokenizer_find(t, s);
     if (found < 0)
-        return lpx_errorf(LPX_ERR_FORMAT, "tokenizer_config.json: %s \"%.64s\" is not a token", key, s);
+        return lpx_errorf(LPX_ERR_FORMAT, "tokenizer_config.json: %s \"%.64s\" is not a token", key,
+                          s);
     *id = found;
     return LPX_OK;
 }
@@ -328,8 +360,10 @@ static lpx_status build(const cJSON *root, const cJSON *cfg, lpx_tokenizer **out
     if (!cJSON_IsObject(model)) return lpx_errorf(LPX_ERR_FORMAT, "%s: no \"model\" object", W);
     if (mtype && strcmp(mtype, "BPE"))
         return lpx_errorf(LPX_ERR_UNSUPPORTED, "%s: model type \"%s\" (only BPE)", W, mtype);
-    if (!cJSON_IsObject(vocab)) return lpx_errorf(LPX_ERR_FORMAT, "%s: model.vocab is not an object", W);
-    if (merges && !cJSON_IsArray(merges)) return lpx_errorf(LPX_ERR_FORMAT, "%s: model.merges is not an array", W);
+    if (!cJSON_IsObject(vocab))
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: model.vocab is not an object", W);
+    if (merges && !cJSON_IsArray(merges))
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: model.merges is not an array", W);
     const char *cont = get_str(model, "continuing_subword_prefix");
     const char *eow = get_str(model, "end_of_word_suffix");
     if ((cont && *cont) || (eow && *eow))
@@ -362,7 +396,8 @@ static lpx_status build(const cJSON *root, const cJSON *cfg, lpx_tokenizer **out
     const char *unk = get_str(model, "unk_token");
     if (st == LPX_OK && unk) {
         t->unk_id = tok_strmap_get(&t->vocab, t, unk, strlen(unk));
-        if (t->unk_id < 0) st = lpx_errorf(LPX_ERR_FORMAT, "%s: unk_token \"%.64s\" not in vocab", W, unk);
+        if (t->unk_id < 0)
+            st = lpx_errorf(LPX_ERR_FORMAT, "%s: unk_token \"%.64s\" not in vocab", W, unk);
     }
     if (st == LPX_OK && merges) st = load_merges(t, merges);
     cJSON_ArrayForEach(e, added) {
@@ -401,7 +436,8 @@ static lpx_status build(const cJSON *root, const cJSON *cfg, lpx_tokenizer **out
 
 lpx_status lpx_tokenizer_from_json(const char *json, size_t len, const char *config_json,
                                    size_t config_len, lpx_tokenizer **out) {
-    if (!json || !out) return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_tokenizer_from_json: NULL argument");
+    if (!json || !out)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_tokenizer_from_json: NULL argument");
     *out = NULL;
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root || !cJSON_IsObject(root)) {
@@ -480,7 +516,8 @@ static lpx_status load_pair(const char *dir, const char *json_path, lpx_tokenize
 }
 
 lpx_status lpx_tokenizer_load_hf(const char *dir, lpx_tokenizer **out) {
-    if (!dir || !out) return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_tokenizer_load_hf: NULL argument");
+    if (!dir || !out)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_tokenizer_load_hf: NULL argument");
     *out = NULL;
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/tokenizer.json", dir) >= sizeof path)
@@ -489,12 +526,16 @@ lpx_status lpx_tokenizer_load_hf(const char *dir, lpx_tokenizer **out) {
 }
 
 lpx_status lpx_tokenizer_load_json_file(const char *path, lpx_tokenizer **out) {
-    if (!path || !out) return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_tokenizer_load_json_file: NULL argument");
+    if (!path || !out)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_tokenizer_load_json_file: NULL argument");
     *out = NULL;
     char dir[4096];
     const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if ((size_t)(slash - path) >= sizeof dir) return lpx_errorf(LPX_ERR_INVALID_ARG, "%s: path too long", path);
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if ((size_t)(slash - path) >= sizeof dir)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "%s: path too long", path);
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     return load_pair(dir, path, out);
 }

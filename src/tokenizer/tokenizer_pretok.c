@@ -20,7 +20,8 @@ lpx_status tok_buf_append(tok_buf *b, const void *s, size_t n) {
     if (need > b->cap) {
         size_t nc = b->cap ? b->cap : 256;
         while (nc < need) {
-            if (!lpx_mul_size(nc, 2, &nc)) return lpx_errorf(LPX_ERR_TOO_LONG, "tokenizer: text too long");
+            if (!lpx_mul_size(nc, 2, &nc))
+                return lpx_errorf(LPX_ERR_TOO_LONG, "tokenizer: text too long");
         }
         /* s may point into b itself (ops that copy part of the buffer). */
         bool inside = b->p && (const char *)s >= b->p && (const char *)s < b->p + b->cap;
@@ -71,8 +72,9 @@ static lpx_status onig_spaces(const char *p, size_t n, tok_buf *out) {
         char c = p[i];
         if (c == '\\' && i + 1 < n) {
             char d = p[++i];
-            if (d == 's') LPX_TRY(tok_buf_append(out, in_class ? ONIG_SPACE : "[" ONIG_SPACE "]",
-                                                 strlen(ONIG_SPACE) + (in_class ? 0 : 2)));
+            if (d == 's')
+                LPX_TRY(tok_buf_append(out, in_class ? ONIG_SPACE : "[" ONIG_SPACE "]",
+                                       strlen(ONIG_SPACE) + (in_class ? 0 : 2)));
             else if (d == 'S' && !in_class)
                 LPX_TRY(tok_buf_append(out, "[^" ONIG_SPACE "]", strlen(ONIG_SPACE) + 3));
             else {
@@ -104,7 +106,8 @@ lpx_status tok_compile_regex(const char *pattern, size_t len, pcre2_code **out) 
         free(rw.p);
         return st;
     }
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)rw.p, rw.len, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
+    pcre2_code *re =
+        pcre2_compile((PCRE2_SPTR)rw.p, rw.len, PCRE2_UTF | PCRE2_UCP, &err, &at, NULL);
     free(rw.p);
     if (!re) {
         PCRE2_UCHAR msg[256];
@@ -122,9 +125,10 @@ lpx_status tok_compile_regex(const char *pattern, size_t len, pcre2_code **out) 
 
 static lpx_status norm_utf8proc(tok_buf *b, int options) {
     utf8proc_uint8_t *dst = NULL;
-    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)b->p, (utf8proc_ssize_t)b->len, &dst,
-                                      (utf8proc_option_t)(options | UTF8PROC_STABLE));
-    if (n < 0) return lpx_errorf(LPX_ERR_INVALID_ARG, "tokenizer: normalization: %s", utf8proc_errmsg(n));
+    utf8proc_ssize_t n = utf8proc_map((const utf8proc_uint8_t *)b->p, (utf8proc_ssize_t)b->len,
+                                      &dst, (utf8proc_option_t)(options | UTF8PROC_STABLE));
+    if (n < 0)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "tokenizer: normalization: %s", utf8proc_errmsg(n));
     b->len = 0;
     lpx_status st = tok_buf_append(b, dst, (size_t)n);
     free(dst);
@@ -171,10 +175,18 @@ lpx_status tok_normalize(const lpx_tokenizer *t, const char *s, size_t n, tok_bu
     for (int i = 0; i < t->n_norms && st == LPX_OK; i++) {
         const tok_norm *op = &t->norms[i];
         switch (op->kind) {
-        case TOK_NORM_NFC: st = norm_utf8proc(out, UTF8PROC_COMPOSE); break;
-        case TOK_NORM_NFD: st = norm_utf8proc(out, UTF8PROC_DECOMPOSE); break;
-        case TOK_NORM_NFKC: st = norm_utf8proc(out, UTF8PROC_COMPOSE | UTF8PROC_COMPAT); break;
-        case TOK_NORM_NFKD: st = norm_utf8proc(out, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT); break;
+        case TOK_NORM_NFC:
+            st = norm_utf8proc(out, UTF8PROC_COMPOSE);
+            break;
+        case TOK_NORM_NFD:
+            st = norm_utf8proc(out, UTF8PROC_DECOMPOSE);
+            break;
+        case TOK_NORM_NFKC:
+            st = norm_utf8proc(out, UTF8PROC_COMPOSE | UTF8PROC_COMPAT);
+            break;
+        case TOK_NORM_NFKD:
+            st = norm_utf8proc(out, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
+            break;
         case TOK_NORM_PREPEND:
             if (out->len) {
                 tmp.len = 0;
@@ -186,8 +198,12 @@ lpx_status tok_normalize(const lpx_tokenizer *t, const char *s, size_t n, tok_bu
                 }
             }
             break;
-        case TOK_NORM_REPLACE: st = norm_replace(out, op, &tmp); break;
-        case TOK_NORM_LOWERCASE: st = norm_lowercase(out, &tmp); break;
+        case TOK_NORM_REPLACE:
+            st = norm_replace(out, op, &tmp);
+            break;
+        case TOK_NORM_LOWERCASE:
+            st = norm_lowercase(out, &tmp);
+            break;
         }
     }
     free(tmp.p);
@@ -223,7 +239,8 @@ static lpx_status parts_push(parts *p, size_t off, size_t len, bool match) {
  * word and appends the resulting non-empty words. */
 static lpx_status apply_behavior(parts *p, tok_behavior b, bool invert, tok_spans *out) {
     if (invert)
-        for (size_t i = 0; i < p->n; i++) p->v[i].match = !p->v[i].match;
+        for (size_t i = 0; i < p->n; i++)
+            p->v[i].match = !p->v[i].match;
     size_t k = 0; /* parts are merged in place into p->v[0..k) */
     bool prev_match = false;
     switch (b) {
@@ -231,12 +248,16 @@ static lpx_status apply_behavior(parts *p, tok_behavior b, bool invert, tok_span
         for (size_t i = 0; i < p->n; i++)
             if (!p->v[i].match) p->v[k++] = p->v[i];
         break;
-    case TOK_ISOLATED: k = p->n; break;
+    case TOK_ISOLATED:
+        k = p->n;
+        break;
     case TOK_MERGED_PREV:
         for (size_t i = 0; i < p->n; i++) {
             part c = p->v[i];
-            if (c.match && !prev_match && k) p->v[k - 1].len = c.off + c.len - p->v[k - 1].off;
-            else p->v[k++] = c;
+            if (c.match && !prev_match && k)
+                p->v[k - 1].len = c.off + c.len - p->v[k - 1].off;
+            else
+                p->v[k++] = c;
             prev_match = c.match;
         }
         break;
@@ -259,8 +280,10 @@ static lpx_status apply_behavior(parts *p, tok_behavior b, bool invert, tok_span
     case TOK_CONTIGUOUS:
         for (size_t i = 0; i < p->n; i++) {
             part c = p->v[i];
-            if (c.match == prev_match && k) p->v[k - 1].len = c.off + c.len - p->v[k - 1].off;
-            else p->v[k++] = c;
+            if (c.match == prev_match && k)
+                p->v[k - 1].len = c.off + c.len - p->v[k - 1].off;
+            else
+                p->v[k++] = c;
             prev_match = c.match;
         }
         break;
@@ -367,8 +390,10 @@ static lpx_status metaspace(tok_buf *b, tok_span w, const tok_pre *op, bool at_s
     if (!starts && !first_is_space && (op->prepend == 2 || (op->prepend == 1 && at_start)))
         LPX_TRY(tok_buf_append(b, op->a, op->a_len));
     for (size_t i = 0; i < w.len; i++) {
-        if (b->p[w.off + i] == ' ') LPX_TRY(tok_buf_append(b, op->a, op->a_len));
-        else LPX_TRY(tok_buf_append(b, b->p + w.off + i, 1));
+        if (b->p[w.off + i] == ' ')
+            LPX_TRY(tok_buf_append(b, op->a, op->a_len));
+        else
+            LPX_TRY(tok_buf_append(b, b->p + w.off + i, 1));
     }
     tok_span nw = {off, b->len - off};
     if (!op->flag) return tok_spans_push(out, nw.off, nw.len);

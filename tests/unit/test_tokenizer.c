@@ -107,20 +107,24 @@ static void test_malformed(void) {
     CHECK(from("{\"model\": {\"vocab\": {\"a\": -1}}}") == LPX_ERR_FORMAT);
     CHECK(from("{\"model\": {\"vocab\": {\"a\": 1e12}}}") == LPX_ERR_FORMAT);
     CHECK(from("{\"model\": {\"vocab\": {\"a\": 0.5}}}") == LPX_ERR_FORMAT);
-    CHECK(from("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a c\"]}}") == LPX_ERR_FORMAT);
+    CHECK(from("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a c\"]}}") ==
+          LPX_ERR_FORMAT);
     CHECK(strstr(lpx_last_error(), "'c' is not in the vocabulary") != NULL);
     /* The merge's result must exist too. */
-    CHECK(from("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [[\"a\", \"b\"]]}}") == LPX_ERR_FORMAT);
+    CHECK(from("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [[\"a\", \"b\"]]}}") ==
+          LPX_ERR_FORMAT);
     CHECK(from("{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [\"a  a\"]}}") == LPX_ERR_FORMAT);
     CHECK(from("{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [7]}}") == LPX_ERR_FORMAT);
     CHECK(from("{\"model\": {\"vocab\": {\"a\": 0}}, \"pre_tokenizer\": {\"type\": \"Split\", "
-               "\"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}}") == LPX_ERR_UNSUPPORTED);
+               "\"pattern\": {\"Regex\": \"(\"}, \"behavior\": \"Isolated\"}}") ==
+          LPX_ERR_UNSUPPORTED);
     CHECK(from("{\"model\": {\"vocab\": {\"a\": 0}}, \"pre_tokenizer\": {\"type\": \"Split\", "
                "\"pattern\": {\"Regex\": \"a\"}, \"behavior\": \"Sideways\"}}") == LPX_ERR_FORMAT);
-    CHECK(from("{\"model\": {\"vocab\": {\"a\": 0}}, \"added_tokens\": [{\"id\": 5}]}") == LPX_ERR_FORMAT);
+    CHECK(from("{\"model\": {\"vocab\": {\"a\": 0}}, \"added_tokens\": [{\"id\": 5}]}") ==
+          LPX_ERR_FORMAT);
     CHECK(from("{\"model\": {\"vocab\": {\"a\": 0}, \"unk_token\": \"<unk>\"}}") == LPX_ERR_FORMAT);
-    CHECK(from("{\"model\": {\"vocab\": {\"a\": 0}}, \"normalizer\": {\"type\": \"BertNormalizer\"}}") ==
-          LPX_ERR_UNSUPPORTED);
+    CHECK(from("{\"model\": {\"vocab\": {\"a\": 0}}, \"normalizer\": {\"type\": "
+               "\"BertNormalizer\"}}") == LPX_ERR_UNSUPPORTED);
     /* Duplicate keys: the later one wins, as when tokenizers reads the object. */
     lpx_tokenizer *t = NULL;
     const char *dup = "{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1, \"a\": 2}}}";
