@@ -158,10 +158,16 @@ static lpx_status norm_lowercase(tok_buf *b, tok_buf *tmp) {
         uint32_t cp;
         size_t cl = tok_utf8_len((const unsigned char *)b->p + i, b->len - i, &cp);
         if (!cl) return lpx_errorf(LPX_ERR_INTERNAL, "tokenizer: invalid UTF-8 after validation");
+        i += cl;
+        /* Rust's char::to_lowercase: U+0130 is the one character whose lowercase is
+         * two (i + combining dot above); utf8proc gives the simple mapping. */
+        if (cp == 0x130) {
+            LPX_TRY(tok_buf_append(tmp, "i\xCC\x87", 3));
+            continue;
+        }
         utf8proc_uint8_t enc[4];
         utf8proc_ssize_t el = utf8proc_encode_char(utf8proc_tolower((utf8proc_int32_t)cp), enc);
         LPX_TRY(tok_buf_append(tmp, enc, (size_t)el));
-        i += cl;
     }
     b->len = 0;
     return tok_buf_append(b, tmp->p, tmp->len);

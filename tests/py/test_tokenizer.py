@@ -248,3 +248,44 @@ def test_cli_usage_and_errors(lpx_bin, tmp_path):
     r = subprocess.run([lpx_bin, "tokenize", "-t", str(bad), "x"], capture_output=True, text=True)
     assert r.returncode == 1 and "merge 0" in r.stderr and "not in the vocabulary" in r.stderr
     assert r.stderr.count("\n") == 1
+
+
+SPLIT_VARIANTS = [
+    {"type": "Split", "pattern": {"Regex": pattern}, "behavior": behavior, "invert": invert}
+    for pattern in [r"\p{N}+|\s+", r"[aeiou]"]
+    for behavior in ["Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"]
+    for invert in [False, True]
+] + [
+    {"type": "Split", "pattern": {"String": " "}, "behavior": b, "invert": False}
+    for b in ["Removed", "MergedWithNext", "MergedWithPrevious"]
+] + [
+    {"type": "Digits", "individual_digits": False},
+    {"type": "Digits", "individual_digits": True},
+    {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+]
+NORM_VARIANTS = [{"type": t} for t in ["NFC", "NFD", "NFKC", "NFKD", "Lowercase"]] + [
+    {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "_"},
+                                          {"type": "Replace", "pattern": {"String": "a"}, "content": "AA"}]}]
+
+
+@pytest.mark.parametrize("variant", SPLIT_VARIANTS + NORM_VARIANTS,
+                         ids=lambda v: json.dumps(v, sort_keys=True)[:70])
+def test_pipeline_variants(variant, lpx_bin, tmp_path):
+    """Every Split behaviour (with invert), Digits and normalizer that lpx implements,
+    in front of tiny_bpe's byte-level BPE, against tokenizers on 400 corpus lines."""
+    spec = json.loads((FIX / "tiny_bpe/tokenizer.json").read_text(encoding="utf-8"))
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    if variant in NORM_VARIANTS:
+        spec["normalizer"] = variant
+    elif variant["type"] == "ByteLevel":
+        spec["pre_tokenizer"] = variant
+    else:
+        spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [variant, byte_level]}
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    ref = Tokenizer.from_file(str(path))
+    lines = LINES[:300] + LINES[1500:1600]
+    exp = [e.ids for e in ref.encode_batch(lines)]
+    got = lpx_jsonl(lpx_bin, path, write_jsonl(tmp_path / "in.jsonl", lines))
+    bad, msg = mismatch_report(lines, got, exp)
+    assert not bad, msg
