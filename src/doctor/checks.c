@@ -536,16 +536,16 @@ void lpx_eval_clocks(const lpx_gpu_facts *f, const lpx_gpu_sample *s, lpx_check 
         set(c, LPX_CHECK_FAIL,
             "the GPU protects itself: check cooling (fans, airflow, heatsink), the power cables "
             "and the power supply; nvidia-smi -q -d PERFORMANCE shows details",
-            "%s; hardware slowdown active: %s", clk, why);
+            "%s; hardware slowdown, clocks held down by: %s", clk, why);
     else if (t & LPX_THR_SW_THERMAL) {
         char fix[96];
         snprintf(fix, sizeof fix, "improve cooling and airflow; see gpu%d.temperature", f->index);
-        set(c, LPX_CHECK_WARN, fix, "%s; thermal throttling active: %s", clk, why);
+        set(c, LPX_CHECK_WARN, fix, "%s; clocks held down by: %s", clk, why);
     } else if (t & LPX_THR_SW_POWER_CAP)
         set(c, LPX_CHECK_WARN,
             "expected under full load; at idle the power limit is too low: nvidia-smi -q -d "
             "POWER, sudo nvidia-smi -pl <watts>",
-            "%s; power cap active: %s", clk, why);
+            "%s; clocks held down by: %s", clk, why);
     else if (t & LPX_THR_APP_CLOCKS)
         set(c, LPX_CHECK_WARN, "reset clocks: sudo nvidia-smi -rac && sudo nvidia-smi -rgc",
             "%s; clocks limited by an application/locked clock setting", clk);
