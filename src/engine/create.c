@@ -48,7 +48,9 @@ static lpx_status pick_device(const char *dev, lpx_engine_config *c) {
 static int64_t default_kv_budget(const lpx_model *m, const lpx_engine_opts *o,
                                  const lpx_engine_config *c) {
     int64_t bpt = (int64_t)c->kv_bytes_per_token;
-    int64_t one = (int64_t)c->max_model_len * bpt;
+    /* One full-length sequence, in whole blocks. */
+    int64_t blocks = ((int64_t)c->max_model_len + c->block_size - 1) / c->block_size;
+    int64_t one = blocks * c->block_size * bpt;
 #ifdef LPX_HAVE_CUDA
     if (c->ops != &lpx_cpu_backend_ops) {
         size_t free_b = 0, total_b = 0;
