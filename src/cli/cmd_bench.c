@@ -5,6 +5,7 @@
  * throttle reasons are read before and after; a throttled run is flagged. */
 #include "backend/backend.h"
 #include "base/error.h"
+#include "bench/bench_serve.h"
 #include "cli/commands.h"
 #include "lpx.h"
 #include "model/model.h"
@@ -293,6 +294,8 @@ static void print_results(const char *fmt, const char *model, const char *device
 }
 
 int cmd_bench(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "serve") == 0)
+        return bench_serve_main(argc - 1, argv + 1);
     const char *model = NULL, *fmt = "md", *device = NULL;
     int p = 512, n = 128, ctx = 128, reps = 5, batches[MAX_BATCHES] = {1, 16, 64, 256}, nb = 4;
     for (int i = 1; i < argc; i++) {

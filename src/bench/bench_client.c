@@ -1,0 +1,446 @@
+/* libcurl multi client for lpx bench serve: streaming requests with incremental SSE
+ * parsing, Poisson arrivals, a concurrency cap and periodic /metrics scrapes. */
+#include "bench/bench_client.h"
+
+#include "base/checked.h"
+#include "base/error.h"
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A single SSE line longer than this is a broken server, not a token chunk. */
+#define MAX_LINE (1 << 20)
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double bench_rand(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+}
+
+typedef struct buf {
+    char *p;
+    size_t len, cap;
+} buf;
+
+static bool buf_add(buf *b, const char *d, size_t n) {
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, d, n);
+    b->len += n;
+    b->p[b->len] = 0;
+    return true;
+}
+
+static size_t on_body(char *d, size_t sz, size_t nm, void *ud) {
+    return buf_add(ud, d, sz * nm) ? sz * nm : 0;
+}
+
+static struct curl_slist *headers(const bench_target *t, bool json) {
+    struct curl_slist *h = NULL;
+    if (json) h = curl_slist_append(h, "Content-Type: application/json");
+    if (t->api_key && *t->api_key) {
+        char line[512];
+        snprintf(line, sizeof line, "Authorization: Bearer %s", t->api_key);
+        h = curl_slist_append(h, line);
+    }
+    return h;
+}
+
+static void set_url(CURL *c, const bench_target *t, const char *path) {
+    char url[1024];
+    size_t n = strlen(t->url);
+    while (n > 0 && t->url[n - 1] == '/')
+        n--;
+    snprintf(url, sizeof url, "%.*s%s", (int)n, t->url, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+}
+
+lpx_status bench_http(const bench_target *t, const char *path, const char *body, char **out,
+                      long *status) {
+    *out = NULL;
+    *status = 0;
+    CURL *c = curl_easy_init();
+    if (!c) return lpx_errorf(LPX_ERR_NOMEM, "bench: curl_easy_init failed");
+    buf b = {0};
+    struct curl_slist *h = headers(t, body != NULL);
+    set_url(c, t, path);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(t->timeout_s * 1000));
+    if (body) curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+    CURLcode rc = curl_easy_perform(c);
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    if (rc != CURLE_OK) {
+        free(b.p);
+        return lpx_errorf(LPX_ERR_IO, "%s%s: %s", t->url, path, curl_easy_strerror(rc));
+    }
+    if (!b.p && !buf_add(&b, "", 0))
+        return lpx_errorf(LPX_ERR_NOMEM, "bench: response of %s", path);
+    *out = b.p;
+    return LPX_OK;
+}
+
+lpx_status bench_parse_metrics(const char *text, double t, bench_run *run) {
+    for (const char *l = text; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        if (len > 8 && strncmp(l, "lpx:gpu_", 8) == 0) {
+            /* "name{labels} value [timestamp]": the series ends at the first space
+             * after the labels; the value follows it. */
+            const char *brace = memchr(l, '}', len);
+            const char *sp =
+                memchr(brace ? brace : l, ' ', len - (size_t)((brace ? brace : l) - l));
+            if (sp) {
+                char *end;
+                char num[64];
+                size_t nl = len - (size_t)(sp + 1 - l);
+                snprintf(num, sizeof num, "%.*s", (int)(nl < 63 ? nl : 63), sp + 1);
+                double v = strtod(num, &end);
+                if (end != num) {
+                    if (run->n_samples == run->cap_samples) {
+                        size_t cap = run->cap_samples ? run->cap_samples * 2 : 64;
+                        bench_sample *s = realloc(run->samples, cap * sizeof *s);
+                        if (!s) return lpx_errorf(LPX_ERR_NOMEM, "bench: metrics samples");
+                        run->samples = s;
+                        run->cap_samples = cap;
+                    }
+                    bench_sample *s = &run->samples[run->n_samples++];
+                    s->t = t;
+                    snprintf(s->name, sizeof s->name, "%.*s", (int)(sp - l), l);
+                    s->value = v;
+                }
+            }
+        }
+        l = e ? e + 1 : NULL;
+    }
+    return LPX_OK;
+}
+
+/* One streaming request in flight. */
+typedef struct flight {
+    CURL *c;
+    struct curl_slist *h;
+    char *body;
+    buf line; /* bytes of the SSE line being received */
+    buf raw;  /* the start of a non-SSE body (an error), for the message */
+    bench_req *r;
+    double t_start; /* absolute */
+    bool done, chat;
+    bool overflow;
+} flight;
+
+static void fail(bench_req *r, const char *why) {
+    if (r->ok || !r->error[0]) {
+        r->ok = false;
+        snprintf(r->error, sizeof r->error, "%s", why);
+    }
+}
+
+static bool add_chunk(bench_req *r, double t) {
+    if (r->n_chunks == r->cap_chunks) {
+        int64_t cap = r->cap_chunks ? r->cap_chunks * 2 : 64;
+        double *p = realloc(r->chunk_times, (size_t)cap * sizeof *p);
+        if (!p) return false;
+        r->chunk_times = p;
+        r->cap_chunks = cap;
+    }
+    r->chunk_times[r->n_chunks++] = t;
+    return true;
+}
+
+static void on_event(flight *f, const char *data) {
+    double t = now_s() - f->t_start;
+    bench_req *r = f->r;
+    if (strcmp(data, "[DONE]") == 0) {
+        f->done = true;
+        r->e2e = t;
+        return;
+    }
+    cJSON *j = cJSON_Parse(data);
+    if (!j) {
+        fail(r, "stream: an event that is not JSON");
+        return;
+    }
+    cJSON *err = cJSON_GetObjectItemCaseSensitive(j, "error");
+    if (err) {
+        cJSON *m = cJSON_GetObjectItemCaseSensitive(err, "message");
+        char why[160];
+        snprintf(why, sizeof why, "stream error: %s",
+                 cJSON_IsString(m) ? m->valuestring : "(no message)");
+        fail(r, why);
+    }
+    cJSON *ch = cJSON_GetObjectItemCaseSensitive(j, "choices");
+    if (cJSON_IsArray(ch) && cJSON_GetArraySize(ch) > 0) {
+        cJSON *c0 = cJSON_GetArrayItem(ch, 0), *text;
+        if (f->chat)
+            text = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c0, "delta"),
+                                                    "content");
+        else
+            text = cJSON_GetObjectItemCaseSensitive(c0, "text");
+        /* A chunk with text is a token's arrival; the chat stream's opening role
+         * delta carries none. */
+        if (cJSON_IsString(text) && text->valuestring[0]) {
+            if (r->n_chunks == 0) r->ttft = t;
+            if (!add_chunk(r, t)) fail(r, "out of memory");
+        }
+    }
+    cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "usage");
+    if (cJSON_IsObject(u)) {
+        cJSON *p = cJSON_GetObjectItemCaseSensitive(u, "prompt_tokens");
+        cJSON *c = cJSON_GetObjectItemCaseSensitive(u, "completion_tokens");
+        if (cJSON_IsNumber(p)) r->input_tokens = (int64_t)p->valuedouble;
+        if (cJSON_IsNumber(c)) r->output_tokens = (int64_t)c->valuedouble;
+    }
+    cJSON_Delete(j);
+}
+
+static void on_line(flight *f, char *s, size_t n) {
+    if (n > 0 && s[n - 1] == '\r') s[--n] = 0;
+    if (n < 5 || strncmp(s, "data:", 5) != 0)
+        return; /* blank separators, ": comments", event:/id: fields */
+    s += 5;
+    if (*s == ' ') s++;
+    on_event(f, s);
+}
+
+static size_t on_stream(char *d, size_t sz, size_t nm, void *ud) {
+    flight *f = ud;
+    size_t n = sz * nm;
+    if (f->raw.len < 512) buf_add(&f->raw, d, n < 512 ? n : 512);
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] == '\n') {
+            if (f->line.p) {
+                on_line(f, f->line.p, f->line.len);
+                f->line.len = 0;
+            }
+        } else if (f->line.len < MAX_LINE) {
+            if (!buf_add(&f->line, d + i, 1)) return 0;
+        } else {
+            f->overflow = true;
+        }
+    }
+    return n;
+}
+
+static char *request_body(const bench_target *t, const bench_work *w) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "model", t->model);
+    if (t->chat) {
+        cJSON *msgs = cJSON_AddArrayToObject(j, "messages");
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", w->prompt);
+        cJSON_AddItemToArray(msgs, m);
+    } else {
+        cJSON_AddStringToObject(j, "prompt", w->prompt);
+    }
+    cJSON_AddNumberToObject(j, "max_tokens", (double)w->output_len);
+    cJSON_AddNumberToObject(j, "temperature", 0);
+    cJSON_AddBoolToObject(j, "ignore_eos", 1);
+    cJSON_AddBoolToObject(j, "stream", 1);
+    cJSON *so = cJSON_AddObjectToObject(j, "stream_options");
+    cJSON_AddBoolToObject(so, "include_usage", 1);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+static lpx_status start(CURLM *m, const bench_target *t, const bench_work *w, flight *f,
+                        bench_req *r, double t0) {
+    memset(f, 0, sizeof *f);
+    f->r = r;
+    f->chat = t->chat;
+    r->expected_input = w->input_len;
+    r->expected_output = w->output_len;
+    f->body = request_body(t, w);
+    f->c = curl_easy_init();
+    if (!f->body || !f->c) return lpx_errorf(LPX_ERR_NOMEM, "bench: request %p", (void *)r);
+    f->h = headers(t, true);
+    f->h = curl_slist_append(f->h, "Accept: text/event-stream");
+    set_url(f->c, t, t->chat ? "/v1/chat/completions" : "/v1/completions");
+    curl_easy_setopt(f->c, CURLOPT_HTTPHEADER, f->h);
+    curl_easy_setopt(f->c, CURLOPT_POSTFIELDS, f->body);
+    curl_easy_setopt(f->c, CURLOPT_WRITEFUNCTION, on_stream);
+    curl_easy_setopt(f->c, CURLOPT_WRITEDATA, f);
+    curl_easy_setopt(f->c, CURLOPT_PRIVATE, f);
+    curl_easy_setopt(f->c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(f->c, CURLOPT_TIMEOUT_MS, (long)(t->timeout_s * 1000));
+    f->t_start = now_s();
+    r->start = f->t_start - t0;
+    if (curl_multi_add_handle(m, f->c) != CURLM_OK)
+        return lpx_errorf(LPX_ERR_INTERNAL, "bench: curl_multi_add_handle failed");
+    return LPX_OK;
+}
+
+static void finish(flight *f, CURLcode rc) {
+    bench_req *r = f->r;
+    long status = 0;
+    curl_easy_getinfo(f->c, CURLINFO_RESPONSE_CODE, &status);
+    r->http_status = (int)status;
+    r->ok = true;
+    if (f->line.len) on_line(f, f->line.p, f->line.len); /* a last line without its newline */
+    if (rc != CURLE_OK) {
+        char why[160];
+        snprintf(why, sizeof why, "%s", curl_easy_strerror(rc));
+        r->ok = false;
+        snprintf(r->error, sizeof r->error, "%s", why);
+    } else if (status != 200) {
+        char why[160];
+        snprintf(why, sizeof why, "HTTP %ld: %.120s", status, f->raw.p ? f->raw.p : "");
+        for (char *p = why; *p; p++)
+            if (*p == '\n' || *p == '\r') *p = ' ';
+        r->ok = false;
+        snprintf(r->error, sizeof r->error, "%s", why);
+    } else if (f->overflow) {
+        fail(r, "stream: a line over 1 MiB");
+    } else if (!f->done) {
+        fail(r, "stream ended without [DONE]");
+    } else if (r->n_chunks == 0) {
+        fail(r, "no tokens in the stream");
+    }
+    if (r->error[0]) r->ok = false;
+    if (r->ok) {
+        if (r->output_tokens == 0)
+            r->output_tokens = r->n_chunks; /* no usage chunk: one token per chunk */
+        if (r->input_tokens == 0) r->input_tokens = r->expected_input;
+    }
+    curl_slist_free_all(f->h);
+    curl_easy_cleanup(f->c);
+    free(f->body);
+    free(f->line.p);
+    free(f->raw.p);
+    f->c = NULL;
+}
+
+void bench_run_free(bench_run *run) {
+    if (run->reqs)
+        for (size_t i = 0; i < run->n; i++)
+            free(run->reqs[i].chunk_times);
+    free(run->reqs);
+    free(run->samples);
+    memset(run, 0, sizeof *run);
+}
+
+lpx_status bench_run_workload(const bench_target *t, const bench_work *w, size_t n,
+                              const bench_run_opts *o, bench_run *run) {
+    memset(run, 0, sizeof *run);
+    run->reqs = calloc(n ? n : 1, sizeof *run->reqs);
+    double *arrive = calloc(n ? n : 1, sizeof *arrive);
+    flight *fl = calloc(n ? n : 1, sizeof *fl);
+    CURLM *m = curl_multi_init();
+    CURL *mc = NULL; /* the /metrics scrape in flight */
+    buf mbody = {0};
+    lpx_status st = LPX_OK;
+    if (!run->reqs || !arrive || !fl || !m) {
+        st = lpx_errorf(LPX_ERR_NOMEM, "bench: %zu requests", n);
+        goto out;
+    }
+    run->n = n;
+    /* Poisson process: exponential gaps of mean 1/rate, as vLLM's benchmark. */
+    uint64_t rng = o->seed;
+    double at = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(o->rate) && o->rate > 0) at += -log(1.0 - bench_rand(&rng)) / o->rate;
+        arrive[i] = at;
+    }
+    size_t cap = o->max_concurrency > 0 ? (size_t)o->max_concurrency : n;
+    size_t next = 0, active = 0, done = 0;
+    double t0 = now_s(), next_scrape = 0, scrape_t = 0;
+    while (done < n) {
+        double now = now_s() - t0;
+        while (next < n && active < cap && arrive[next] <= now) {
+            st = start(m, t, &w[next], &fl[next], &run->reqs[next], t0);
+            if (st != LPX_OK) goto out;
+            next++;
+            active++;
+        }
+        if (o->scrape_interval > 0 && !mc && now >= next_scrape) {
+            mc = curl_easy_init();
+            if (mc) {
+                mbody.len = 0;
+                set_url(mc, t, "/metrics");
+                curl_easy_setopt(mc, CURLOPT_WRITEFUNCTION, on_body);
+                curl_easy_setopt(mc, CURLOPT_WRITEDATA, &mbody);
+                curl_easy_setopt(mc, CURLOPT_NOSIGNAL, 1L);
+                curl_easy_setopt(mc, CURLOPT_TIMEOUT_MS, 5000L);
+                curl_multi_add_handle(m, mc);
+                scrape_t = now;
+            }
+            next_scrape = now + o->scrape_interval;
+        }
+        int running;
+        curl_multi_perform(m, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(m, &left))) {
+            if (msg->msg != CURLMSG_DONE) continue;
+            CURL *c = msg->easy_handle;
+            CURLcode rc = msg->data.result;
+            curl_multi_remove_handle(m, c);
+            if (c == mc) {
+                long status = 0;
+                curl_easy_getinfo(mc, CURLINFO_RESPONSE_CODE, &status);
+                if (rc == CURLE_OK && status == 200 && mbody.p)
+                    st = bench_parse_metrics(mbody.p, scrape_t, run);
+                curl_easy_cleanup(mc);
+                mc = NULL;
+                if (st != LPX_OK) goto out;
+                continue;
+            }
+            flight *f = NULL;
+            curl_easy_getinfo(c, CURLINFO_PRIVATE, (char **)&f);
+            finish(f, rc);
+            active--;
+            done++;
+        }
+        if (done == n) break;
+        /* Sleep until data arrives, the next arrival may start or a scrape is due. */
+        double wait = 0.1;
+        now = now_s() - t0;
+        if (next < n && active < cap) wait = fmin(wait, fmax(0.0, arrive[next] - now));
+        if (o->scrape_interval > 0 && !mc) wait = fmin(wait, fmax(0.0, next_scrape - now));
+        curl_multi_poll(m, NULL, 0, (int)(wait * 1000), NULL);
+    }
+    run->duration = now_s() - t0;
+out:
+    if (mc) {
+        curl_multi_remove_handle(m, mc);
+        curl_easy_cleanup(mc);
+    }
+    if (st != LPX_OK && fl)
+        for (size_t i = 0; i < n; i++)
+            if (fl[i].c) {
+                curl_multi_remove_handle(m, fl[i].c);
+                finish(&fl[i], CURLE_ABORTED_BY_CALLBACK);
+            }
+    free(mbody.p);
+    if (m) curl_multi_cleanup(m);
+    free(fl);
+    free(arrive);
+    if (st != LPX_OK) bench_run_free(run);
+    return st;
+}
