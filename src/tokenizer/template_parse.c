@@ -323,6 +323,11 @@ static tpl_expr *parse_subscript(parser *P, tpl_expr *obj) {
     if (x.n == 0) unexpected(P, "a subscript");
     tpl_expr *key = x.v[0];
     if (x.n > 1) {
+        for (size_t i = 0; i < x.n; i++)
+            if (x.v[i]->kind == TE_SLICE)
+                tpl_fail(P->c, LPX_ERR_UNSUPPORTED,
+                         "chat template line %d: unsupported construct: slice in a tuple subscript",
+                         t->line);
         key = node(P, TE_TUPLE, t->line);
         set_args(key, &x);
     }

@@ -118,6 +118,7 @@ def test_llama32_default_date_is_strftime_now(lpx_bin, tmp_path):
     ("\n\n{{ x is divisible_by_seven }}", "line 3: unsupported construct: test 'divisible_by_seven'"),
     ("{% include 'x' %}", "unsupported construct: {% include %}"),
     ("{{ '%s' % 'a' }}", "unsupported construct: printf-style string formatting"),
+    ("{{ messages[1:2, 0] }}", "unsupported construct: slice in a tuple subscript"),
 ])
 def test_unsupported_construct(lpx_bin, tmp_path, template, needle):
     r = lpx_template(lpx_bin, tmp_path, template, [])
