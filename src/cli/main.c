@@ -18,6 +18,7 @@ static const lpx_command commands[] = {
     {"slice", "write a GGUF with the first N layers of a model (real weights)", cmd_slice},
     {"tokenize", "tokenize text with a model's tokenizer (or decode ids)", cmd_tokenize},
     {"run", "one generation, streamed, then stats", cmd_run},
+    {"batch", "resumable batch jobs over a JSONL file (in-process or --server)", cmd_batch},
     {"chat", "interactive chat with the model's template", cmd_chat},
     {NULL, NULL, NULL},
 };

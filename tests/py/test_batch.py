@@ -1,0 +1,359 @@
+"""lpx batch: input checks, kill -9 + resume, shards + merge (real SmolLM2, CPU),
+and --server mode timeouts/retries/quality flags against a scripted HTTP server."""
+import http.server
+import json
+import os
+import random
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+N_LINES = 40  # 500 in the issue; 40 x 2 tokens keeps this under a minute on 2 loaded cores
+
+
+def write_jsonl(path, rows):
+    with open(path, "w") as f:
+        for r in rows:
+            f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def texts(outdir):
+    out = {}
+    for r in read_jsonl(os.path.join(outdir, "results.jsonl")):
+        assert r["custom_id"] not in out, f"duplicate result {r['custom_id']}"
+        ch = r["response"]["body"]["choices"][0]
+        out[r["custom_id"]] = ch.get("text", ch.get("message", {}).get("content"))
+    return out
+
+
+def batch(lpx_bin, *args, timeout=300):
+    return subprocess.run([lpx_bin, "batch", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def job_rows(n):
+    rows = []
+    for i in range(n):
+        if i % 3 == 0:
+            rows.append({"custom_id": f"q{i:03d}", "method": "POST", "url": "/v1/chat/completions",
+                         "body": {"messages": [{"role": "user", "content": f"Name {i}"}],
+                                  "max_tokens": 2}})
+        else:
+            rows.append({"id": f"q{i:03d}", "prompt": f"Item {i}:", "max_tokens": 2})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory, lpx_bin, smollm2):
+    """One uninterrupted greedy run: the reference for resume and shards."""
+    d = tmp_path_factory.mktemp("batch")
+    inp = d / "in.jsonl"
+    write_jsonl(inp, job_rows(N_LINES))
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(d / "ref"), "-m", smollm2)
+    assert r.returncode == 0, r.stderr
+    ref = texts(d / "ref")
+    assert len(ref) == N_LINES
+    return d, inp, ref
+
+
+def test_outputs_and_summary(job):
+    d, _, ref = job
+    recs = read_jsonl(d / "ref" / "results.jsonl")
+    chat = next(r for r in recs if r["custom_id"] == "q000")
+    body = chat["response"]["body"]
+    assert chat["response"]["status_code"] == 200 and chat["error"] is None
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["message"]["role"] == "assistant"
+    assert body["choices"][0]["finish_reason"] in ("stop", "length")
+    assert body["usage"]["completion_tokens"] <= 2
+    assert body["usage"]["total_tokens"] == body["usage"]["prompt_tokens"] + body["usage"]["completion_tokens"]
+    comp = next(r for r in recs if r["custom_id"] == "q001")
+    assert comp["response"]["body"]["object"] == "text_completion"
+    s = json.loads((d / "ref" / "summary.json").read_text())
+    assert s["total"] == N_LINES and s["succeeded"] == N_LINES and s["failed"] == 0
+    assert s["completion_tokens"] == sum(r["response"]["body"]["usage"]["completion_tokens"] for r in recs)
+    assert s["latency_ms"]["p50"] <= s["latency_ms"]["p99"] <= s["latency_ms"]["max"]
+    # max_tokens 2 stops nearly everything by length: the truncated flag counts them
+    n_trunc = sum(r["response"]["body"]["choices"][0]["finish_reason"] == "length" for r in recs)
+    assert n_trunc > 0 and s["quality"]["truncated"] == n_trunc
+    assert (d / "ref" / "failures.jsonl").read_text() == ""
+    assert "finished" in (d / "ref" / "run.log").read_text()
+
+
+def test_kill_and_resume(job, lpx_bin, smollm2):
+    d, inp, ref = job
+    out = d / "killed"
+    rng = random.Random(6)
+    args = ["-i", str(inp), "-o", str(out), "-m", smollm2, "--concurrency", "4"]
+    kills = 0
+    for attempt in range(3):
+        p = subprocess.Popen([lpx_bin, "batch", *args] + (["--resume"] if attempt else []),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # a random moment: before the model is loaded, or with some results written
+        time.sleep(rng.uniform(0.2, 2.5))
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            kills += 1
+        p.wait()
+        if out.exists():
+            # whatever was written is whole lines of distinct ids (a torn tail is
+            # dropped by the next resume)
+            got = [l for l in open(out / "results.jsonl").read().split("\n")[:-1]]
+            ids = [json.loads(l)["custom_id"] for l in got]
+            assert len(ids) == len(set(ids))
+    assert kills >= 1
+    r = batch(lpx_bin, *args, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert texts(out) == ref  # every id exactly once, same greedy outputs
+    s = json.loads((out / "summary.json").read_text())
+    assert s["succeeded"] == N_LINES and s["remaining"] == 0
+
+
+def test_sigint_finishes_in_flight(job, lpx_bin, smollm2):
+    d, inp, ref = job
+    out = d / "interrupted"
+    args = ["-i", str(inp), "-o", str(out), "-m", smollm2, "--concurrency", "2"]
+    p = subprocess.Popen([lpx_bin, "batch", *args], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    res = out / "results.jsonl"
+    while p.poll() is None and not (res.exists() and res.read_text().count("\n") >= 2):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    err = p.communicate(timeout=120)[1]
+    s = json.loads((out / "summary.json").read_text())
+    n = len(texts(out))
+    if s["interrupted"]:  # not when the job had already finished
+        assert p.returncode == 1 and "--resume" in err
+        assert s["succeeded"] == n and s["remaining"] == N_LINES - n
+        assert "interrupt" in (out / "run.log").read_text()
+    r = batch(lpx_bin, *args, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert texts(out) == ref
+
+
+def test_torn_last_line_is_dropped(job, lpx_bin, smollm2):
+    d, inp, ref = job
+    out = d / "torn"
+    out.mkdir()
+    lines = (d / "ref" / "results.jsonl").read_text().split("\n")[:-1]
+    # five whole records and half of the sixth, as a kill in the middle of a write leaves
+    (out / "results.jsonl").write_text("\n".join(lines[:5]) + "\n" + lines[5][: len(lines[5]) // 2])
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(out), "-m", smollm2, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert texts(out) == ref
+    assert "torn last line" in (out / "run.log").read_text()
+
+
+def test_shards_and_merge(job, lpx_bin, smollm2):
+    d, inp, ref = job
+    seen = {}
+    for k in range(3):
+        r = batch(lpx_bin, "-i", str(inp), "-o", str(d / f"shard{k}"), "-m", smollm2,
+                  "--shard", f"{k}/3")
+        assert r.returncode == 0, r.stderr
+        t = texts(d / f"shard{k}")
+        assert t and not set(t) & set(seen), "shards overlap"
+        seen.update(t)
+    assert seen == ref
+    r = subprocess.run([lpx_bin, "batch", "merge", *(str(d / f"shard{k}") for k in range(3)),
+                        "-o", str(d / "merged")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert texts(d / "merged") == ref
+    s = json.loads((d / "merged" / "summary.json").read_text())
+    assert s["succeeded"] == N_LINES and s["failed"] == 0
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(d / "x"), "-m", smollm2, "--shard", "3/3")
+    assert r.returncode == 2 and "--shard" in r.stderr
+
+
+def test_bad_input(tmp_path, lpx_bin, smollm2):
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, [
+        {"id": "ok1", "prompt": "Hello", "max_tokens": 1},
+        "{not json",
+        {"id": "ok1", "prompt": "again"},
+        {"custom_id": "u", "method": "POST", "url": "/v1/embeddings", "body": {}},
+        {"id": "np"},
+        {"id": "t", "prompt": "x", "temperature": "hot"},
+        "[1, 2]",
+        {"custom_id": "ok2", "method": "POST", "url": "/v1/completions",
+         "body": {"prompt": "Hi", "max_tokens": 1}},
+    ])
+    out = tmp_path / "out"
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(out), "-m", smollm2)
+    assert r.returncode == 1  # some lines failed
+    assert set(texts(out)) == {"ok1", "ok2"}
+    fails = read_jsonl(out / "failures.jsonl")
+    by_line = {f["line"]: f for f in fails}
+    assert set(by_line) == {2, 3, 4, 5, 6, 7}
+    assert "not valid JSON" in by_line[2]["error"] and by_line[2]["custom_id"] is None
+    assert "duplicate id" in by_line[3]["error"] and "line 1" in by_line[3]["error"]
+    assert by_line[3]["custom_id"] == "ok1"
+    assert "url must be" in by_line[4]["error"]
+    assert "prompt" in by_line[5]["error"]
+    assert "temperature must be a number" in by_line[6]["error"]
+    assert "not a JSON object" in by_line[7]["error"]
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["total"], s["succeeded"], s["failed"], s["invalid_lines"]) == (8, 2, 6, 6)
+    # an existing OUTDIR is refused without --resume, and left as it was
+    before = (out / "results.jsonl").read_text()
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(out), "-m", smollm2)
+    assert r.returncode == 1 and "exists" in r.stderr and "--resume" in r.stderr
+    assert (out / "results.jsonl").read_text() == before
+
+
+def test_empty_missing_unwritable(tmp_path, lpx_bin, smollm2):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    r = batch(lpx_bin, "-i", str(empty), "-o", str(tmp_path / "e"), "-m", smollm2)
+    assert r.returncode == 0, r.stderr
+    s = json.loads((tmp_path / "e" / "summary.json").read_text())
+    assert s["total"] == 0 and s["succeeded"] == 0
+    r = batch(lpx_bin, "-i", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "m"), "-m", smollm2)
+    assert r.returncode == 1 and "nope.jsonl" in r.stderr
+    assert not (tmp_path / "m").exists()
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        if not os.access(ro, os.W_OK):  # root writes anywhere: /proc below covers it
+            r = batch(lpx_bin, "-i", str(empty), "-o", str(ro / "out"), "-m", smollm2)
+            assert r.returncode == 1 and "cannot create" in r.stderr
+    finally:
+        ro.chmod(0o755)
+    r = batch(lpx_bin, "-i", str(empty), "-o", "/proc/lpx-batch-out", "-m", smollm2)
+    assert r.returncode == 1 and "cannot create /proc/lpx-batch-out" in r.stderr
+    r = batch(lpx_bin, "-i", str(empty), "-o", str(tmp_path / "z"))
+    assert r.returncode == 2 and "-m MODEL or --server" in r.stderr
+
+
+# ---- --server mode against a scripted server ---------------------------------
+
+class Script(http.server.BaseHTTPRequestHandler):
+    """Answers by the prompt text: 'fail503:ID' fails the first 2 attempts,
+    'slow' sleeps past the client timeout once, 'long' is a context-length
+    error, anything else echoes a canned text from the request."""
+    attempts = {}
+    lock = threading.Lock()
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        chat = self.path == "/v1/chat/completions"
+        prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+        with self.lock:
+            n = self.attempts[prompt] = self.attempts.get(prompt, 0) + 1
+        if prompt.startswith("fail503") and n <= 2:
+            return self.reply(503, {"error": {"message": "overloaded"}})
+        if prompt == "slow" and n == 1:
+            time.sleep(3)
+            return self.reply(200, {})
+        if prompt == "long":
+            return self.reply(400, {"error": {"message": "This model's maximum context length is 8",
+                                              "code": "context_length_exceeded"}})
+        if self.headers.get("Authorization") != "Bearer k1":
+            return self.reply(401, {"error": {"message": "bad key"}})
+        text = {"leak": "fine<|im_end|>", "brackets": "see (this", "loop": "la di da " * 12}.get(
+            prompt, f"echo {prompt}")
+        fr = "length" if prompt == "cut" else "stop"
+        choice = {"index": 0, "finish_reason": fr}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice["text"] = text
+        self.reply(200, {"object": "chat.completion" if chat else "text_completion",
+                         "model": body["model"], "choices": [choice],
+                         "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8},
+                         "max_tokens_seen": body["max_tokens"], "seed_seen": body["seed"]})
+
+    def reply(self, code, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture
+def server():
+    Script.attempts = {}
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Script)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+
+
+def test_server_retries_timeouts_and_flags(tmp_path, lpx_bin, server):
+    rows = [{"id": "a", "prompt": "hello"},
+            {"id": "b", "messages": [{"role": "user", "content": "fail503:b"}]},
+            {"id": "c", "prompt": "slow"},
+            {"id": "d", "prompt": "long"},
+            {"id": "e", "prompt": "leak"},
+            {"id": "f", "prompt": "brackets"},
+            {"id": "g", "prompt": "loop"},
+            {"id": "h", "prompt": "cut", "max_tokens": 7}]
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, rows)
+    out = tmp_path / "out"
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(out), "--server", server, "--api-key", "k1",
+              "--timeout", "1", "--retries", "2", "--max-tokens", "5", "--concurrency", "3")
+    assert r.returncode == 1, r.stderr  # d fails
+    recs = {x["custom_id"]: x for x in read_jsonl(out / "results.jsonl")}
+    assert set(recs) == set("abcefgh")
+    body = recs["a"]["response"]["body"]
+    assert body["choices"][0]["text"] == "echo hello" and body["max_tokens_seen"] == 5
+    assert recs["h"]["response"]["body"]["max_tokens_seen"] == 7
+    assert recs["b"]["lpx"]["attempts"] == 3 and Script.attempts["fail503:b"] == 3
+    assert recs["c"]["lpx"]["attempts"] == 2
+    fails = read_jsonl(out / "failures.jsonl")
+    assert [f["custom_id"] for f in fails] == ["d"]
+    assert fails[0]["attempts"] == 1 and Script.attempts["long"] == 1  # never retried
+    assert "context length" in fails[0]["error"]
+    q = {k: v["lpx"]["quality"] for k, v in recs.items()}
+    assert q["a"] == [] and q["b"] == [] and q["c"] == []
+    assert q["e"] == ["leaked_special"]
+    assert q["f"] == ["unbalanced"]
+    assert q["g"] == ["repetitive"]
+    assert q["h"] == ["truncated"]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["quality"] == {"truncated": 1, "repetitive": 1, "leaked_special": 1, "unbalanced": 1}
+    assert (s["succeeded"], s["failed"], s["mode"]) == (7, 1, "server")
+    log = (out / "run.log").read_text()
+    assert log.count("attempt 1 of b failed: HTTP 503") == 1 and "attempt 2 of b failed" in log
+    assert "attempt 1 of c failed: timeout" in log
+    assert "failed d after 1 attempt" in log
+    # the same seed per id on every run: derived from the id
+    seeds = {k: v["response"]["body"]["seed_seen"] for k, v in recs.items()}
+    assert len(set(seeds.values())) > 1
+    # resume: the failed id runs again, the others are kept
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(out), "--server", server, "--api-key", "k1",
+              "--resume")
+    assert r.returncode == 1
+    assert len(read_jsonl(out / "results.jsonl")) == 7
+    assert Script.attempts["hello"] == 1 and Script.attempts["long"] == 2
+
+
+def test_server_unreachable_and_bad_key(tmp_path, lpx_bin, server):
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, [{"id": "a", "prompt": "hello"}])
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(tmp_path / "o1"), "--server", server,
+              "--api-key", "wrong")
+    assert r.returncode == 1
+    f = read_jsonl(tmp_path / "o1" / "failures.jsonl")
+    assert f[0]["attempts"] == 1 and "HTTP 401" in f[0]["error"]
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(tmp_path / "o2"), "--server",
+              "http://127.0.0.1:9", "--retries", "1")
+    assert r.returncode == 1
+    f = read_jsonl(tmp_path / "o2" / "failures.jsonl")
+    assert f[0]["attempts"] == 2 and "127.0.0.1:9" in f[0]["error"]
