@@ -283,7 +283,7 @@ static cJSON *effective_body(const job *j, const lpx_batch_task *t) {
         int64_t seed = j->o.seed >= 0 ? j->o.seed : lpx_batch_shard_of(t->id, INT32_MAX);
         cJSON_AddNumberToObject(b, "seed", (double)seed);
     }
-    if (!cJSON_GetObjectItemCaseSensitive(b, "model"))
+    if (!cJSON_GetObjectItemCaseSensitive(b, "model") && j->model_name[0])
         cJSON_AddStringToObject(b, "model", j->model_name);
     return b;
 }
@@ -484,6 +484,41 @@ static void server_exchange(job *j, CURL *c, slot *s, const char *payload) {
         cJSON_Delete(body);
     }
     free(m.p);
+}
+
+/* The server's first model id (GET /v1/models), for lines without "model"
+ * when no -m names one; "" when the server does not list models. */
+static void server_model(job *j) {
+    CURL *c = curl_easy_init();
+    if (!c) return;
+    char url[2048], auth[1024];
+    size_t ul = strlen(j->o.server);
+    while (ul && j->o.server[ul - 1] == '/')
+        ul--;
+    snprintf(url, sizeof url, "%.*s/v1/models", (int)ul, j->o.server);
+    struct curl_slist *h = NULL;
+    if (j->o.api_key) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", j->o.api_key);
+        h = curl_slist_append(h, auth);
+    }
+    membuf m = {0};
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &m);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    long code = 0;
+    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+    cJSON *r = code == 200 && m.p ? cJSON_Parse(m.p) : NULL;
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(r, "data");
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(data, 0), "id");
+    if (cJSON_IsString(id)) snprintf(j->model_name, sizeof j->model_name, "%s", id->valuestring);
+    logf_(j, "server model: %s", j->model_name[0] ? j->model_name : "(none listed)");
+    cJSON_Delete(r);
+    free(m.p);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
 }
 
 static void *server_worker(void *arg) {
@@ -829,8 +864,10 @@ static int run_job(job *j) {
     int32_t conc = o->concurrency;
     if (o->server) {
         const char *slash = o->model ? strrchr(o->model, '/') : NULL;
-        snprintf(j->model_name, sizeof j->model_name, "%s",
-                 o->model ? (slash ? slash + 1 : o->model) : "default");
+        if (o->model)
+            snprintf(j->model_name, sizeof j->model_name, "%s", slash ? slash + 1 : o->model);
+        else if (j->n_slots)
+            server_model(j);
     } else if (j->n_slots) {
         st = lpx_model_open(o->model, &j->model);
         if (st != LPX_OK) return fail(lpx_last_error(), NULL);
@@ -1153,6 +1190,7 @@ static void help(void) {
            "  -o, --output DIR        output directory (refused if it exists, unless --resume)\n"
            "  -m, --model PATH        model for in-process generation (.gguf or HF directory)\n"
            "  --server URL            send requests to an OpenAI-compatible server instead\n"
+           "                          (-m NAME: the model field; default: GET /v1/models' first)\n"
            "  --api-key KEY           bearer token for --server (default: $OPENAI_API_KEY)\n"
            "  --resume                continue OUTDIR: skip ids that already have a result\n"
            "  --concurrency N|auto    requests in flight (auto: from the KV budget; server: 8)\n"

@@ -246,6 +246,11 @@ class Script(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    def do_GET(self):
+        if self.path != "/v1/models":
+            return self.reply(404, {"error": {"message": "no such path"}})
+        self.reply(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         chat = self.path == "/v1/chat/completions"
@@ -313,6 +318,7 @@ def test_server_retries_timeouts_and_flags(tmp_path, lpx_bin, server):
     assert set(recs) == set("abcefgh")
     body = recs["a"]["response"]["body"]
     assert body["choices"][0]["text"] == "echo hello" and body["max_tokens_seen"] == 5
+    assert body["model"] == "scripted"  # from GET /v1/models
     assert recs["h"]["response"]["body"]["max_tokens_seen"] == 7
     assert recs["b"]["lpx"]["attempts"] == 3 and Script.attempts["fail503:b"] == 3
     assert recs["c"]["lpx"]["attempts"] == 2
