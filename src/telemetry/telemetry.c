@@ -128,10 +128,18 @@ static const char *cuda_err(const lpx_telemetry *t, int r) {
     return buf;
 }
 
+/* The library named by the environment variable `var` when it is set (tests drive doctor
+ * through a fake NVML this way), else the default soname. */
+static const char *lib_name(const char *var, const char *soname) {
+    const char *v = getenv(var);
+    return v && v[0] ? v : soname;
+}
+
 static void load_nvml(lpx_telemetry *t) {
     lpx_telemetry_state *st = &t->st;
     /* The versioned soname: the unversioned libnvidia-ml.so is the toolkit's stub. */
-    t->nvml_lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *lib = lib_name("LPX_NVML_LIBRARY", "libnvidia-ml.so.1");
+    t->nvml_lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!t->nvml_lib) {
         snprintf(st->nvml_error, sizeof st->nvml_error, "%s", dlerror());
         return;
@@ -140,8 +148,8 @@ static void load_nvml(lpx_telemetry *t) {
 #define LOAD_FN(name, required, args)                                                              \
     *(void **)&t->name = dlsym(t->nvml_lib, #name);                                                \
     if (!t->name && required) {                                                                    \
-        snprintf(st->nvml_error, sizeof st->nvml_error,                                            \
-                 "libnvidia-ml.so.1 lacks %s (driver too old for lpx)", #name);                    \
+        snprintf(st->nvml_error, sizeof st->nvml_error, "%s lacks %s (driver too old for lpx)",    \
+                 lib, #name);                                                                      \
         ok = false;                                                                                \
     } else if (!t->name)                                                                           \
         appendf(st->missing_symbols, sizeof st->missing_symbols, "%s%s",                           \
@@ -175,7 +183,8 @@ static void load_nvml(lpx_telemetry *t) {
 
 static void load_cuda(lpx_telemetry *t) {
     lpx_telemetry_state *st = &t->st;
-    t->cuda_lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *lib = lib_name("LPX_CUDA_LIBRARY", "libcuda.so.1");
+    t->cuda_lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
     if (!t->cuda_lib) {
         snprintf(st->cuda_error, sizeof st->cuda_error, "%s", dlerror());
         return;
@@ -184,7 +193,7 @@ static void load_cuda(lpx_telemetry *t) {
 #define LOAD_FN(name, required, args)                                                              \
     *(void **)&t->name = dlsym(t->cuda_lib, #name);                                                \
     if (!t->name && required) {                                                                    \
-        snprintf(st->cuda_error, sizeof st->cuda_error, "libcuda.so.1 lacks %s", #name);           \
+        snprintf(st->cuda_error, sizeof st->cuda_error, "%s lacks %s", lib, #name);                \
         return;                                                                                    \
     }
     CUDA_FUNCS(LOAD_FN)

@@ -1,0 +1,131 @@
+"""lpx doctor and lpx monitor driven through a fake NVML/libcuda (tests/fake_nvml, built
+as build/libfake_nvml.so and loaded through LPX_NVML_LIBRARY / LPX_CUDA_LIBRARY): each
+fault state must come out as the named check with its status and fix, and the exit
+status must be the worst status (docs/doctor.md: OK 0, FAIL 1, WARN 3)."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+
+EXIT = {"OK": 0, "FAIL": 1, "WARN": 3}
+
+
+@pytest.fixture(scope="module")
+def fake_lib():
+    path = ROOT / os.environ.get("LPX_BUILD", "build") / "libfake_nvml.so"
+    assert path.exists(), f"{path} missing: run make first"
+    return str(path)
+
+
+def run(lpx_bin, fake_lib, state, *args):
+    env = dict(os.environ, LPX_NVML_LIBRARY=fake_lib, LPX_CUDA_LIBRARY=fake_lib,
+               LPX_FAKE_NVML_STATE=state)
+    return subprocess.run([lpx_bin, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+def doctor(lpx_bin, fake_lib, state, *args):
+    r = run(lpx_bin, fake_lib, state, "doctor", "--json", *args)
+    doc = json.loads(r.stdout)
+    levels = [c["level"] for c in doc["checks"]]
+    worst = "FAIL" if "FAIL" in levels else "WARN" if "WARN" in levels else "OK"
+    assert doc["result"] == worst
+    assert r.returncode == doc["exit_status"] == EXIT[worst], r.stdout + r.stderr
+    return doc, {c["id"]: c for c in doc["checks"]}
+
+
+def test_healthy(lpx_bin, fake_lib):
+    doc, checks = doctor(lpx_bin, fake_lib, "healthy")
+    assert doc["driver"]["nvml"] and doc["driver"]["version"] == "580.159.04"
+    assert doc["driver"]["cuda_device_count"] == 1
+    assert checks["gpu.count"]["level"] == "OK" and checks["driver.cuda"]["level"] == "OK"
+    gpu = {k: c for k, c in checks.items() if k.startswith("gpu0.")}
+    assert len(gpu) == 10
+    if doc["build"]["cuda_backend"]:
+        assert all(c["level"] == "OK" for c in gpu.values()), gpu
+    else:  # no CUDA backend: the GPU cannot be used, everything else about it is fine
+        assert checks["gpu0.arch"]["level"] == "FAIL"
+        assert all(c["level"] == "OK" for k, c in gpu.items() if k != "gpu0.arch"), gpu
+    assert "ECC on, no uncorrected errors" in checks["gpu0.ecc"]["found"]
+    assert "PCIe gen 5 x16, the maximum" in checks["gpu0.pcie"]["found"]
+
+
+def test_no_gpu(lpx_bin, fake_lib):
+    doc, checks = doctor(lpx_bin, fake_lib, "nogpu")
+    assert doc["exit_status"] == 1 and doc["gpus"] == []
+    c = checks["gpu.count"]
+    assert c["level"] == "FAIL" and "reports 0 GPUs" in c["found"] and c["fix"]
+    assert checks["driver.cuda"]["level"] == "FAIL"
+    assert "CUDA_ERROR_NO_DEVICE" in checks["driver.cuda"]["found"]
+    assert checks["cpu.backend"]["level"] == "OK"
+
+
+def test_old_driver(lpx_bin, fake_lib):
+    doc, checks = doctor(lpx_bin, fake_lib, "old_driver")
+    assert doc["driver"]["version"] == "470.256.02" and doc["driver"]["cuda_version"] == 11040
+    if not doc["build"]["cuda_backend"]:
+        # The check compares against the toolkit lpx was built with; there is none.
+        assert "driver.version" not in checks
+        pytest.skip("lpx built without CUDA: no runtime version to compare the driver with")
+    c = checks["driver.version"]
+    assert c["level"] == "FAIL" and "supports CUDA 11.4 only" in c["found"]
+    assert "install an NVIDIA driver >=" in c["fix"]
+    assert doc["exit_status"] == 1
+
+
+def test_cc_not_compiled(lpx_bin, fake_lib):
+    doc, checks = doctor(lpx_bin, fake_lib, "cc_not_compiled")
+    c = checks["gpu0.arch"]
+    assert c["level"] == "FAIL" and "compute capability 3.7" in c["found"]
+    if doc["build"]["cuda_backend"]:
+        assert "none of which runs on sm_37" in c["found"]
+        assert "-DCMAKE_CUDA_ARCHITECTURES=37" in c["fix"]
+    else:
+        assert "no CUDA backend" in c["found"] and "rebuild lpx" in c["fix"]
+    assert doc["exit_status"] == 1
+
+
+@pytest.mark.parametrize("state,check,level,found,fix", [
+    ("pcie_x8", "gpu0.pcie", "WARN", "PCIe link x8 of x16 (gen 5 of 5)", "x16 slot"),
+    ("thermal", "gpu0.clocks", "WARN", "clocks held down by: thermal (software)",
+     "improve cooling"),
+    ("thermal", "gpu0.temperature", "WARN", "84 C, within 10 C of the slowdown threshold 87 C",
+     "improve cooling"),
+    ("power_cap", "gpu0.power", "WARN", "power limit lowered to 300 W (default 700 W)",
+     "sudo nvidia-smi -i 0 -pl 700"),
+    ("power_cap", "gpu0.clocks", "WARN", "clocks held down by: power cap", "nvidia-smi -pl"),
+    ("ecc_on", "gpu0.ecc", "FAIL", "2 uncorrected ECC error(s)", "reset it"),
+    ("foreign_process", "gpu0.processes", "WARN", "1 other process(es) hold 19.0 GiB: 1 ",
+     "stop them"),
+    ("mig_on", "gpu0.mig", "WARN", "MIG on", "CUDA_VISIBLE_DEVICES=MIG-"),
+])
+def test_fault(lpx_bin, fake_lib, state, check, level, found, fix):
+    doc, checks = doctor(lpx_bin, fake_lib, state)
+    c = checks[check]
+    assert c["level"] == level and found in c["found"] and fix in c["fix"], c
+    # Only the faulty reading is off: in the healthy state the same check is OK.
+    _, healthy = doctor(lpx_bin, fake_lib, "healthy")
+    assert healthy[check]["level"] == "OK"
+
+
+def test_low_memory(lpx_bin, fake_lib, smollm2):
+    args = ("-m", smollm2, "--max-model-len", "8192", "--max-num-seqs", "64")
+    doc, checks = doctor(lpx_bin, fake_lib, "low_memory", *args)
+    c = checks["gpu0.memory"]
+    assert c["level"] == "FAIL" and "only 1.0 GiB of 141.0 GiB are free" in c["found"], c
+    assert "8192 tokens x 64 sequences" in c["found"]
+    assert "lower --max-model-len or --max-num-seqs" in c["fix"]
+    assert doc["exit_status"] == 1
+    # The same model and plan fit when the GPU's memory is free.
+    _, healthy = doctor(lpx_bin, fake_lib, "healthy", *args)
+    assert healthy["gpu0.memory"]["level"] == "OK"
+
+
+def test_monitor_alerts_on_thermal_throttling(lpx_bin, fake_lib):
+    r = run(lpx_bin, fake_lib, "thermal", "monitor", "--count", "2", "--interval", "0.1")
+    assert r.returncode == 0, r.stderr
+    assert "throttling: thermal (software)" in r.stdout + r.stderr
+    r = run(lpx_bin, fake_lib, "healthy", "monitor", "--count", "2", "--interval", "0.1")
+    assert r.returncode == 0 and "throttling:" not in r.stdout + r.stderr
