@@ -22,5 +22,6 @@ int cmd_plan(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -20,6 +20,7 @@ static const lpx_command commands[] = {
     {"run", "one generation, streamed, then stats", cmd_run},
     {"batch", "resumable batch jobs over a JSONL file (in-process or --server)", cmd_batch},
     {"chat", "interactive chat with the model's template", cmd_chat},
+    {"serve", "OpenAI-compatible HTTP server with streaming, metrics and a web UI", cmd_serve},
     {NULL, NULL, NULL},
 };
 

@@ -35,7 +35,8 @@ void lpx_stop_free(lpx_stop_matcher *m) {
 }
 
 static lpx_status ensure(char **buf, size_t *cap, size_t need) {
-    if (need <= *cap) return LPX_OK;
+    /* Allocate even for need == 0: release() writes the terminating NUL. */
+    if (need <= *cap && *buf) return LPX_OK;
     size_t c = *cap ? *cap : 64;
     while (c < need)
         if (!lpx_mul_size(c, 2, &c)) return lpx_errorf(LPX_ERR_NOMEM, "stop: text too large");

@@ -1,0 +1,667 @@
+/* libmicrohttpd glue. One thread per connection: a handler may block while
+ * its request runs (non-streaming) and an SSE body is produced by a content
+ * reader that blocks for the next engine event, both in slices of 100 ms in
+ * which they also look for a client that went away (the socket's peer
+ * closed: POLLRDHUP) and for the request timeout. MHD's completion callback
+ * cancels whatever is still running when a connection ends early. */
+#define _GNU_SOURCE /* POLLRDHUP */
+#include "server/server.h"
+
+#include "base/error.h"
+#include "model/model.h"
+#include "server/job.h"
+#include "server/metrics.h"
+#include "server/openai.h"
+#include "server/params.h"
+#include "telemetry/telemetry.h"
+
+#include <cjson/cJSON.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SLICE_MS 100
+/* libmicrohttpd closes a connection after IDLE_S without traffic; a stream
+ * waiting for a batch slot sends an SSE comment every KEEPALIVE_MS so that it
+ * is not taken for a stalled one. */
+#define IDLE_S 30
+#define KEEPALIVE_MS 10000
+
+struct lpx_server {
+    const lpx_model *m;
+    lpx_engine *e;
+    lpx_server_opts o;
+    char *model_name;  /* owned copy */
+    char *model_label; /* escaped for Prometheus label values */
+    struct MHD_Daemon *d;
+    int port;
+    int32_t max_model_len;
+    lpx_metrics metrics;
+    pthread_mutex_t mu;
+    lpx_job *jobs; /* in flight, linked through job->prev/next */
+    atomic_bool ready, draining;
+    atomic_int inflight; /* engine requests submitted and not finished */
+    lpx_telemetry *tel;  /* GPU gauges; NULL when there is no usable NVML */
+    int n_gpus;
+    pthread_mutex_t tel_mu;
+    atomic_ullong next_rid;
+};
+
+typedef struct conn_ctx {
+    lpx_server *s;
+    unsigned long long rid;
+    double t0;
+    char method[16];
+    char url[96];
+    lpx_strbuf body;
+    bool too_large;
+    int status;
+    lpx_job *job; /* a generation request, registered in s->jobs */
+    int fd;
+} conn_ctx;
+
+/* ---- responses -------------------------------------------------------------- */
+
+static enum MHD_Result send_response(conn_ctx *c, struct MHD_Connection *conn, int status,
+                                     struct MHD_Response *r, const char *ctype) {
+    if (!r) return MHD_NO;
+    if (ctype) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (atomic_load(&c->s->draining))
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    c->status = status;
+    pthread_mutex_lock(&c->s->metrics.mu);
+    if (status >= 100 && status < 600) c->s->metrics.http[status / 100]++;
+    pthread_mutex_unlock(&c->s->metrics.mu);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Takes ownership of body (malloc'd). */
+static enum MHD_Result send_body(conn_ctx *c, struct MHD_Connection *conn, int status, char *body,
+                                 const char *ctype) {
+    if (!body) {
+        static char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\","
+                            "\"param\":null,\"code\":null}}";
+        return send_response(
+            c, conn, 500,
+            MHD_create_response_from_buffer(sizeof oom - 1, oom, MHD_RESPMEM_PERSISTENT),
+            "application/json");
+    }
+    return send_response(c, conn, status,
+                         MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE),
+                         ctype);
+}
+
+static enum MHD_Result send_json(conn_ctx *c, struct MHD_Connection *conn, int status, cJSON *o) {
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return send_body(c, conn, status, s, "application/json");
+}
+
+static enum MHD_Result send_error(conn_ctx *c, struct MHD_Connection *conn,
+                                  const lpx_srv_error *e) {
+    char *s = lpx_oa_error(e);
+    if (!s) return send_body(c, conn, 500, NULL, NULL);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(s), s, MHD_RESPMEM_MUST_FREE);
+    if (r && e->status == 503) MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    if (r && e->status == 401)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    return send_response(c, conn, e->status, r, "application/json");
+}
+
+static enum MHD_Result fail(conn_ctx *c, struct MHD_Connection *conn, int status, const char *type,
+                            const char *code, const char *fmt, const char *arg) {
+    lpx_srv_error e;
+    lpx_srv_fail(&e, status, type, code, NULL, fmt, arg);
+    return send_error(c, conn, &e);
+}
+
+/* ---- request state -------------------------------------------------------------- */
+
+static bool client_gone(int fd) {
+    if (fd < 0) return false;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+}
+
+static bool timed_out(const lpx_server *s, double t0) {
+    return s->o.request_timeout_s > 0 && lpx_now_ms() - t0 > s->o.request_timeout_s * 1e3;
+}
+
+static const lpx_srv_error *timeout_error(const lpx_server *s, lpx_srv_error *e) {
+    lpx_srv_fail(e, 504, "timeout_error", "request_timeout", NULL,
+                 "the request ran longer than the server's --request-timeout of %g s",
+                 s->o.request_timeout_s);
+    return e;
+}
+
+static void jobs_add(lpx_server *s, lpx_job *j) {
+    pthread_mutex_lock(&s->mu);
+    j->next = s->jobs;
+    if (s->jobs) s->jobs->prev = j;
+    s->jobs = j;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void jobs_remove(lpx_server *s, lpx_job *j) {
+    pthread_mutex_lock(&s->mu);
+    if (j->prev)
+        j->prev->next = j->next;
+    else
+        s->jobs = j->next;
+    if (j->next) j->next->prev = j->prev;
+    j->prev = j->next = NULL;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- SSE ------------------------------------------------------------------------ */
+
+typedef struct sse_ctx {
+    lpx_server *s;
+    lpx_job *job; /* a reference of its own */
+    int fd;
+    double t0, t_sent;
+} sse_ctx;
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    sse_ctx *x = cls;
+    for (;;) {
+        bool end;
+        size_t n = lpx_job_read(x->job, buf, max, SLICE_MS, &end);
+        double now = lpx_now_ms();
+        if (n) {
+            x->t_sent = now;
+            return (ssize_t)n;
+        }
+        if (end) return MHD_CONTENT_READER_END_OF_STREAM;
+        static const char keepalive[] = ": keep-alive\n\n";
+        if (now - x->t_sent > KEEPALIVE_MS && max >= sizeof keepalive - 1) {
+            memcpy(buf, keepalive, sizeof keepalive - 1);
+            x->t_sent = now;
+            return (ssize_t)(sizeof keepalive - 1);
+        }
+        if (client_gone(x->fd)) {
+            lpx_job_cancel(x->job, NULL);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        lpx_srv_error e;
+        if (timed_out(x->s, x->t0)) lpx_job_cancel(x->job, timeout_error(x->s, &e));
+    }
+}
+
+static void sse_free(void *cls) {
+    sse_ctx *x = cls;
+    lpx_job_unref(x->job);
+    free(x);
+}
+
+/* ---- endpoints ------------------------------------------------------------------- */
+
+static bool authorized(const lpx_server *s, struct MHD_Connection *conn) {
+    if (!s->o.api_key || !s->o.api_key[0]) return true;
+    const char *h =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncmp(h, "Bearer ", 7)) return false;
+    const char *k = h + 7, *want = s->o.api_key;
+    size_t n = strlen(k), m = strlen(want);
+    /* Compare in time independent of where the first difference is. */
+    unsigned diff = (unsigned)(n != m);
+    for (size_t i = 0; i < m; i++)
+        diff |= (unsigned char)want[i] ^ (unsigned char)(i < n ? k[i] : 0);
+    return diff == 0;
+}
+
+static enum MHD_Result do_models(conn_ctx *c, struct MHD_Connection *conn) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "id", c->s->model_name);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", (double)time(NULL));
+    cJSON_AddStringToObject(m, "owned_by", "lpx");
+    cJSON_AddNumberToObject(m, "max_model_len", c->s->max_model_len);
+    cJSON_AddItemToArray(data, m);
+    return send_json(c, conn, 200, o);
+}
+
+static enum MHD_Result do_health(conn_ctx *c, struct MHD_Connection *conn) {
+    bool ready = atomic_load(&c->s->ready), draining = atomic_load(&c->s->draining);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", draining ? "draining" : ready ? "ok" : "loading");
+    return send_json(c, conn, ready && !draining ? 200 : 503, o);
+}
+
+static enum MHD_Result do_metrics(conn_ctx *c, struct MHD_Connection *conn) {
+    lpx_engine_stats st;
+    memset(&st, 0, sizeof st);
+    if (atomic_load(&c->s->ready) && lpx_engine_get_stats(c->s->e, &st) != LPX_OK)
+        return fail(c, conn, 500, "server_error", NULL, "engine stats: %s", lpx_last_error());
+    lpx_gpu_sample g[8];
+    int n = 0;
+    pthread_mutex_lock(&c->s->tel_mu);
+    for (; c->s->tel && n < c->s->n_gpus && n < 8; n++)
+        if (lpx_telemetry_sample(c->s->tel, n, &g[n]) != LPX_OK) break;
+    pthread_mutex_unlock(&c->s->tel_mu);
+    return send_body(c, conn, 200, lpx_metrics_render(&c->s->metrics, &st, c->s->model_label, g, n),
+                     "text/plain; version=0.0.4; charset=utf-8");
+}
+
+static bool model_ok(const lpx_server *s, const lpx_srv_params *p, lpx_srv_error *e) {
+    if (!p->model || !strcmp(p->model, s->model_name)) return true;
+    return lpx_srv_fail(e, 404, "not_found_error", "model_not_found", "model",
+                        "the model '%.200s' does not exist: this server serves '%.200s'", p->model,
+                        s->model_name);
+}
+
+static enum MHD_Result do_tokenize(conn_ctx *c, struct MHD_Connection *conn, lpx_srv_kind kind) {
+    lpx_server *s = c->s;
+    lpx_srv_params p;
+    lpx_srv_error e;
+    if (!lpx_srv_parse(kind, c->body.p ? c->body.p : "", c->body.n, &s->m->gen, &p, &e))
+        return send_error(c, conn, &e);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (!model_ok(s, &p, &e) || !lpx_job_prompt_ids(s->m, &p, &ids, &n, &e)) {
+        lpx_srv_params_free(&p);
+        return send_error(c, conn, &e);
+    }
+    lpx_srv_params_free(&p);
+    cJSON *o = cJSON_CreateObject();
+    if (kind == LPX_SRV_TOKENIZE) {
+        cJSON *t = cJSON_AddArrayToObject(o, "tokens");
+        for (size_t i = 0; i < n; i++)
+            cJSON_AddItemToArray(t, cJSON_CreateNumber(ids[i]));
+        cJSON_AddNumberToObject(o, "count", (double)n);
+        cJSON_AddNumberToObject(o, "max_model_len", s->max_model_len);
+    } else {
+        size_t need = 0, cap = n * 16 + 16;
+        char *text = malloc(cap);
+        lpx_status st =
+            text ? lpx_detokenize(lpx_model_tokenizer(s->m), ids, n, true, text, cap, &need)
+                 : LPX_ERR_NOMEM;
+        if (st == LPX_OK && need >= cap) {
+            free(text);
+            cap = need + 1;
+            text = malloc(cap);
+            st = text ? lpx_detokenize(lpx_model_tokenizer(s->m), ids, n, true, text, cap, &need)
+                      : LPX_ERR_NOMEM;
+        }
+        if (st == LPX_OK) cJSON_AddStringToObject(o, "prompt", text);
+        free(text);
+        if (st != LPX_OK) {
+            free(ids);
+            cJSON_Delete(o);
+            return fail(c, conn, 400, "invalid_request_error", NULL, "detokenize: %s",
+                        lpx_last_error());
+        }
+    }
+    free(ids);
+    return send_json(c, conn, 200, o);
+}
+
+/* Refuses a prompt that, with the output asked for, would not fit the context. */
+static bool fits(const lpx_server *s, lpx_srv_params *p, size_t n_prompt, lpx_srv_error *e) {
+    int64_t L = s->max_model_len;
+    const char *what = p->kind == LPX_SRV_CHAT ? "messages" : "prompt";
+    if ((int64_t)n_prompt >= L ||
+        (p->req.max_tokens > 0 && (int64_t)n_prompt + p->req.max_tokens > L))
+        return lpx_srv_fail(e, 400, "context_length_exceeded", "context_length_exceeded",
+                            p->req.max_tokens > 0 ? "max_tokens" : what,
+                            "This model's maximum context length is %lld tokens. However, you "
+                            "requested %lld tokens (%zu in the %s, %d in the completion). Please "
+                            "reduce the length of the %s or completion.",
+                            (long long)L,
+                            (long long)n_prompt + (p->req.max_tokens > 0 ? p->req.max_tokens : 0),
+                            n_prompt, what, p->req.max_tokens > 0 ? p->req.max_tokens : 0, what);
+    if (p->req.max_tokens < 0) p->req.max_tokens = (int32_t)(L - (int64_t)n_prompt);
+    return true;
+}
+
+/* Waiting requests: the engine's count, or, when higher, the requests this
+ * server has in flight beyond what one batch holds (the engine's count is a
+ * snapshot of its last step and misses what was submitted since). */
+static bool queue_ok(lpx_server *s, int32_t n, lpx_srv_error *e) {
+    lpx_engine_stats st;
+    if (lpx_engine_get_stats(s->e, &st) != LPX_OK) return true;
+    int64_t waiting = (int64_t)atomic_load(&s->inflight) - st.max_num_seqs;
+    if (st.n_waiting > waiting) waiting = st.n_waiting;
+    if (waiting + n <= s->o.max_queue) return true;
+    return lpx_srv_fail(e, 503, "service_unavailable", "queue_full", NULL,
+                        "the server is at capacity (%lld requests waiting, --max-queue %d): retry "
+                        "later",
+                        (long long)waiting, s->o.max_queue);
+}
+
+static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx_srv_kind kind) {
+    lpx_server *s = c->s;
+    lpx_srv_params p;
+    lpx_srv_error e;
+    if (atomic_load(&s->draining))
+        return fail(c, conn, 503, "service_unavailable", "draining", "%s",
+                    "the server is shutting down");
+    if (!lpx_srv_parse(kind, c->body.p ? c->body.p : "", c->body.n, &s->m->gen, &p, &e))
+        return send_error(c, conn, &e);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    lpx_job *j = NULL;
+    bool ok = model_ok(s, &p, &e) && lpx_job_prompt_ids(s->m, &p, &ids, &n_ids, &e) &&
+              fits(s, &p, n_ids, &e) && queue_ok(s, p.n, &e);
+    if (ok && !(j = lpx_job_new(s->e, lpx_model_tokenizer(s->m), &s->metrics, &s->inflight,
+                                s->model_name, &p, c->t0)))
+        ok = lpx_srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+    if (ok) {
+        c->job = j;
+        jobs_add(s, j);
+        ok = lpx_job_submit(j, &p, ids, n_ids, &e);
+    }
+    free(ids);
+    bool stream = p.stream;
+    lpx_srv_params_free(&p);
+    if (!ok) return send_error(c, conn, &e);
+
+    if (stream) {
+        sse_ctx *x = malloc(sizeof *x);
+        if (!x) return send_body(c, conn, 500, NULL, NULL);
+        pthread_mutex_lock(&j->mu);
+        j->refs++;
+        pthread_mutex_unlock(&j->mu);
+        *x = (sse_ctx){.s = s, .job = j, .fd = c->fd, .t0 = c->t0, .t_sent = lpx_now_ms()};
+        struct MHD_Response *r =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_free);
+        if (!r) {
+            sse_free(x);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        MHD_add_response_header(r, "X-Accel-Buffering", "no");
+        return send_response(c, conn, 200, r, "text/event-stream");
+    }
+
+    while (!lpx_job_wait(j, SLICE_MS)) {
+        if (client_gone(c->fd)) {
+            lpx_job_cancel(j, NULL);
+            return MHD_NO; /* nobody to answer */
+        }
+        if (timed_out(s, c->t0)) lpx_job_cancel(j, timeout_error(s, &e));
+    }
+    if (j->aborted) return send_error(c, conn, &j->abort);
+    for (int32_t i = 0; i < j->n; i++)
+        if (j->ch[i].finish == LPX_FINISH_ERROR)
+            return fail(c, conn, 500, "server_error", NULL, "generation failed: %s",
+                        j->ch[i].error ? j->ch[i].error : "engine error");
+    if (j->oom) return send_body(c, conn, 500, NULL, NULL);
+    return send_body(c, conn, 200, lpx_oa_response(j, lpx_now_ms() - c->t0), "application/json");
+}
+
+static enum MHD_Result do_asset(conn_ctx *c, struct MHD_Connection *conn, const char *url) {
+    const char *path = strcmp(url, "/") ? url + 1 : "index.html";
+    for (const lpx_web_asset *a = c->s->o.assets; a && a->path; a++)
+        if (!strcmp(a->path, path)) {
+            struct MHD_Response *r =
+                MHD_create_response_from_buffer(a->size, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+            if (r) MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+            return send_response(c, conn, 200, r, a->content_type);
+        }
+    return fail(c, conn, 404, "not_found_error", "not_found", "no route %.200s", url);
+}
+
+typedef enum route_kind { R_GET, R_POST } route_kind;
+
+static const struct route {
+    const char *path;
+    route_kind method;
+    bool auth;
+    int what; /* lpx_srv_kind for POST routes, else one of the GET_* below */
+} routes[] = {
+    {"/v1/completions", R_POST, true, LPX_SRV_COMPLETION},
+    {"/v1/chat/completions", R_POST, true, LPX_SRV_CHAT},
+    {"/generate", R_POST, true, LPX_SRV_GENERATE},
+    {"/tokenize", R_POST, true, LPX_SRV_TOKENIZE},
+    {"/detokenize", R_POST, true, LPX_SRV_DETOKENIZE},
+    {"/v1/models", R_GET, true, 0},
+    {"/health", R_GET, false, 1},
+    {"/metrics", R_GET, false, 2},
+};
+
+static enum MHD_Result route(conn_ctx *c, struct MHD_Connection *conn, const char *url,
+                             const char *method) {
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+        const struct route *r = &routes[i];
+        if (strcmp(url, r->path)) continue;
+        if ((r->method == R_GET && !get) || (r->method == R_POST && !post))
+            return fail(c, conn, 405, "invalid_request_error", "method_not_allowed",
+                        "method %s is not allowed here", method);
+        if (r->auth && !authorized(c->s, conn))
+            return fail(c, conn, 401, "authentication_error", "invalid_api_key", "%s",
+                        "a valid API key is required: send 'Authorization: Bearer <key>'");
+        if (r->auth && !atomic_load(&c->s->ready))
+            return fail(c, conn, 503, "service_unavailable", "loading", "%s",
+                        "the model is still loading: retry shortly");
+        if (r->method == R_POST) {
+            if (c->too_large) {
+                lpx_srv_error e;
+                lpx_srv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                             "the request body is larger than %zu bytes", c->s->o.max_body_bytes);
+                return send_error(c, conn, &e);
+            }
+            if (r->what == LPX_SRV_TOKENIZE || r->what == LPX_SRV_DETOKENIZE)
+                return do_tokenize(c, conn, (lpx_srv_kind)r->what);
+            return do_generate(c, conn, (lpx_srv_kind)r->what);
+        }
+        return r->what == 0   ? do_models(c, conn)
+               : r->what == 1 ? do_health(c, conn)
+                              : do_metrics(c, conn);
+    }
+    if (get) return do_asset(c, conn, url);
+    return fail(c, conn, 404, "not_found_error", "not_found", "no route %.200s", url);
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url,
+                               const char *method, const char *version, const char *upload,
+                               size_t *upload_size, void **con_cls) {
+    lpx_server *s = cls;
+    conn_ctx *c = *con_cls;
+    if (!c) {
+        if (!(c = calloc(1, sizeof *c))) return MHD_NO;
+        *con_cls = c;
+        c->s = s;
+        c->rid = atomic_fetch_add(&s->next_rid, 1);
+        c->t0 = lpx_now_ms();
+        c->fd = -1;
+        snprintf(c->method, sizeof c->method, "%s", method);
+        snprintf(c->url, sizeof c->url, "%s", url);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci) c->fd = ci->connect_fd;
+        /* A declared body over the limit is refused before it is read. */
+        const char *cl =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl && strtoull(cl, NULL, 10) > s->o.max_body_bytes) {
+            c->too_large = true;
+            lpx_srv_error e;
+            lpx_srv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
+                         "the request body is larger than %zu bytes", s->o.max_body_bytes);
+            return send_error(c, conn, &e);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!c->too_large && c->body.n + *upload_size > s->o.max_body_bytes) {
+            c->too_large = true;
+            free(c->body.p);
+            c->body = (lpx_strbuf){0};
+        }
+        if (!c->too_large && !lpx_strbuf_add(&c->body, upload, *upload_size)) return MHD_NO;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (c->status) return MHD_YES; /* answered already (413 on the first call) */
+    return route(c, conn, url, method);
+}
+
+static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                      enum MHD_RequestTerminationCode toe) {
+    lpx_server *s = cls;
+    conn_ctx *c = *con_cls;
+    if (!c) return;
+    *con_cls = NULL;
+    int32_t prompt = 0, gen = 0;
+    if (c->job) {
+        lpx_job *j = c->job;
+        /* A client that left early: free its engine slots and KV now. */
+        if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) lpx_job_cancel(j, NULL);
+        pthread_mutex_lock(&j->mu);
+        prompt = j->n_prompt;
+        for (int32_t i = 0; i < j->n; i++)
+            gen += j->ch[i].n_output_tokens;
+        pthread_mutex_unlock(&j->mu);
+        jobs_remove(s, j);
+        lpx_job_unref(j);
+    }
+    fprintf(stderr, "lpx serve: req %llu %s %s %d prompt=%d gen=%d %.1fms%s\n", c->rid, c->method,
+            c->url, c->status, prompt, gen, lpx_now_ms() - c->t0,
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
+    free(c->body.p);
+    free(c);
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------- */
+
+static char *label_escape(const char *s) {
+    char *o = malloc(strlen(s) * 2 + 1), *p = o;
+    if (!o) return NULL;
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') *p++ = '\\';
+        if (*s == '\n') {
+            *p++ = '\\';
+            *p++ = 'n';
+            continue;
+        }
+        *p++ = *s;
+    }
+    *p = '\0';
+    return o;
+}
+
+lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
+    *out = NULL;
+    lpx_server *s = calloc(1, sizeof *s);
+    if (!s) return lpx_errorf(LPX_ERR_NOMEM, "serve: out of memory");
+    s->o = *o;
+    if (!s->o.host) s->o.host = "127.0.0.1";
+    if (s->o.max_queue <= 0) s->o.max_queue = 1024;
+    if (!s->o.max_body_bytes) s->o.max_body_bytes = 4u << 20;
+    s->model_name = strdup(o->served_model_name ? o->served_model_name : "lpx");
+    s->model_label = s->model_name ? label_escape(s->model_name) : NULL;
+    atomic_init(&s->ready, false);
+    atomic_init(&s->draining, false);
+    atomic_init(&s->inflight, 0);
+    atomic_init(&s->next_rid, 1);
+    lpx_metrics_init(&s->metrics);
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->tel_mu, NULL);
+    /* GPU gauges when NVML answers; a machine without a GPU just has none. */
+    if (lpx_telemetry_open(0, &s->tel) == LPX_OK) {
+        const lpx_telemetry_state *ts = lpx_telemetry_get_state(s->tel);
+        s->n_gpus = ts->nvml_ready ? ts->nvml_device_count : 0;
+    }
+    if (!s->model_label) {
+        lpx_server_stop(s);
+        return lpx_errorf(LPX_ERR_NOMEM, "serve: out of memory");
+    }
+
+    char port[16];
+    snprintf(port, sizeof port, "%d", o->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV},
+                    *ai = NULL;
+    int rc = getaddrinfo(s->o.host, port, &hints, &ai);
+    if (rc != 0) {
+        lpx_server_stop(s);
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "serve: --host %s: %s", o->host, gai_strerror(rc));
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    s->d = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_S,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_THREAD_STACK_SIZE,
+        (size_t)(256 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)256, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->d) {
+        lpx_server_stop(s);
+        return lpx_errorf(LPX_ERR_IO,
+                          "serve: cannot listen on %s port %d (in use, or not an "
+                          "address of this machine?)",
+                          o->host ? o->host : "127.0.0.1", o->port);
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    *out = s;
+    return LPX_OK;
+}
+
+lpx_status lpx_server_ready(lpx_server *s, const lpx_model *m, lpx_engine *e) {
+    lpx_engine_stats st;
+    LPX_TRY(lpx_engine_get_stats(e, &st));
+    s->m = m;
+    s->e = e;
+    s->max_model_len = st.max_model_len;
+    atomic_store(&s->ready, true); /* publishes m, e and max_model_len to the handlers */
+    return LPX_OK;
+}
+
+int lpx_server_port(const lpx_server *s) {
+    return s->port;
+}
+
+void lpx_server_drain(lpx_server *s, double timeout_s) {
+    atomic_store(&s->draining, true);
+    double end = lpx_now_ms() + timeout_s * 1e3;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        bool idle = s->jobs == NULL;
+        pthread_mutex_unlock(&s->mu);
+        if (idle) return;
+        if (lpx_now_ms() >= end) break;
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000000L}, NULL);
+    }
+    lpx_srv_error e;
+    lpx_srv_fail(&e, 503, "service_unavailable", "shutdown", NULL,
+                 "the server shut down before the request finished (--shutdown-timeout %g s)",
+                 timeout_s);
+    pthread_mutex_lock(&s->mu);
+    for (lpx_job *j = s->jobs; j; j = j->next)
+        lpx_job_cancel(j, &e);
+    pthread_mutex_unlock(&s->mu);
+    /* Let the connections send the error before they are closed. */
+    for (int i = 0; i < 100; i++) {
+        pthread_mutex_lock(&s->mu);
+        bool idle = s->jobs == NULL;
+        pthread_mutex_unlock(&s->mu);
+        if (idle) return;
+        nanosleep(&(struct timespec){.tv_nsec = 20 * 1000000L}, NULL);
+    }
+}
+
+void lpx_server_stop(lpx_server *s) {
+    if (!s) return;
+    if (s->d) MHD_stop_daemon(s->d);
+    lpx_telemetry_close(s->tel);
+    lpx_metrics_destroy(&s->metrics);
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->tel_mu);
+    free(s->model_name);
+    free(s->model_label);
+    free(s);
+}

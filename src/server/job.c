@@ -1,0 +1,332 @@
+#include "server/job.h"
+
+#include "base/checked.h"
+#include "model/model.h"
+#include "server/openai.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double lpx_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+bool lpx_strbuf_add(lpx_strbuf *b, const char *s, size_t n) {
+    size_t need;
+    if (!lpx_add_size(b->n, n, &need) || !lpx_add_size(need, 1, &need)) return false;
+    if (need > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < need)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return false;
+        b->p = p;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return true;
+}
+
+lpx_job *lpx_job_new(lpx_engine *e, const lpx_tokenizer *tok, lpx_metrics *metrics,
+                     atomic_int *inflight, const char *model_name, const lpx_srv_params *p,
+                     double t_arrival_ms) {
+    lpx_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    j->refs = 1;
+    j->engine = e;
+    j->tok = tok;
+    j->metrics = metrics;
+    j->inflight = inflight;
+    j->kind = p->kind;
+    j->stream = p->stream;
+    j->include_usage = p->include_usage;
+    j->logprobs = p->logprobs;
+    j->model_name = model_name;
+    j->t_arrival = t_arrival_ms;
+    j->created = (int64_t)time(NULL);
+    j->n = p->n;
+    static unsigned long long counter;
+    unsigned long long k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+    snprintf(j->id, sizeof j->id, "%s-%llx%06llx", p->kind == LPX_SRV_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)j->created, k);
+    for (int32_t i = 0; i < j->n; i++) {
+        j->ch[i].job = j;
+        j->ch[i].index = i;
+    }
+    return j;
+}
+
+static void job_free(lpx_job *j) {
+    for (int32_t i = 0; i < j->n; i++) {
+        lpx_job_choice *c = &j->ch[i];
+        free(c->error);
+        free(c->text.p);
+        free(c->lp_token);
+        free(c->lp_value);
+        free(c->lp_top);
+        free(c->lp_n_top);
+    }
+    free(j->out.p);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+void lpx_job_unref(lpx_job *j) {
+    pthread_mutex_lock(&j->mu);
+    bool last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (last) job_free(j);
+}
+
+/* Keeps one token's logprobs for a non-streaming response. */
+static bool keep_logprobs(lpx_job *j, lpx_job_choice *c, const lpx_event *ev) {
+    if (c->n_lp == c->cap_lp) {
+        int32_t cap = c->cap_lp ? c->cap_lp * 2 : 64;
+        size_t top = (size_t)cap * (size_t)(j->top_n ? j->top_n : 1);
+        int32_t *t = realloc(c->lp_token, (size_t)cap * sizeof *t);
+        if (t) c->lp_token = t;
+        float *v = realloc(c->lp_value, (size_t)cap * sizeof *v);
+        if (v) c->lp_value = v;
+        lpx_token_logprob *tp = realloc(c->lp_top, top * sizeof *tp);
+        if (tp) c->lp_top = tp;
+        int32_t *nt = realloc(c->lp_n_top, (size_t)cap * sizeof *nt);
+        if (nt) c->lp_n_top = nt;
+        if (!t || !v || !tp || !nt) return false;
+        c->cap_lp = cap;
+    }
+    int32_t k = ev->n_top < j->top_n ? ev->n_top : j->top_n;
+    c->lp_token[c->n_lp] = ev->token;
+    c->lp_value[c->n_lp] = ev->logprob;
+    c->lp_n_top[c->n_lp] = k;
+    if (k > 0)
+        memcpy(c->lp_top + (size_t)c->n_lp * (size_t)j->top_n, ev->top,
+               (size_t)k * sizeof *ev->top);
+    c->n_lp++;
+    return true;
+}
+
+/* Runs on the engine thread. */
+static void on_event(const lpx_event *ev, void *user) {
+    lpx_job_choice *c = user;
+    lpx_job *j = c->job;
+    double now = lpx_now_ms();
+    pthread_mutex_lock(&j->mu);
+    if (ev->token >= 0) {
+        pthread_mutex_lock(&j->metrics->mu);
+        if (!c->started)
+            lpx_histogram_observe(&j->metrics->ttft, (now - j->t_arrival) / 1e3);
+        else
+            lpx_histogram_observe(&j->metrics->itl, (now - c->t_last_token) / 1e3);
+        pthread_mutex_unlock(&j->metrics->mu);
+        c->started = true;
+        c->t_last_token = now;
+        c->n_output_tokens = ev->index + 1;
+    }
+    if (j->stream) {
+        lpx_oa_stream_event(j, c, ev);
+    } else {
+        if (ev->text_len && !lpx_strbuf_add(&c->text, ev->text, ev->text_len)) j->oom = true;
+        if (j->logprobs && ev->token >= 0 && !keep_logprobs(j, c, ev)) j->oom = true;
+    }
+    bool last = false;
+    if (ev->finish != LPX_FINISH_NONE) {
+        c->done = true;
+        c->finish = ev->finish;
+        c->n_output_tokens = ev->n_output_tokens;
+        if (ev->finish == LPX_FINISH_ERROR && ev->error) {
+            size_t n = strlen(ev->error) + 1;
+            if ((c->error = malloc(n))) memcpy(c->error, ev->error, n);
+        }
+        lpx_metrics_finish(j->metrics, ev->finish, (now - j->t_arrival) / 1e3, -1);
+        atomic_fetch_sub(j->inflight, 1);
+        if (++j->n_done == j->n) {
+            j->finished = true;
+            if (j->stream) lpx_oa_stream_close(j);
+        }
+        last = --j->refs == 0;
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (last) job_free(j);
+}
+
+bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, const int32_t *ids, size_t n_ids,
+                    lpx_srv_error *err) {
+    j->n_prompt = (int32_t)n_ids;
+    j->top_n = p->logprobs ? p->top_n : 0;
+    if (j->stream) {
+        pthread_mutex_lock(&j->mu);
+        bool ok = lpx_oa_stream_open(j);
+        pthread_mutex_unlock(&j->mu);
+        if (!ok) return lpx_srv_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    for (int32_t i = 0; i < j->n; i++) {
+        lpx_request r = p->req;
+        r.prompt_ids = ids;
+        r.n_prompt_ids = n_ids;
+        r.prompt_text = NULL;
+        r.messages = NULL;
+        r.n_messages = 0;
+        if (p->seed_given) r.sampling.seed = p->req.sampling.seed + i;
+        pthread_mutex_lock(&j->mu);
+        j->refs++; /* the engine's, dropped at the finish event */
+        pthread_mutex_unlock(&j->mu);
+        uint64_t id;
+        lpx_status st = lpx_engine_submit(j->engine, &r, on_event, &j->ch[i], &id);
+        if (st != LPX_OK) {
+            pthread_mutex_lock(&j->mu);
+            j->refs--;
+            /* Choices never submitted count as done, so the job can finish. */
+            j->n_done += j->n - i;
+            j->finished = j->n_done == j->n;
+            pthread_mutex_unlock(&j->mu);
+            if (st == LPX_ERR_TOO_LONG)
+                lpx_srv_fail(err, 400, "context_length_exceeded", "context_length_exceeded",
+                             p->kind == LPX_SRV_CHAT ? "messages" : "prompt", "%s",
+                             lpx_last_error());
+            else if (st == LPX_ERR_BUSY)
+                lpx_srv_fail(err, 503, "service_unavailable", "draining", NULL, "%s",
+                             lpx_last_error());
+            else if (st == LPX_ERR_INVALID_ARG)
+                lpx_srv_fail(err, 400, "invalid_request_error", NULL, NULL, "%s", lpx_last_error());
+            else
+                lpx_srv_fail(err, 500, "server_error", NULL, NULL, "%s", lpx_last_error());
+            lpx_job_cancel(j, NULL);
+            return false;
+        }
+        atomic_fetch_add(j->inflight, 1);
+        pthread_mutex_lock(&j->mu);
+        j->ch[i].engine_id = id;
+        j->ch[i].submitted = true;
+        pthread_mutex_unlock(&j->mu);
+    }
+    return true;
+}
+
+void lpx_job_cancel(lpx_job *j, const lpx_srv_error *err) {
+    uint64_t ids[LPX_SRV_MAX_N];
+    int n = 0;
+    pthread_mutex_lock(&j->mu);
+    if (err && !j->aborted && !j->finished) {
+        j->abort = *err;
+        j->aborted = true;
+    }
+    for (int32_t i = 0; i < j->n; i++)
+        if (j->ch[i].submitted && !j->ch[i].done) ids[n++] = j->ch[i].engine_id;
+    pthread_mutex_unlock(&j->mu);
+    for (int i = 0; i < n; i++)
+        lpx_engine_cancel(j->engine, ids[i]);
+}
+
+static void deadline(struct timespec *ts, int timeout_ms) {
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += timeout_ms / 1000;
+    ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+size_t lpx_job_read(lpx_job *j, char *buf, size_t max, int timeout_ms, bool *end) {
+    struct timespec ts;
+    deadline(&ts, timeout_ms);
+    pthread_mutex_lock(&j->mu);
+    while (j->out_pos == j->out.n && !j->finished)
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) break;
+    size_t n = j->out.n - j->out_pos;
+    if (n > max) n = max;
+    if (n) memcpy(buf, j->out.p + j->out_pos, n);
+    j->out_pos += n;
+    *end = j->finished && j->out_pos == j->out.n;
+    pthread_mutex_unlock(&j->mu);
+    return n;
+}
+
+bool lpx_job_wait(lpx_job *j, int timeout_ms) {
+    struct timespec ts;
+    deadline(&ts, timeout_ms);
+    pthread_mutex_lock(&j->mu);
+    while (!j->finished)
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) break;
+    bool done = j->finished;
+    pthread_mutex_unlock(&j->mu);
+    return done;
+}
+
+static bool tokenize(const lpx_tokenizer *t, const char *text, bool add_special, int32_t **ids,
+                     size_t *n, lpx_srv_error *err) {
+    size_t len = strlen(text), cap = len + 16, need = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        free(*ids);
+        if (!(*ids = malloc(cap * sizeof **ids)))
+            return lpx_srv_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        if (lpx_tokenize(t, text, len, add_special, true, *ids, cap, &need) != LPX_OK)
+            return lpx_srv_fail(err, 400, "invalid_request_error", NULL, "prompt",
+                                "tokenizing the prompt: %s", lpx_last_error());
+        if (need <= cap) break;
+        cap = need;
+    }
+    *n = need;
+    return true;
+}
+
+bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, int32_t **ids, size_t *n,
+                        lpx_srv_error *err) {
+    *ids = NULL;
+    *n = 0;
+    const lpx_tokenizer *t = lpx_model_tokenizer(m);
+    int32_t vocab = m->cfg.vocab_size;
+    if (p->prompt_ids) {
+        for (size_t i = 0; i < p->n_prompt_ids; i++)
+            if (p->prompt_ids[i] >= vocab)
+                return lpx_srv_fail(err, 400, "invalid_request_error", NULL,
+                                    p->kind == LPX_SRV_DETOKENIZE ? "tokens" : "prompt",
+                                    "token id %d at %zu is out of the vocabulary (size %d)",
+                                    p->prompt_ids[i], i, vocab);
+        if (!(*ids = malloc(p->n_prompt_ids * sizeof **ids)))
+            return lpx_srv_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        memcpy(*ids, p->prompt_ids, p->n_prompt_ids * sizeof **ids);
+        *n = p->n_prompt_ids;
+        return true;
+    }
+    if (!t)
+        return lpx_srv_fail(err, 400, "invalid_request_error", NULL, NULL,
+                            "the model has no tokenizer: send token ids");
+    if (p->prompt) {
+        bool ok = tokenize(t, p->prompt, p->kind == LPX_SRV_TOKENIZE ? p->add_special : true, ids,
+                           n, err);
+        if (!ok) {
+            free(*ids);
+            *ids = NULL;
+        }
+        return ok;
+    }
+    char *text = NULL;
+    bool gen_prompt = p->kind == LPX_SRV_TOKENIZE ? p->add_generation_prompt : true;
+    if (lpx_chat_render(m, p->messages, p->n_messages, gen_prompt, -1, &text) != LPX_OK)
+        return lpx_srv_fail(err, 400, "invalid_request_error", NULL, "messages",
+                            "rendering the chat template: %s", lpx_last_error());
+    /* The template writes BOS itself, as transformers assumes. */
+    bool ok = tokenize(t, text, false, ids, n, err);
+    lpx_free(text);
+    if (!ok) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return ok;
+}

@@ -1,0 +1,109 @@
+/* The engine bridge: one HTTP generation request becomes a job of n engine
+ * requests (its choices). Engine events arrive on the engine thread and are
+ * gathered here: as SSE chunks in `out` for a stream, as text and logprobs per
+ * choice otherwise. The HTTP thread waits on the job's condition variable.
+ * A job is reference-counted: the HTTP side holds one reference and every
+ * submitted choice one more until its finish event, so a client that goes
+ * away never frees memory the engine thread still writes to. */
+#ifndef LPX_SERVER_JOB_H
+#define LPX_SERVER_JOB_H
+
+#include "lpx.h"
+#include "server/metrics.h"
+#include "server/params.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct lpx_strbuf {
+    char *p;
+    size_t n, cap;
+} lpx_strbuf;
+
+bool lpx_strbuf_add(lpx_strbuf *b, const char *s, size_t n);
+
+typedef struct lpx_job lpx_job;
+
+typedef struct lpx_job_choice {
+    lpx_job *job;
+    int index;
+    uint64_t engine_id;
+    bool submitted, done, started;
+    lpx_finish_reason finish;
+    char *error; /* LPX_FINISH_ERROR: the engine's message */
+    int32_t n_output_tokens;
+    double t_last_token; /* ms, for inter-token latency */
+    lpx_strbuf text;     /* non-streaming: the output so far */
+    /* Non-streaming logprobs, one entry per output token. */
+    int32_t n_lp, cap_lp;
+    int32_t *lp_token;         /* [cap_lp] */
+    float *lp_value;           /* [cap_lp] */
+    lpx_token_logprob *lp_top; /* [cap_lp * top_n] */
+    int32_t *lp_n_top;         /* [cap_lp] */
+} lpx_job_choice;
+
+struct lpx_job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    lpx_job *prev, *next; /* the server's list of jobs in flight */
+
+    lpx_engine *engine;
+    const lpx_tokenizer *tok;
+    lpx_metrics *metrics;
+    atomic_int *inflight; /* the server's count of unfinished engine requests */
+    lpx_srv_kind kind;
+    bool stream, include_usage, logprobs;
+    int32_t top_n;
+    char id[40];
+    int64_t created;
+    const char *model_name;
+    double t_arrival; /* ms, monotonic */
+
+    int32_t n, n_done, n_prompt;
+    lpx_job_choice ch[LPX_SRV_MAX_N];
+
+    lpx_strbuf out; /* stream: SSE bytes not yet sent */
+    size_t out_pos;
+    bool finished; /* every choice has its finish event */
+    bool oom;      /* an allocation failed while formatting */
+
+    /* Set when the server ends the job (timeout, shutdown): the error the
+     * client gets instead of the rest of the output. */
+    lpx_srv_error abort;
+    bool aborted;
+};
+
+/* A new job with one reference (the caller's). */
+lpx_job *lpx_job_new(lpx_engine *e, const lpx_tokenizer *tok, lpx_metrics *metrics,
+                     atomic_int *inflight, const char *model_name, const lpx_srv_params *p,
+                     double t_arrival_ms);
+void lpx_job_unref(lpx_job *j);
+
+/* Submits the n choices over the prompt ids. On failure cancels what was
+ * submitted and fills err (400 for a too long prompt, 503 while the engine
+ * refuses work). */
+bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, const int32_t *ids, size_t n_ids,
+                    lpx_srv_error *err);
+
+/* Ends the choices still running; when err is given the client gets that
+ * error (a stream: as a final error chunk). */
+void lpx_job_cancel(lpx_job *j, const lpx_srv_error *err);
+
+/* Waits up to timeout_ms for stream bytes or the end; copies up to max bytes.
+ * *end is set once everything was read. */
+size_t lpx_job_read(lpx_job *j, char *buf, size_t max, int timeout_ms, bool *end);
+/* Waits up to timeout_ms for every choice to finish; true when finished. */
+bool lpx_job_wait(lpx_job *j, int timeout_ms);
+
+/* The prompt as token ids: a text prompt tokenized with the tokenizer's rules,
+ * chat messages rendered with the model's template, or the ids given. */
+bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, int32_t **ids, size_t *n,
+                        lpx_srv_error *err);
+
+double lpx_now_ms(void);
+
+#endif

@@ -1,0 +1,42 @@
+/* The server's Prometheus registry: latency histograms and counters that the
+ * server observes, plus gauges read from the engine when /metrics is scraped.
+ * Names follow vLLM's with the prefix lpx: (docs/server.md lists them). */
+#ifndef LPX_SERVER_METRICS_H
+#define LPX_SERVER_METRICS_H
+
+#include "lpx.h"
+#include "telemetry/telemetry.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define LPX_HIST_MAX_BUCKETS 24
+
+typedef struct lpx_histogram {
+    const double *bounds; /* [n_bounds] upper bounds, ascending; +Inf is implied */
+    int n_bounds;
+    uint64_t counts[LPX_HIST_MAX_BUCKETS]; /* per bucket, not cumulative */
+    uint64_t count;
+    double sum;
+} lpx_histogram;
+
+typedef struct lpx_metrics {
+    pthread_mutex_t mu;
+    lpx_histogram ttft, itl, e2e, queue; /* seconds */
+    uint64_t success[5];                 /* by lpx_finish_reason */
+    uint64_t http[6];                    /* responses by status class 1xx..5xx ([0] unused) */
+} lpx_metrics;
+
+void lpx_metrics_init(lpx_metrics *m);
+void lpx_metrics_destroy(lpx_metrics *m);
+void lpx_histogram_observe(lpx_histogram *h, double v); /* caller holds m->mu */
+void lpx_metrics_finish(lpx_metrics *m, lpx_finish_reason r, double e2e_s, double queue_s);
+
+/* The Prometheus text exposition (version 0.0.4) as a malloc'd string;
+ * model_name labels every series; gpus[n_gpus] (index i is GPU i) add the GPU
+ * gauges, each reading that is LPX_TEL_NA left out. NULL when out of memory. */
+char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char *model_name,
+                         const lpx_gpu_sample *gpus, int n_gpus);
+
+#endif

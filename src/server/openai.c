@@ -1,0 +1,336 @@
+#include "server/openai.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *lpx_oa_finish(lpx_finish_reason r) {
+    switch (r) {
+    case LPX_FINISH_STOP:
+        return "stop";
+    case LPX_FINISH_LENGTH:
+        return "length";
+    case LPX_FINISH_CANCELLED:
+        return "abort";
+    case LPX_FINISH_ERROR:
+        return "error";
+    case LPX_FINISH_NONE:
+        break;
+    }
+    return NULL;
+}
+
+char *lpx_oa_error(const lpx_srv_error *e) {
+    cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(o, "message", e->message);
+    cJSON_AddStringToObject(o, "type", e->type ? e->type : "server_error");
+    if (e->param[0])
+        cJSON_AddStringToObject(o, "param", e->param);
+    else
+        cJSON_AddNullToObject(o, "param");
+    if (e->code)
+        cJSON_AddStringToObject(o, "code", e->code);
+    else
+        cJSON_AddNullToObject(o, "code");
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+/* ---- logprobs ------------------------------------------------------------ */
+
+/* A token may be part of a UTF-8 character: `raw` gets its exact bytes (sent
+ * as `bytes`, as OpenAI does), `text` the same with each byte that is not part
+ * of a valid character replaced by U+FFFD (text holds 4 * cap bytes), so every
+ * response is valid UTF-8. */
+static void token_text(const lpx_job *j, int32_t id, char *raw, char *text, size_t cap) {
+    size_t n = 0;
+    if (lpx_detokenize(j->tok, &id, 1, false, raw, cap, &n) != LPX_OK || n >= cap) n = 0;
+    raw[n] = '\0';
+    size_t o = 0;
+    const unsigned char *p = (const unsigned char *)raw;
+    for (size_t i = 0; i < n;) {
+        int len = p[i] < 0x80         ? 1
+                  : (p[i] >> 5) == 6  ? 2
+                  : (p[i] >> 4) == 14 ? 3
+                  : (p[i] >> 3) == 30 ? 4
+                                      : 0;
+        bool ok = len > 0 && i + (size_t)len <= n;
+        for (int k = 1; ok && k < len; k++)
+            ok = (p[i + k] & 0xC0) == 0x80;
+        if (ok) {
+            memcpy(text + o, p + i, (size_t)len);
+            o += (size_t)len;
+            i += (size_t)len;
+        } else {
+            memcpy(text + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    text[o] = '\0';
+}
+
+static cJSON *byte_list(const char *s) {
+    cJSON *a = cJSON_CreateArray();
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(*p));
+    return a;
+}
+
+/* Chat: {"token", "logprob", "bytes", "top_logprobs": [...]}. */
+static cJSON *chat_logprob(const lpx_job *j, int32_t id, float lp, const lpx_token_logprob *top,
+                           int32_t n_top) {
+    char raw[256], t[1024];
+    cJSON *o = cJSON_CreateObject();
+    token_text(j, id, raw, t, sizeof raw);
+    cJSON_AddStringToObject(o, "token", t);
+    cJSON_AddNumberToObject(o, "logprob", lp);
+    cJSON_AddItemToObject(o, "bytes", byte_list(raw));
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs");
+    for (int32_t k = 0; k < n_top && k < j->top_n; k++) {
+        cJSON *x = cJSON_CreateObject();
+        token_text(j, top[k].id, raw, t, sizeof raw);
+        cJSON_AddStringToObject(x, "token", t);
+        cJSON_AddNumberToObject(x, "logprob", top[k].logprob);
+        cJSON_AddItemToObject(x, "bytes", byte_list(raw));
+        cJSON_AddItemToArray(tops, x);
+    }
+    return o;
+}
+
+/* Completions: parallel lists tokens / token_logprobs / top_logprobs / text_offset. */
+typedef struct comp_lp {
+    cJSON *obj, *tokens, *values, *tops, *offsets;
+} comp_lp;
+
+static comp_lp comp_lp_new(void) {
+    comp_lp c;
+    c.obj = cJSON_CreateObject();
+    c.tokens = cJSON_AddArrayToObject(c.obj, "tokens");
+    c.values = cJSON_AddArrayToObject(c.obj, "token_logprobs");
+    c.tops = cJSON_AddArrayToObject(c.obj, "top_logprobs");
+    c.offsets = cJSON_AddArrayToObject(c.obj, "text_offset");
+    return c;
+}
+
+static void comp_lp_add(const lpx_job *j, comp_lp *c, int32_t id, float lp,
+                        const lpx_token_logprob *top, int32_t n_top, size_t offset) {
+    char raw[256], t[1024];
+    token_text(j, id, raw, t, sizeof raw);
+    cJSON_AddItemToArray(c->tokens, cJSON_CreateString(t));
+    cJSON_AddItemToArray(c->values, cJSON_CreateNumber(lp));
+    cJSON_AddItemToArray(c->offsets, cJSON_CreateNumber((double)offset));
+    if (j->top_n == 0) {
+        cJSON_AddItemToArray(c->tops, cJSON_CreateNull());
+        return;
+    }
+    cJSON *m = cJSON_CreateObject();
+    for (int32_t k = 0; k < n_top && k < j->top_n; k++) {
+        token_text(j, top[k].id, raw, t, sizeof raw);
+        if (!cJSON_GetObjectItemCaseSensitive(m, t)) cJSON_AddNumberToObject(m, t, top[k].logprob);
+    }
+    cJSON_AddItemToArray(c->tops, m);
+}
+
+/* ---- streaming ----------------------------------------------------------- */
+
+static cJSON *chunk_base(const lpx_job *j) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", j->id);
+    cJSON_AddStringToObject(o, "object",
+                            j->kind == LPX_SRV_CHAT ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddNumberToObject(o, "created", (double)j->created);
+    cJSON_AddStringToObject(o, "model", j->model_name);
+    return o;
+}
+
+static bool emit(lpx_job *j, cJSON *o) {
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    bool ok = s && lpx_strbuf_add(&j->out, "data: ", 6) && lpx_strbuf_add(&j->out, s, strlen(s)) &&
+              lpx_strbuf_add(&j->out, "\n\n", 2);
+    free(s);
+    if (!ok) j->oom = true;
+    return ok;
+}
+
+bool lpx_oa_stream_open(lpx_job *j) {
+    /* Something to send at once, so the client gets its 200 and headers while
+     * the request may still wait for a batch slot (an SSE comment line). */
+    if (j->kind != LPX_SRV_CHAT) {
+        static const char hello[] = ": lpx\n\n";
+        if (!lpx_strbuf_add(&j->out, hello, sizeof hello - 1)) j->oom = true;
+        return !j->oom;
+    }
+    for (int32_t i = 0; i < j->n; i++) {
+        cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices");
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddNumberToObject(c, "index", i);
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        cJSON_AddStringToObject(d, "role", "assistant");
+        cJSON_AddStringToObject(d, "content", "");
+        cJSON_AddNullToObject(c, "logprobs");
+        cJSON_AddNullToObject(c, "finish_reason");
+        cJSON_AddItemToArray(choices, c);
+        if (!emit(j, o)) return false;
+    }
+    return true;
+}
+
+bool lpx_oa_stream_event(lpx_job *j, lpx_job_choice *ch, const lpx_event *ev) {
+    bool has_lp = j->logprobs && ev->token >= 0;
+    const char *fin = lpx_oa_finish(ev->finish);
+    if (ev->text_len == 0 && !has_lp && !fin) return true;
+    /* A cancelled choice ends without a finish chunk: the job's end tells why. */
+    if (ev->finish == LPX_FINISH_CANCELLED && ev->text_len == 0 && !has_lp) return true;
+    cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(choices, c);
+    cJSON_AddNumberToObject(c, "index", ch->index);
+    cJSON *text = cJSON_CreateStringReference("");
+    if (ev->text_len) {
+        char *t = malloc(ev->text_len + 1);
+        if (t) {
+            memcpy(t, ev->text, ev->text_len);
+            t[ev->text_len] = '\0';
+            cJSON_Delete(text);
+            text = cJSON_CreateString(t);
+            free(t);
+        }
+    }
+    if (j->kind == LPX_SRV_CHAT) {
+        cJSON *d = cJSON_AddObjectToObject(c, "delta");
+        if (ev->text_len)
+            cJSON_AddItemToObject(d, "content", text);
+        else
+            cJSON_Delete(text);
+        if (has_lp) {
+            cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
+            cJSON *content = cJSON_AddArrayToObject(lp, "content");
+            cJSON_AddItemToArray(content,
+                                 chat_logprob(j, ev->token, ev->logprob, ev->top, ev->n_top));
+        } else {
+            cJSON_AddNullToObject(c, "logprobs");
+        }
+    } else {
+        cJSON_AddItemToObject(c, "text", text);
+        if (has_lp) {
+            comp_lp lp = comp_lp_new();
+            comp_lp_add(j, &lp, ev->token, ev->logprob, ev->top, ev->n_top, 0);
+            cJSON_AddItemToObject(c, "logprobs", lp.obj);
+        } else {
+            cJSON_AddNullToObject(c, "logprobs");
+        }
+    }
+    if (fin && ev->finish != LPX_FINISH_CANCELLED)
+        cJSON_AddStringToObject(c, "finish_reason", fin);
+    else
+        cJSON_AddNullToObject(c, "finish_reason");
+    return emit(j, o);
+}
+
+static cJSON *usage(const lpx_job *j) {
+    int64_t completion = 0;
+    for (int32_t i = 0; i < j->n; i++)
+        completion += j->ch[i].n_output_tokens;
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_prompt + completion));
+    return u;
+}
+
+bool lpx_oa_stream_close(lpx_job *j) {
+    if (j->aborted) {
+        char *s = lpx_oa_error(&j->abort);
+        bool ok = s && lpx_strbuf_add(&j->out, "data: ", 6) &&
+                  lpx_strbuf_add(&j->out, s, strlen(s)) && lpx_strbuf_add(&j->out, "\n\n", 2);
+        free(s);
+        if (!ok) j->oom = true;
+    } else if (j->include_usage) {
+        cJSON *o = chunk_base(j);
+        cJSON_AddArrayToObject(o, "choices");
+        cJSON_AddItemToObject(o, "usage", usage(j));
+        emit(j, o);
+    }
+    static const char done[] = "data: [DONE]\n\n";
+    if (!lpx_strbuf_add(&j->out, done, sizeof done - 1)) j->oom = true;
+    return !j->oom;
+}
+
+/* ---- whole responses ------------------------------------------------------- */
+
+static cJSON *choice_logprobs(const lpx_job *j, const lpx_job_choice *c) {
+    if (!j->logprobs) return cJSON_CreateNull();
+    if (j->kind == LPX_SRV_CHAT) {
+        cJSON *o = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(o, "content");
+        for (int32_t t = 0; t < c->n_lp; t++)
+            cJSON_AddItemToArray(content, chat_logprob(j, c->lp_token[t], c->lp_value[t],
+                                                       c->lp_top + (size_t)t * (size_t)j->top_n,
+                                                       c->lp_n_top[t]));
+        return o;
+    }
+    comp_lp lp = comp_lp_new();
+    size_t offset = 0;
+    for (int32_t t = 0; t < c->n_lp; t++) {
+        comp_lp_add(j, &lp, c->lp_token[t], c->lp_value[t],
+                    c->lp_top + (size_t)t * (size_t)j->top_n, c->lp_n_top[t], offset);
+        char raw[256], s[1024];
+        token_text(j, c->lp_token[t], raw, s, sizeof raw);
+        offset += strlen(raw);
+    }
+    return lp.obj;
+}
+
+static cJSON *string_n(const lpx_strbuf *b) {
+    /* Text bytes are NUL-free: the engine's detokenizer writes UTF-8 text. */
+    char *t = malloc(b->n + 1);
+    if (!t) return NULL;
+    if (b->n) memcpy(t, b->p, b->n);
+    t[b->n] = '\0';
+    cJSON *s = cJSON_CreateString(t);
+    free(t);
+    return s;
+}
+
+char *lpx_oa_response(const lpx_job *j, double elapsed_ms) {
+    cJSON *o = cJSON_CreateObject();
+    if (j->kind == LPX_SRV_GENERATE) {
+        const lpx_job_choice *c = &j->ch[0];
+        cJSON_AddItemToObject(o, "text", string_n(&c->text));
+        cJSON_AddNumberToObject(o, "elapsed_ms", elapsed_ms);
+        cJSON_AddNumberToObject(o, "prompt_tokens", j->n_prompt);
+        cJSON_AddNumberToObject(o, "generated_tokens", c->n_output_tokens);
+        cJSON_AddNumberToObject(o, "tokens_per_second",
+                                elapsed_ms > 0 ? c->n_output_tokens / (elapsed_ms / 1e3) : 0);
+        cJSON_AddStringToObject(o, "finish_reason", lpx_oa_finish(c->finish));
+    } else {
+        bool chat = j->kind == LPX_SRV_CHAT;
+        cJSON_AddStringToObject(o, "id", j->id);
+        cJSON_AddStringToObject(o, "object", chat ? "chat.completion" : "text_completion");
+        cJSON_AddNumberToObject(o, "created", (double)j->created);
+        cJSON_AddStringToObject(o, "model", j->model_name);
+        cJSON *choices = cJSON_AddArrayToObject(o, "choices");
+        for (int32_t i = 0; i < j->n; i++) {
+            const lpx_job_choice *c = &j->ch[i];
+            cJSON *x = cJSON_CreateObject();
+            cJSON_AddNumberToObject(x, "index", i);
+            if (chat) {
+                cJSON *m = cJSON_AddObjectToObject(x, "message");
+                cJSON_AddStringToObject(m, "role", "assistant");
+                cJSON_AddItemToObject(m, "content", string_n(&c->text));
+            } else {
+                cJSON_AddItemToObject(x, "text", string_n(&c->text));
+            }
+            cJSON_AddItemToObject(x, "logprobs", choice_logprobs(j, c));
+            cJSON_AddStringToObject(x, "finish_reason", lpx_oa_finish(c->finish));
+            cJSON_AddItemToArray(choices, x);
+        }
+        cJSON_AddItemToObject(o, "usage", usage(j));
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}

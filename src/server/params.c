@@ -1,0 +1,377 @@
+#include "server/params.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BAD "invalid_request_error"
+
+bool lpx_srv_fail(lpx_srv_error *e, int status, const char *type, const char *code,
+                  const char *param, const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+void lpx_srv_params_free(lpx_srv_params *p) {
+    free(p->model);
+    free(p->prompt);
+    free(p->prompt_ids);
+    for (size_t i = 0; i < p->n_messages; i++) {
+        free((char *)p->messages[i].role);
+        free((char *)p->messages[i].content);
+    }
+    free(p->messages);
+    for (size_t i = 0; i < p->req.n_stop; i++)
+        free(p->stop[i]);
+    memset(p, 0, sizeof *p);
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+static bool oom(lpx_srv_error *e) {
+    return lpx_srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+}
+
+/* A field that is absent or JSON null counts as not given (as OpenAI's API). */
+static const cJSON *field(const cJSON *o, const char *name) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, name);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static bool get_num(const cJSON *o, const char *name, double lo, double hi, bool lo_open,
+                    double *out, bool *given, lpx_srv_error *e) {
+    const cJSON *v = field(o, name);
+    if (given) *given = v != NULL;
+    if (!v) return true;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return lpx_srv_fail(e, 400, BAD, NULL, name, "'%s' must be a number", name);
+    double x = v->valuedouble;
+    if (x < lo || x > hi || (lo_open && x == lo))
+        return lpx_srv_fail(e, 400, BAD, NULL, name, "'%s' is %g: expected a value in %c%g, %g]",
+                            name, x, lo_open ? '(' : '[', lo, hi);
+    *out = x;
+    return true;
+}
+
+static bool get_int(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t *out,
+                    bool *given, lpx_srv_error *e) {
+    const cJSON *v = field(o, name);
+    if (given) *given = v != NULL;
+    if (!v) return true;
+    /* 2^63 bounds the double range an int64 takes exactly enough for limits. */
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
+        v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) >= 9.2e18)
+        return lpx_srv_fail(e, 400, BAD, NULL, name, "'%s' must be an integer", name);
+    double x = v->valuedouble;
+    if (x < (double)lo || x > (double)hi)
+        return lpx_srv_fail(e, 400, BAD, NULL, name,
+                            "'%s' is %.0f: expected an integer in [%lld, %lld]", name, x,
+                            (long long)lo, (long long)hi);
+    *out = (int64_t)x;
+    return true;
+}
+
+static bool get_bool(const cJSON *o, const char *name, bool *out, lpx_srv_error *e) {
+    const cJSON *v = field(o, name);
+    if (!v) return true;
+    if (!cJSON_IsBool(v))
+        return lpx_srv_fail(e, 400, BAD, NULL, name, "'%s' must be a boolean", name);
+    *out = cJSON_IsTrue(v);
+    return true;
+}
+
+/* stop: a string or a list of strings. */
+static bool parse_stop(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
+    const cJSON *v = field(o, "stop");
+    if (!v) return true;
+    const cJSON *one = cJSON_IsString(v) ? v : NULL;
+    if (!one && !cJSON_IsArray(v))
+        return lpx_srv_fail(e, 400, BAD, NULL, "stop",
+                            "'stop' must be a string or a list of strings");
+    int n = one ? 1 : cJSON_GetArraySize(v);
+    if (n > LPX_SRV_MAX_STOPS)
+        return lpx_srv_fail(e, 400, BAD, NULL, "stop", "'stop' has %d strings: at most %d", n,
+                            LPX_SRV_MAX_STOPS);
+    for (int i = 0; i < n; i++) {
+        const cJSON *s = one ? one : cJSON_GetArrayItem(v, i);
+        if (!cJSON_IsString(s))
+            return lpx_srv_fail(e, 400, BAD, NULL, "stop",
+                                "'stop' must be a string or a list of strings");
+        if (!s->valuestring[0])
+            return lpx_srv_fail(e, 400, BAD, NULL, "stop", "'stop' strings must not be empty");
+        if (!(p->stop[p->req.n_stop] = dup_str(s->valuestring))) return oom(e);
+        p->req.n_stop++;
+    }
+    p->req.stop = (const char *const *)p->stop;
+    return true;
+}
+
+/* Token ids: a non-empty list of integers in [0, 2^31). */
+static bool parse_ids(const cJSON *v, const char *name, lpx_srv_params *p, lpx_srv_error *e) {
+    int n = cJSON_GetArraySize(v);
+    if (n == 0) return lpx_srv_fail(e, 400, BAD, NULL, name, "'%s' must not be empty", name);
+    if (!(p->prompt_ids = malloc((size_t)n * sizeof *p->prompt_ids))) return oom(e);
+    int i = 0;
+    for (const cJSON *x = v->child; x; x = x->next, i++) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
+            x->valuedouble > 2147483647.0)
+            return lpx_srv_fail(e, 400, BAD, NULL, name,
+                                "'%s' item %d must be a token id (a non-negative integer)", name,
+                                i);
+        p->prompt_ids[i] = (int32_t)x->valuedouble;
+    }
+    p->n_prompt_ids = (size_t)n;
+    return true;
+}
+
+/* prompt: a string, a list with one string, or a list of token ids. */
+static bool parse_prompt(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
+    const cJSON *v = field(o, "prompt");
+    if (!v) return lpx_srv_fail(e, 400, BAD, NULL, "prompt", "'prompt' is required");
+    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child)) v = v->child;
+    if (cJSON_IsString(v)) {
+        if (!v->valuestring[0])
+            return lpx_srv_fail(e, 400, BAD, NULL, "prompt", "'prompt' must not be empty");
+        if (!(p->prompt = dup_str(v->valuestring))) return oom(e);
+        return true;
+    }
+    if (cJSON_IsArray(v) && p->kind == LPX_SRV_COMPLETION) {
+        if (v->child && cJSON_IsString(v->child))
+            return lpx_srv_fail(e, 400, BAD, NULL, "prompt",
+                                "'prompt' lists of several strings are not supported: send one "
+                                "prompt per request");
+        return parse_ids(v, "prompt", p, e);
+    }
+    return lpx_srv_fail(e, 400, BAD, NULL, "prompt",
+                        p->kind == LPX_SRV_COMPLETION
+                            ? "'prompt' must be a string or a list of token ids"
+                            : "'prompt' must be a string");
+}
+
+/* content: a string, or a list of {"type": "text", "text": ...} parts (joined). */
+static bool message_content(const cJSON *c, int i, char **out, lpx_srv_error *e) {
+    if (cJSON_IsString(c)) return (*out = dup_str(c->valuestring)) ? true : oom(e);
+    if (!cJSON_IsArray(c))
+        return lpx_srv_fail(e, 400, BAD, NULL, "messages",
+                            "messages[%d].content must be a string or a list of text parts", i);
+    size_t len = 0;
+    for (const cJSON *part = c->child; part; part = part->next) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+        const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text))
+            return lpx_srv_fail(e, 400, BAD, NULL, "messages",
+                                "messages[%d].content: only parts {\"type\": \"text\", \"text\": "
+                                "string} are supported",
+                                i);
+        len += strlen(text->valuestring);
+    }
+    if (!(*out = malloc(len + 1))) return oom(e);
+    size_t at = 0;
+    for (const cJSON *part = c->child; part; part = part->next) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        size_t n = strlen(t);
+        memcpy(*out + at, t, n);
+        at += n;
+    }
+    (*out)[at] = '\0';
+    return true;
+}
+
+static bool parse_messages(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
+    const cJSON *v = field(o, "messages");
+    if (!v) return lpx_srv_fail(e, 400, BAD, NULL, "messages", "'messages' is required");
+    if (!cJSON_IsArray(v))
+        return lpx_srv_fail(e, 400, BAD, NULL, "messages", "'messages' must be a list");
+    int n = cJSON_GetArraySize(v);
+    if (n == 0) return lpx_srv_fail(e, 400, BAD, NULL, "messages", "'messages' must not be empty");
+    if (!(p->messages = calloc((size_t)n, sizeof *p->messages))) return oom(e);
+    static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
+    int i = 0;
+    for (const cJSON *m = v->child; m; m = m->next, i++) {
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        bool known = false;
+        for (size_t r = 0; cJSON_IsString(role) && r < sizeof roles / sizeof *roles; r++)
+            known |= !strcmp(role->valuestring, roles[r]);
+        if (!cJSON_IsObject(m) || !known)
+            return lpx_srv_fail(e, 400, BAD, NULL, "messages",
+                                "messages[%d] must be an object with a role of system, user, "
+                                "assistant, tool or developer",
+                                i);
+        /* "developer" is OpenAI's new name for the system role. */
+        const char *rs = strcmp(role->valuestring, "developer") ? role->valuestring : "system";
+        const cJSON *c = field(m, "content");
+        char *content = NULL;
+        if (!c) {
+            if (strcmp(rs, "assistant"))
+                return lpx_srv_fail(e, 400, BAD, NULL, "messages",
+                                    "messages[%d].content is required", i);
+            content = dup_str("");
+        } else if (!message_content(c, i, &content, e)) {
+            p->n_messages = (size_t)i;
+            return false;
+        }
+        p->messages[i].role = dup_str(rs);
+        p->messages[i].content = content;
+        p->n_messages = (size_t)i + 1;
+        if (!p->messages[i].role || !content) return oom(e);
+    }
+    return true;
+}
+
+static bool parse_sampling(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_params *p,
+                           lpx_srv_error *e) {
+    lpx_sampling_params *s = &p->req.sampling;
+    /* Model defaults first (generation_config.json / GGUF), then OpenAI's. */
+    s->temperature = gen && gen->temperature >= 0 ? gen->temperature : 1.0f;
+    s->top_p = gen && gen->top_p > 0 ? gen->top_p : 1.0f;
+    s->top_k = gen && gen->top_k > 0 ? gen->top_k : 0;
+    s->repetition_penalty = gen && gen->repetition_penalty > 0 ? gen->repetition_penalty : 1.0f;
+    double x;
+    bool given;
+    int64_t k;
+    if (!get_num(o, "temperature", 0, 2, false, &x, &given, e)) return false;
+    if (given) s->temperature = (float)x;
+    if (!get_num(o, "top_p", 0, 1, true, &x, &given, e)) return false;
+    if (given) s->top_p = (float)x;
+    if (!get_num(o, "min_p", 0, 1, false, &x, &given, e)) return false;
+    if (given) s->min_p = (float)x;
+    if (!get_int(o, "top_k", -1, 1 << 30, &k, &given, e)) return false;
+    if (given) s->top_k = (int32_t)k;
+    if (!get_num(o, "presence_penalty", -2, 2, false, &x, &given, e)) return false;
+    if (given) s->presence_penalty = (float)x;
+    if (!get_num(o, "frequency_penalty", -2, 2, false, &x, &given, e)) return false;
+    if (given) s->frequency_penalty = (float)x;
+    if (!get_num(o, "repetition_penalty", 0, 10, true, &x, &given, e)) return false;
+    if (given) s->repetition_penalty = (float)x;
+    if (!get_int(o, "seed", 0, INT64_MAX / 2, &k, &p->seed_given, e)) return false;
+    if (p->seed_given) s->seed = k;
+    return true;
+}
+
+static bool parse_logprobs(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
+    int64_t k = 0;
+    bool given;
+    if (p->kind == LPX_SRV_CHAT) {
+        if (!get_bool(o, "logprobs", &p->logprobs, e)) return false;
+        if (!get_int(o, "top_logprobs", 0, 20, &k, &given, e)) return false;
+        if (given && k > 0 && !p->logprobs)
+            return lpx_srv_fail(e, 400, BAD, NULL, "top_logprobs",
+                                "'top_logprobs' needs 'logprobs': true");
+    } else {
+        /* Completions: logprobs is the number of top alternatives (0 = chosen only). */
+        if (!get_int(o, "logprobs", 0, 20, &k, &given, e)) return false;
+        p->logprobs = given;
+    }
+    p->top_n = p->logprobs ? (int32_t)k : 0;
+    /* The engine computes logprobs only when asked for at least one. */
+    p->req.sampling.logprobs = p->logprobs ? (int32_t)(k > 0 ? k : 1) : 0;
+    return true;
+}
+
+static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_params *p,
+                         lpx_srv_error *e) {
+    const cJSON *model = field(o, "model");
+    if (model && !cJSON_IsString(model))
+        return lpx_srv_fail(e, 400, BAD, NULL, "model", "'model' must be a string");
+    if (model && !(p->model = dup_str(model->valuestring))) return oom(e);
+
+    switch (p->kind) {
+    case LPX_SRV_DETOKENIZE: {
+        const cJSON *t = field(o, "tokens");
+        if (!t || !cJSON_IsArray(t))
+            return lpx_srv_fail(e, 400, BAD, NULL, "tokens",
+                                "'tokens' must be a list of token ids");
+        return parse_ids(t, "tokens", p, e);
+    }
+    case LPX_SRV_TOKENIZE:
+        p->add_special = true;
+        p->add_generation_prompt = true;
+        if (!get_bool(o, "add_special_tokens", &p->add_special, e) ||
+            !get_bool(o, "add_generation_prompt", &p->add_generation_prompt, e))
+            return false;
+        return field(o, "messages") ? parse_messages(o, p, e) : parse_prompt(o, p, e);
+    case LPX_SRV_CHAT:
+        if (!parse_messages(o, p, e)) return false;
+        break;
+    case LPX_SRV_COMPLETION:
+    case LPX_SRV_GENERATE:
+        if (!parse_prompt(o, p, e)) return false;
+        break;
+    }
+
+    if (!parse_sampling(o, gen, p, e) || !parse_logprobs(o, p, e) || !parse_stop(o, p, e) ||
+        !get_bool(o, "ignore_eos", &p->req.ignore_eos, e) || !get_bool(o, "stream", &p->stream, e))
+        return false;
+    bool skip = true;
+    if (!get_bool(o, "skip_special_tokens", &skip, e)) return false;
+    p->req.skip_special = skip;
+
+    /* max_tokens: chat also takes OpenAI's newer max_completion_tokens,
+     * /generate calls it max_new_tokens. */
+    const char *mt = p->kind == LPX_SRV_GENERATE ? "max_new_tokens"
+                     : p->kind == LPX_SRV_CHAT && field(o, "max_completion_tokens")
+                         ? "max_completion_tokens"
+                         : "max_tokens";
+    int64_t k;
+    bool given;
+    if (!get_int(o, mt, 1, INT32_MAX, &k, &given, e)) return false;
+    /* Not given: completions 16 (OpenAI), /generate 128, chat up to the context. */
+    p->req.max_tokens = given                           ? (int32_t)k
+                        : p->kind == LPX_SRV_COMPLETION ? 16
+                        : p->kind == LPX_SRV_GENERATE   ? 128
+                                                        : -1;
+
+    if (!get_int(o, "n", 1, LPX_SRV_MAX_N, &k, &given, e)) return false;
+    p->n = given ? (int32_t)k : 1;
+    if (p->kind == LPX_SRV_GENERATE && p->n != 1)
+        return lpx_srv_fail(e, 400, BAD, NULL, "n",
+                            "/generate makes one output: use /v1/completions for n > 1");
+    if (p->kind == LPX_SRV_GENERATE && p->stream)
+        return lpx_srv_fail(e, 400, BAD, NULL, "stream",
+                            "/generate does not stream: use /v1/completions");
+
+    const cJSON *so = field(o, "stream_options");
+    if (so) {
+        if (!cJSON_IsObject(so))
+            return lpx_srv_fail(e, 400, BAD, NULL, "stream_options",
+                                "'stream_options' must be an object");
+        if (!p->stream)
+            return lpx_srv_fail(e, 400, BAD, NULL, "stream_options",
+                                "'stream_options' is only allowed with 'stream': true");
+        if (!get_bool(so, "include_usage", &p->include_usage, e)) return false;
+    }
+    return true;
+}
+
+bool lpx_srv_parse(lpx_srv_kind kind, const char *body, size_t len, const lpx_gen_defaults *gen,
+                   lpx_srv_params *p, lpx_srv_error *err) {
+    memset(p, 0, sizeof *p);
+    lpx_request_init(&p->req);
+    p->kind = kind;
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    bool ok;
+    if (!root)
+        ok = lpx_srv_fail(err, 400, BAD, NULL, NULL, "the request body is not valid JSON");
+    else if (!cJSON_IsObject(root))
+        ok = lpx_srv_fail(err, 400, BAD, NULL, NULL, "the request body must be a JSON object");
+    else
+        ok = parse_object(root, gen, p, err);
+    cJSON_Delete(root);
+    if (!ok) lpx_srv_params_free(p);
+    return ok;
+}

@@ -1,0 +1,53 @@
+/* lpx serve: an OpenAI-compatible HTTP server over one engine.
+ *
+ * Layout of src/server/:
+ *   server.h   this interface (used by src/cli/cmd_serve.c)
+ *   http.c     libmicrohttpd glue: daemon, routing, bodies, SSE, disconnects, drain
+ *   params.c   request bodies (cJSON) -> validated parameters or an OpenAI error
+ *   openai.c   OpenAI response objects and SSE chunks
+ *   job.c      the engine bridge: one HTTP request -> n engine requests
+ *   metrics.c  Prometheus registry: counters, histograms, engine gauges
+ * docs/server.md describes the endpoints, parameters, errors and metrics. */
+#ifndef LPX_SERVER_SERVER_H
+#define LPX_SERVER_SERVER_H
+
+#include "lpx.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A static file served at "/<path>" (index.html also at "/"). */
+typedef struct lpx_web_asset {
+    const char *path;
+    const char *content_type;
+    const unsigned char *data;
+    size_t size;
+} lpx_web_asset;
+
+typedef struct lpx_server_opts {
+    const char *host;              /* bind address; "127.0.0.1" when NULL */
+    int port;                      /* 0: an ephemeral port (lpx_server_port tells) */
+    const char *served_model_name; /* the model id clients use */
+    const char *api_key;           /* NULL: no authentication */
+    int32_t max_queue;             /* waiting engine requests before 503; 0 = 1024 */
+    double request_timeout_s;      /* 0 = none */
+    size_t max_body_bytes;         /* 0 = 4 MiB */
+    const lpx_web_asset *assets;   /* NULL-path-terminated, or NULL */
+} lpx_server_opts;
+
+typedef struct lpx_server lpx_server;
+
+/* Starts listening while the model still loads: /health answers 503
+ * "loading" and the API 503 until lpx_server_ready. */
+lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out);
+/* Serves model m through engine e from now on. The engine must be started
+ * (lpx_engine_start); both must outlive the server. */
+lpx_status lpx_server_ready(lpx_server *s, const lpx_model *m, lpx_engine *e);
+int lpx_server_port(const lpx_server *s);
+/* Refuses new work (503, /health 503), waits up to timeout_s for in-flight
+ * requests, then ends the rest with an error. */
+void lpx_server_drain(lpx_server *s, double timeout_s);
+/* Closes every connection and frees the server. */
+void lpx_server_stop(lpx_server *s);
+
+#endif

@@ -1,0 +1,78 @@
+"""The web UI of lpx serve in headless Chromium (Debian's chromium and
+chromium-driver, driven by selenium): a streamed chat reply and a dashboard
+update. The screenshot is kept in tests/artifacts/."""
+import pathlib
+import shutil
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from serve_helpers import Server
+
+ARTIFACTS = pathlib.Path(__file__).resolve().parents[1] / "artifacts"
+
+
+@pytest.fixture(scope="module")
+def srv(lpx_bin, smollm2):
+    s = Server(lpx_bin, smollm2, api_key="ui-key")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver_path = shutil.which("chromedriver")
+    assert driver_path, "chromedriver missing: scripts/install-deps.sh installs chromium-driver"
+    opts = webdriver.ChromeOptions()
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+              "--window-size=1280,900"):
+        opts.add_argument(a)
+    chromium = shutil.which("chromium")
+    if chromium:
+        opts.binary_location = chromium
+    d = webdriver.Chrome(service=Service(driver_path), options=opts)
+    yield d
+    d.quit()
+
+
+def test_ui_chat_streams_and_dashboard_updates(srv, browser):
+    browser.get(srv.url + "/")
+    wait = WebDriverWait(browser, 60, poll_frequency=0.05)
+    assert browser.title == "lpx serve"
+    key = browser.find_element(By.ID, "api-key")
+    key.send_keys("ui-key")
+    browser.execute_script("arguments[0].dispatchEvent(new Event('change'))", key)
+    wait.until(lambda d: "smollm2" in d.find_element(By.ID, "model-name").text)
+    before = int(browser.find_element(By.ID, "dash-updated").get_attribute("data-count"))
+
+    browser.find_element(By.ID, "temperature").clear()
+    browser.find_element(By.ID, "temperature").send_keys("0")
+    browser.find_element(By.ID, "max-tokens").clear()
+    browser.find_element(By.ID, "max-tokens").send_keys("24")
+    browser.find_element(By.ID, "prompt").send_keys("Name three colors.")
+    browser.find_element(By.ID, "send").click()
+
+    # Streamed: the reply is visible while it is still being written ...
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant.streaming")
+               and d.find_element(By.CSS_SELECTOR, ".msg.assistant").text.strip())
+    partial = browser.find_element(By.CSS_SELECTOR, ".msg.assistant").text
+    # ... and complete at the end.
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant.done"))
+    reply = browser.find_element(By.CSS_SELECTOR, ".msg.assistant")
+    assert "error" not in reply.get_attribute("class")
+    assert reply.text.startswith(partial.strip()[:1]) and len(reply.text) >= len(partial.strip())
+
+    # The dashboard polled /metrics again and shows the finished request.
+    count = lambda d: int(d.find_element(By.ID, "dash-updated").get_attribute("data-count"))
+    assert count(browser) > before
+    done_at = count(browser)
+    wait.until(lambda d: count(d) > done_at + 1)
+    assert float(browser.find_element(By.ID, "dash-done").text) >= 1
+    assert float(browser.find_element(By.ID, "dash-gen").text) > 0
+    assert browser.find_element(By.ID, "dash-running").text == "0"
+    assert browser.find_element(By.ID, "dash-ttft50").text != "–"
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "serve_ui.png"))

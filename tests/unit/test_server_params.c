@@ -1,0 +1,223 @@
+/* The server's request parser (defaults, ranges, types, every field) and the
+ * Prometheus rendering of its histograms. */
+#include "server/metrics.h"
+#include "server/openai.h"
+#include "server/params.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool parse(lpx_srv_kind k, const char *body, const lpx_gen_defaults *gen, lpx_srv_params *p,
+                  lpx_srv_error *e) {
+    return lpx_srv_parse(k, body, strlen(body), gen, p, e);
+}
+
+/* Parses a body that must be refused; returns the param it blamed. */
+static const char *refused(lpx_srv_kind k, const char *body, int status) {
+    static lpx_srv_error e;
+    lpx_srv_params p;
+    bool ok = parse(k, body, NULL, &p, &e);
+    CHECK(!ok);
+    if (ok) lpx_srv_params_free(&p);
+    CHECK(e.status == status);
+    CHECK(e.message[0] != '\0');
+    return e.param;
+}
+
+static void test_defaults(void) {
+    lpx_srv_params p;
+    lpx_srv_error e;
+    lpx_gen_defaults gen = {
+        .temperature = 0.6f, .top_p = 0.9f, .top_k = 50, .repetition_penalty = 1.05f, .bos_id = -1};
+    CHECK(parse(LPX_SRV_COMPLETION, "{\"prompt\": \"hi\"}", &gen, &p, &e));
+    CHECK(!strcmp(p.prompt, "hi") && p.n == 1 && !p.stream && !p.logprobs);
+    CHECK(p.req.max_tokens == 16); /* OpenAI's completions default */
+    CHECK(fabsf(p.req.sampling.temperature - 0.6f) < 1e-6f && p.req.sampling.top_k == 50);
+    CHECK(fabsf(p.req.sampling.top_p - 0.9f) < 1e-6f);
+    CHECK(fabsf(p.req.sampling.repetition_penalty - 1.05f) < 1e-6f);
+    CHECK(p.req.sampling.seed < 0 && !p.seed_given && p.req.skip_special);
+    lpx_srv_params_free(&p);
+
+    /* Without model defaults: OpenAI's (temperature 1); chat: up to the context. */
+    CHECK(parse(LPX_SRV_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", NULL,
+                &p, &e));
+    CHECK(p.req.sampling.temperature == 1.0f && p.req.sampling.top_p == 1.0f);
+    CHECK(p.req.max_tokens == -1 && p.n_messages == 1);
+    lpx_srv_params_free(&p);
+
+    CHECK(parse(LPX_SRV_GENERATE, "{\"prompt\": \"x\", \"temperature\": null}", &gen, &p, &e));
+    CHECK(p.req.max_tokens == 128 && fabsf(p.req.sampling.temperature - 0.6f) < 1e-6f);
+    lpx_srv_params_free(&p);
+}
+
+static void test_every_field(void) {
+    lpx_srv_params p;
+    lpx_srv_error e;
+    const char *body =
+        "{\"model\": \"m\", \"messages\": [{\"role\": \"developer\", \"content\": \"be brief\"},"
+        " {\"role\": \"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"},"
+        " {\"type\": \"text\", \"text\": \"b\"}]}, {\"role\": \"assistant\"}],"
+        " \"max_completion_tokens\": 7, \"temperature\": 0, \"top_p\": 0.5, \"top_k\": 3,"
+        " \"min_p\": 0.1, \"presence_penalty\": -2, \"frequency_penalty\": 2,"
+        " \"repetition_penalty\": 1.2, \"stop\": [\"x\", \"yz\"], \"seed\": 42, \"n\": 3,"
+        " \"logprobs\": true, \"top_logprobs\": 4, \"ignore_eos\": true, \"stream\": true,"
+        " \"stream_options\": {\"include_usage\": true}, \"skip_special_tokens\": false,"
+        " \"user\": \"ignored\"}";
+    CHECK(parse(LPX_SRV_CHAT, body, NULL, &p, &e));
+    CHECK(!strcmp(p.model, "m") && p.n_messages == 3);
+    CHECK(!strcmp(p.messages[0].role, "system") && !strcmp(p.messages[0].content, "be brief"));
+    CHECK(!strcmp(p.messages[1].content, "ab") && !strcmp(p.messages[2].content, ""));
+    CHECK(p.req.max_tokens == 7 && p.req.sampling.temperature == 0);
+    CHECK(p.req.sampling.top_p == 0.5f && p.req.sampling.top_k == 3);
+    CHECK(fabsf(p.req.sampling.min_p - 0.1f) < 1e-6f);
+    CHECK(p.req.sampling.presence_penalty == -2 && p.req.sampling.frequency_penalty == 2);
+    CHECK(fabsf(p.req.sampling.repetition_penalty - 1.2f) < 1e-6f);
+    CHECK(p.req.n_stop == 2 && !strcmp(p.req.stop[1], "yz"));
+    CHECK(p.seed_given && p.req.sampling.seed == 42 && p.n == 3);
+    CHECK(p.logprobs && p.top_n == 4 && p.req.sampling.logprobs == 4);
+    CHECK(p.req.ignore_eos && p.stream && p.include_usage && !p.req.skip_special);
+    lpx_srv_params_free(&p);
+
+    /* Completions: logprobs 0 still asks the engine for logprobs (one alternative). */
+    CHECK(parse(LPX_SRV_COMPLETION, "{\"prompt\": [1, 2, 3], \"logprobs\": 0, \"stop\": \"s\"}",
+                NULL, &p, &e));
+    CHECK(p.n_prompt_ids == 3 && p.prompt_ids[2] == 3 && !p.prompt);
+    CHECK(p.logprobs && p.top_n == 0 && p.req.sampling.logprobs == 1);
+    CHECK(p.req.n_stop == 1 && !strcmp(p.req.stop[0], "s"));
+    lpx_srv_params_free(&p);
+
+    CHECK(parse(LPX_SRV_TOKENIZE, "{\"prompt\": [\"one\"], \"add_special_tokens\": false}", NULL,
+                &p, &e));
+    CHECK(!strcmp(p.prompt, "one") && !p.add_special && p.add_generation_prompt);
+    lpx_srv_params_free(&p);
+    CHECK(parse(LPX_SRV_DETOKENIZE, "{\"tokens\": [0, 5]}", NULL, &p, &e));
+    CHECK(p.n_prompt_ids == 2 && p.prompt_ids[1] == 5);
+    lpx_srv_params_free(&p);
+}
+
+static void test_refusals(void) {
+    const lpx_srv_kind C = LPX_SRV_COMPLETION, H = LPX_SRV_CHAT;
+    CHECK(!strcmp(refused(C, "{\"prompt\": ", 400), ""));
+    CHECK(!strcmp(refused(C, "[]", 400), ""));
+    CHECK(!strcmp(refused(C, "{}", 400), "prompt"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"\"}", 400), "prompt"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": [\"a\", \"b\"]}", 400), "prompt"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": [1, -2]}", 400), "prompt"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": [1, 2.5]}", 400), "prompt"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": []}", 400), "prompt"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"model\": 3}", 400), "model"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"temperature\": 2.01}", 400), "temperature"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"temperature\": 1e999}", 400), "temperature"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"top_p\": 0}", 400), "top_p"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"top_k\": -2}", 400), "top_k"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"min_p\": 1.5}", 400), "min_p"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"presence_penalty\": 3}", 400),
+                  "presence_penalty"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"repetition_penalty\": 0}", 400),
+                  "repetition_penalty"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"max_tokens\": 0}", 400), "max_tokens"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"max_tokens\": \"8\"}", 400), "max_tokens"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"n\": 17}", 400), "n"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"seed\": 1.5}", 400), "seed"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"logprobs\": true}", 400), "logprobs"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"stop\": [\"\"]}", 400), "stop"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"stop\": {}}", 400), "stop"));
+    CHECK(!strcmp(refused(C,
+                          "{\"prompt\": \"x\", \"stop\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\","
+                          "\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\","
+                          "\"17\"]}",
+                          400),
+                  "stop"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"stream\": 1}", 400), "stream"));
+    CHECK(
+        !strcmp(refused(C, "{\"prompt\": \"x\", \"stream_options\": {}}", 400), "stream_options"));
+    CHECK(!strcmp(refused(H, "{\"messages\": []}", 400), "messages"));
+    CHECK(!strcmp(refused(H, "{\"messages\": {}}", 400), "messages"));
+    CHECK(!strcmp(refused(H, "{\"messages\": [{\"role\": \"user\"}]}", 400), "messages"));
+    CHECK(!strcmp(refused(H, "{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}]}", 400),
+                  "messages"));
+    CHECK(!strcmp(refused(H,
+                          "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
+                          "\"image_url\"}]}]}",
+                          400),
+                  "messages"));
+    CHECK(!strcmp(refused(H,
+                          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                          "\"top_logprobs\": 2}",
+                          400),
+                  "top_logprobs"));
+    CHECK(!strcmp(refused(H,
+                          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                          "\"top_logprobs\": 21, \"logprobs\": true}",
+                          400),
+                  "top_logprobs"));
+    CHECK(!strcmp(refused(LPX_SRV_GENERATE, "{\"prompt\": \"x\", \"n\": 2}", 400), "n"));
+    CHECK(!strcmp(refused(LPX_SRV_DETOKENIZE, "{\"tokens\": \"1\"}", 400), "tokens"));
+
+    /* The error object carries all four fields. */
+    lpx_srv_error e;
+    lpx_srv_fail(&e, 400, "invalid_request_error", NULL, "n", "bad \"n\"");
+    char *s = lpx_oa_error(&e);
+    CHECK(s && !strcmp(s, "{\"error\":{\"message\":\"bad \\\"n\\\"\",\"type\":"
+                          "\"invalid_request_error\",\"param\":\"n\",\"code\":null}}"));
+    free(s);
+}
+
+static void test_metrics_text(void) {
+    lpx_metrics m;
+    lpx_metrics_init(&m);
+    lpx_histogram_observe(&m.ttft, 0.003); /* bucket le=0.005 */
+    lpx_histogram_observe(&m.ttft, 0.05);  /* le=0.06 */
+    lpx_histogram_observe(&m.ttft, 1e6);   /* +Inf only */
+    lpx_metrics_finish(&m, LPX_FINISH_LENGTH, 1.5, -1);
+    lpx_engine_stats st;
+    memset(&st, 0, sizeof st);
+    st.n_running = 2;
+    st.kv_blocks_total = 8;
+    st.kv_blocks_used = 2;
+    st.generated_tokens = 77;
+    char *t = lpx_metrics_render(&m, &st, "m", NULL, 0);
+    CHECK(t != NULL);
+    CHECK(strstr(t, "lpx:num_requests_running{model_name=\"m\"} 2\n") != NULL);
+    CHECK(strstr(t, "lpx:kv_cache_usage_perc{model_name=\"m\"} 0.25\n") != NULL);
+    CHECK(strstr(t, "# TYPE lpx:generation_tokens_total counter\n"
+                    "lpx:generation_tokens_total{model_name=\"m\"} 77\n") != NULL);
+    CHECK(strstr(t, "lpx:time_to_first_token_seconds_bucket{le=\"0.001\",model_name=\"m\"} 0\n"));
+    CHECK(strstr(t, "lpx:time_to_first_token_seconds_bucket{le=\"0.005\",model_name=\"m\"} 1\n"));
+    CHECK(strstr(t, "lpx:time_to_first_token_seconds_bucket{le=\"0.06\",model_name=\"m\"} 2\n"));
+    CHECK(strstr(t, "lpx:time_to_first_token_seconds_bucket{le=\"2560\",model_name=\"m\"} 2\n"));
+    CHECK(strstr(t, "lpx:time_to_first_token_seconds_bucket{le=\"+Inf\",model_name=\"m\"} 3\n"));
+    CHECK(strstr(t, "lpx:time_to_first_token_seconds_count{model_name=\"m\"} 3\n"));
+    CHECK(strstr(t, "lpx:request_success_total{finished_reason=\"length\",model_name=\"m\"} 1\n"));
+    CHECK(strstr(t, "lpx:e2e_request_latency_seconds_sum{model_name=\"m\"} 1.5\n"));
+    CHECK(!strstr(t, "lpx:gpu_"));
+    free(t);
+
+    lpx_gpu_sample g[2];
+    memset(g, 0, sizeof g);
+    for (int i = 0; i < 2; i++) {
+        g[i].util_gpu = 50 + i;
+        g[i].mem_used = 1 << 20;
+        g[i].mem_total = 2 << 20;
+        g[i].temp_c = 40;
+        g[i].power_mw = 250500;
+        g[i].sm_clock_mhz = 1980;
+        g[i].mem_clock_mhz = LPX_TEL_NA;
+    }
+    t = lpx_metrics_render(&m, &st, "m", g, 2);
+    CHECK(strstr(t, "lpx:gpu_utilization_perc{gpu=\"1\",model_name=\"m\"} 51\n") != NULL);
+    CHECK(strstr(t, "lpx:gpu_power_watts{gpu=\"0\",model_name=\"m\"} 250.5") != NULL);
+    CHECK(strstr(t, "lpx:gpu_memory_clock_mhz") == NULL);
+    free(t);
+    lpx_metrics_destroy(&m);
+}
+
+int main(void) {
+    test_defaults();
+    test_every_field();
+    test_refusals();
+    test_metrics_text();
+    TEST_DONE();
+}
