@@ -202,6 +202,7 @@ typedef struct lpx_event {
     double ttft_ms;              /* submit to first token */
     double total_ms;             /* submit to finish */
     double decode_tok_s;         /* output tokens after the first / their time */
+    double queue_ms;             /* submit to the first step that ran it (total_ms if none) */
 } lpx_event;
 
 typedef void (*lpx_event_cb)(const lpx_event *ev, void *user);

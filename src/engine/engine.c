@@ -366,6 +366,7 @@ static void finish(lpx_engine *e, lpx_seq *s, lpx_event *ev, lpx_finish_reason w
     ev->n_output_tokens = n_out;
     ev->n_preemptions = s->n_preempt;
     ev->total_ms = t - s->t_submit;
+    ev->queue_ms = (s->t_sched > 0 ? s->t_sched : t) - s->t_submit;
     ev->ttft_ms = n_out > 0 ? s->t_first - s->t_submit : 0;
     ev->decode_tok_s = n_out > 1 && t > s->t_first ? (n_out - 1) / ((t - s->t_first) * 1e-3) : 0;
     pthread_mutex_lock(&e->mu);
@@ -505,6 +506,7 @@ static lpx_status step_once(lpx_engine *e, bool *busy) {
         if (q->v[i]->bt.n > stride) stride = q->v[i]->bt.n;
     for (int32_t i = 0; st == LPX_OK && i < q->n; i++) {
         lpx_seq *s = q->v[i];
+        if (s->t_sched == 0) s->t_sched = t0;
         e->b_start[i] = n_tok;
         for (int32_t j = 0; j < s->n_new; j++, n_tok++) {
             e->b_tokens[n_tok] = s->tokens[s->n_computed + j];

@@ -32,6 +32,7 @@ typedef struct lpx_seq {
     lpx_block_table bt;
     int32_t n_preempt;
     double t_submit, t_first;
+    double t_sched; /* the first step that ran it; 0 until then */
     /* This step's share (scheduler): tokens n_computed .. +n_new. */
     int32_t n_new;
 } lpx_seq;

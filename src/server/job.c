@@ -151,7 +151,7 @@ static void on_event(const lpx_event *ev, void *user) {
             size_t n = strlen(ev->error) + 1;
             if ((c->error = malloc(n))) memcpy(c->error, ev->error, n);
         }
-        lpx_metrics_finish(j->metrics, ev->finish, (now - j->t_arrival) / 1e3, -1);
+        lpx_metrics_finish(j->metrics, ev->finish, (now - j->t_arrival) / 1e3, ev->queue_ms / 1e3);
         atomic_fetch_sub(j->inflight, 1);
         if (++j->n_done == j->n) {
             j->finished = true;

@@ -316,6 +316,7 @@ def test_metrics_parse(srv, client):
         assert fams[name].type == "counter"
     m = srv.metrics()
     assert m["lpx:generation_tokens_total"] >= 2 and m["lpx:time_to_first_token_seconds_count"] >= 1
+    assert m["lpx:request_queue_time_seconds_count"] >= 1
     reasons = {s.labels["finished_reason"]: s.value for s in fams["lpx:request_success"].samples}
     assert reasons["length"] >= 1
     assert not any(n.startswith("lpx:gpu_") for n in fams)  # no GPU in CI
