@@ -423,7 +423,8 @@ def test_health_while_loading(lpx_bin, smollm2):
 def test_sigterm_drains(lpx_bin, smollm2):
     s = Server(lpx_bin, smollm2, "--shutdown-timeout", "60")
     try:
-        body = {"prompt": PROMPT, "max_tokens": 12, "ignore_eos": True, "stream": True,
+        # Long enough to be still running while /health and a new request are tried.
+        body = {"prompt": PROMPT, "max_tokens": 200, "ignore_eos": True, "stream": True,
                 "temperature": 0}
         with httpx.stream("POST", s.url + "/v1/completions", json=body, timeout=60) as r:
             lines = r.iter_lines()
