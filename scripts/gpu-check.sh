@@ -9,6 +9,8 @@
 #   scripts/gpu-check.sh --prepare DIR   (dev machine) slice SmolLM2 and its reference
 #
 # Logs go to $OUT (or ./gpu-check-out); the summary table is printed last.
+# DEV=cpu runs the same checks with the CPU backend in CUDA's place (to test this
+# script without a GPU); MODELS picks the shapes (default all three).
 # Tolerances (bf16 weights and activations on the GPU against float32 references):
 #   logits: relative L2 error per position <= TOL_REL (3e-2) against transformers
 #   and the CPU backend; decode (one token per step, graphs) vs prefill on CUDA <= 1e-2;
@@ -38,6 +40,7 @@ export LD_LIBRARY_PATH="$root/$build/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH
 shapes="${SHAPES_DIR:-/tmp/lpx-shapes}"
 smol="${SMOL:-$root/models/smol6.gguf}"
 summary="$out/summary.txt"
+dev="${DEV:-cuda}"
 : >"$summary"
 fails=0
 note() { echo "$*" | tee -a "$summary"; }
@@ -69,7 +72,8 @@ note "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --forma
 "$lpx" --version | tee -a "$summary"
 
 # 1. random-weight models of real shapes and their transformers references
-python3 scripts/make-shape-model.py "$shapes" >"$out/shapes.log" 2>&1 || { note "FAIL  make-shape-model (see shapes.log)"; fails=$((fails + 1)); }
+models="${MODELS-qwen3-0.6b,qwen2.5-0.5b,llama-3.2-1b}"
+[ -z "$models" ] || python3 scripts/make-shape-model.py "$shapes" --models "$models" >"$out/shapes.log" 2>&1 || { note "FAIL  make-shape-model (see shapes.log)"; fails=$((fails + 1)); }
 
 logits() { # model ids device extra... -> file
     local m="$1" ids="$2" dev="$3" f="$4"; shift 4
@@ -78,8 +82,8 @@ logits() { # model ids device extra... -> file
 conform() { # label model ids vocab ref
     local label="$1" m="$2" ids="$3" vocab="$4" ref="$5" d="$out/tmp"
     mkdir -p "$d"
-    check "$label: cuda prefill runs" logits "$m" "$ids" cuda "$d/$label.cuda.f32"
-    check "$label: cuda decode runs" logits "$m" "$ids" cuda "$d/$label.cudadec.f32" --mode decode
+    check "$label: cuda prefill runs" logits "$m" "$ids" "$dev" "$d/$label.cuda.f32"
+    check "$label: cuda decode runs" logits "$m" "$ids" "$dev" "$d/$label.cudadec.f32" --mode decode
     check "$label: cpu runs" logits "$m" "$ids" cpu "$d/$label.cpu.f32"
     check "$label: cuda vs transformers" compare "$d/$label.cuda.f32" "$ref" "$vocab" 3e-2 "$label cuda~hf"
     check "$label: cuda decode vs transformers" compare "$d/$label.cudadec.f32" "$ref" "$vocab" 3e-2 "$label cuda-decode~hf"
@@ -88,7 +92,7 @@ conform() { # label model ids vocab ref
     check "$label: cuda decode vs cuda prefill" compare "$d/$label.cudadec.f32" "$d/$label.cuda.f32" "$vocab" 1e-2 "$label decode~prefill"
     grep -E "^$label " "$out/checks.log" | tail -6 >>"$summary"
 }
-for m in qwen3-0.6b qwen2.5-0.5b llama-3.2-1b; do
+for m in ${models//,/ }; do
     [ -d "$shapes/$m" ] || continue
     vocab=$(python3 -c "import json;print(json.load(open('$shapes/$m/config.json'))['vocab_size'])")
     conform "$m" "$shapes/$m" "$(cat "$shapes/$m.ids")" "$vocab" "$shapes/$m.ref.f32"
@@ -100,7 +104,7 @@ if [ -f "$smol" ]; then
     ties=0; same=0; n=0
     for p in "1,504,3458,28,253" "$ids_smol" "1,9690,314,253,4"; do
         n=$((n + 1))
-        g_cuda=$("$lpx" logits -m "$smol" --ids "$p" --device cuda --greedy 32 2>>"$out/checks.log" | tail -1)
+        g_cuda=$("$lpx" logits -m "$smol" --ids "$p" --device "$dev" --greedy 32 2>>"$out/checks.log" | tail -1)
         g_cpu=$("$lpx" logits -m "$smol" --ids "$p" --device cpu --greedy 32 2>>"$out/checks.log" | tail -1)
         echo "greedy $p: cuda $g_cuda" >>"$out/greedy.log"; echo "greedy $p: cpu  $g_cpu" >>"$out/greedy.log"
         if [ -n "$g_cuda" ] && [ "$g_cuda" = "$g_cpu" ]; then same=$((same + 1)); continue; fi
@@ -120,9 +124,9 @@ print('top-2 gap at divergence', s[-1]-s[-2]); raise SystemExit(0 if s[-1]-s[-2]
 
     # batch invariance: two sequences batched vs each alone (decode through graphs)
     a="1,504,3458,28,253,6512"; b="1,9690,314,253,4,2,17,9"
-    check "batch invariance: A alone" "$lpx" logits -m "$smol" --ids "$a" --device cuda --mode decode -o "$out/tmp/a.f32"
-    check "batch invariance: B alone" "$lpx" logits -m "$smol" --ids "$b" --device cuda --mode decode -o "$out/tmp/b.f32"
-    check "batch invariance: A+B batched" "$lpx" logits -m "$smol" --ids "$a" --ids "$b" --device cuda --mode decode -o "$out/tmp/ab.f32"
+    check "batch invariance: A alone" "$lpx" logits -m "$smol" --ids "$a" --device "$dev" --mode decode -o "$out/tmp/a.f32"
+    check "batch invariance: B alone" "$lpx" logits -m "$smol" --ids "$b" --device "$dev" --mode decode -o "$out/tmp/b.f32"
+    check "batch invariance: A+B batched" "$lpx" logits -m "$smol" --ids "$a" --ids "$b" --device "$dev" --mode decode -o "$out/tmp/ab.f32"
     check "batch invariance: logits equal within 1e-3" python3 -c "
 import numpy as np; V=49152
 a=np.fromfile('$out/tmp/a.f32','<f4').reshape(-1,V); b=np.fromfile('$out/tmp/b.f32','<f4').reshape(-1,V)
@@ -131,14 +135,14 @@ e=np.linalg.norm(ab-ref,axis=1)/np.linalg.norm(ref,axis=1); print('batched vs al
 raise SystemExit(0 if e.max() < 1e-3 else 1)"
 
     # memory checker on a short run (prefill and decode paths)
-    check "compute-sanitizer memcheck (prefill)" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    [ "$dev" = cuda ] && check "compute-sanitizer memcheck (prefill)" compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$lpx" logits -m "$smol" --ids "$ids_smol" --device cuda -o "$out/tmp/ms.f32"
-    check "compute-sanitizer memcheck (decode)" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    [ "$dev" = cuda ] && check "compute-sanitizer memcheck (decode)" compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$lpx" logits -m "$smol" --ids "1,504,3458,28" --ids "1,9690" --device cuda --mode decode -o "$out/tmp/ms2.f32"
 fi
 
 # 2. benchmark, Qwen3-0.6B shape
-if [ -d "$shapes/qwen3-0.6b" ]; then
+if [ "$dev" = cuda ] && [ -d "$shapes/qwen3-0.6b" ]; then
     "$lpx" bench -m "$shapes/qwen3-0.6b" -p 512 -n 128 -b "${BENCH_B:-1,16,64,256}" -r 5 \
         >"$out/bench.md" 2>>"$out/checks.log" || { note "FAIL  bench"; fails=$((fails + 1)); }
 fi
