@@ -12,8 +12,12 @@
 # DEV=cpu runs the same checks with the CPU backend in CUDA's place (to test this
 # script without a GPU); MODELS picks the shapes (default all three).
 # Tolerances (bf16 weights and activations on the GPU against float32 references):
-#   logits: relative L2 error per position <= TOL_REL (3e-2) against transformers
-#   and the CPU backend; decode (one token per step, graphs) vs prefill on CUDA <= 1e-2;
+#   logits: relative L2 error per position <= 3e-2, or twice the error of
+#   transformers' own bf16 inference where that is larger (random deep models
+#   amplify bf16 rounding), against transformers (float32) and the CPU backend, and
+#   between CUDA's decode (one token per step, graphs) and prefill paths; no top-1
+#   difference where the reference's top-2 gap exceeds 0.1 (or twice the largest
+#   logit difference of transformers' bf16 inference on that row);
 #   greedy: 32 tokens equal to the CPU backend's, or the first difference is a
 #   near-tie (CPU top-2 logit gap < TOL_TIE = 0.1).
 set -uo pipefail
@@ -49,19 +53,29 @@ check() { # name, command...: runs it, logs, counts a failure
     if "$@" >>"$out/checks.log" 2>&1; then note "PASS  $name"; else note "FAIL  $name"; fails=$((fails + 1)); fi
 }
 
-compare() { # a.f32 b.f32 vocab tol label
+compare() { # a.f32 b.f32 vocab tol label [bf16.f32: tolerance at least twice its error]
     python3 - "$@" <<'EOF'
-import sys, numpy as np
+import sys, os, numpy as np
 a, b, vocab, tol, label = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 x = np.fromfile(a, "<f4").reshape(-1, vocab).astype(np.float64)
 y = np.fromfile(b, "<f4").reshape(-1, vocab).astype(np.float64)
+tie = np.full(len(y), 0.1)
+if len(sys.argv) > 6 and os.path.exists(sys.argv[6]):
+    # transformers' own bf16 inference sets the noise band: error tolerance twice
+    # its rel-L2, near-tie band twice its largest logit difference on the row
+    z = np.fromfile(sys.argv[6], "<f4").reshape(-1, vocab).astype(np.float64)
+    e = (np.linalg.norm(z - y, axis=1) / np.linalg.norm(y, axis=1)).max()
+    tie = np.maximum(tie, 2 * np.abs(z - y).max(axis=1))
+    print(f"{label}: transformers bf16 vs float32: max rel-L2 {e:.2e}, top-1 agree "
+          f"{(z.argmax(1) == y.argmax(1)).sum()}/{len(y)}")
+    tol = max(tol, 2 * e)
 if x.shape != y.shape or not np.isfinite(x).all():
     print(f"{label}: shapes {x.shape} vs {y.shape} or non-finite values"); sys.exit(1)
 rel = np.linalg.norm(x - y, axis=1) / np.linalg.norm(y, axis=1)
 top = (x.argmax(1) == y.argmax(1))
 ys = np.sort(y, axis=1)
 gap = ys[:, -1] - ys[:, -2]
-bad = (~top) & (gap > 0.1)
+bad = (~top) & (gap > tie)
 print(f"{label}: max rel-L2 {rel.max():.2e} (mean {rel.mean():.2e}), max |diff| "
       f"{np.abs(x - y).max():.3e}, top-1 agree {top.sum()}/{len(top)}, clear top-1 misses {bad.sum()}")
 sys.exit(0 if rel.max() <= tol and not bad.any() else 1)
@@ -85,12 +99,13 @@ conform() { # label model ids vocab ref
     check "$label: cuda prefill runs" logits "$m" "$ids" "$dev" "$d/$label.cuda.f32"
     check "$label: cuda decode runs" logits "$m" "$ids" "$dev" "$d/$label.cudadec.f32" --mode decode
     check "$label: cpu runs" logits "$m" "$ids" cpu "$d/$label.cpu.f32"
-    check "$label: cuda vs transformers" compare "$d/$label.cuda.f32" "$ref" "$vocab" 3e-2 "$label cuda~hf"
-    check "$label: cuda decode vs transformers" compare "$d/$label.cudadec.f32" "$ref" "$vocab" 3e-2 "$label cuda-decode~hf"
-    check "$label: cuda vs cpu" compare "$d/$label.cuda.f32" "$d/$label.cpu.f32" "$vocab" 3e-2 "$label cuda~cpu"
+    local bf="${ref%.ref.f32}.ref-bf16.f32"
+    check "$label: cuda vs transformers" compare "$d/$label.cuda.f32" "$ref" "$vocab" 3e-2 "$label cuda~hf" "$bf"
+    check "$label: cuda decode vs transformers" compare "$d/$label.cudadec.f32" "$ref" "$vocab" 3e-2 "$label cuda-decode~hf" "$bf"
+    check "$label: cuda vs cpu" compare "$d/$label.cuda.f32" "$d/$label.cpu.f32" "$vocab" 3e-2 "$label cuda~cpu" "$bf"
     check "$label: cpu vs transformers" compare "$d/$label.cpu.f32" "$ref" "$vocab" 1e-3 "$label cpu~hf"
-    check "$label: cuda decode vs cuda prefill" compare "$d/$label.cudadec.f32" "$d/$label.cuda.f32" "$vocab" 1e-2 "$label decode~prefill"
-    grep -E "^$label " "$out/checks.log" | tail -6 >>"$summary"
+    check "$label: cuda decode vs cuda prefill" compare "$d/$label.cudadec.f32" "$d/$label.cuda.f32" "$vocab" 3e-2 "$label decode~prefill" "$bf"
+    grep -E "^$label " "$out/checks.log" | tail -9 >>"$summary"
 }
 for m in ${models//,/ }; do
     [ -d "$shapes/$m" ] || continue

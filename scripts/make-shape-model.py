@@ -8,7 +8,8 @@ plus float32 reference logits of a fixed id sequence.
 
 For each model NAME writes OUT_DIR/NAME/ (config.json, model.safetensors) and
 OUT_DIR/NAME.ref.f32: logits [n_ids][vocab] of the bf16 weights computed in float32
-(the model upcast), and OUT_DIR/NAME.ids (the ids, comma-separated).
+(the model upcast), OUT_DIR/NAME.ref-bf16.f32: the same computed by transformers in
+bf16 (how far plain bf16 inference lands from float32), and OUT_DIR/NAME.ids.
 Also: make-shape-model.py --gguf-ref FILE.gguf --ids ... --ref-out REF.f32 writes the
 reference logits of a GGUF model (dequantized by transformers) on the CPU.
 """
@@ -61,10 +62,13 @@ def make(name, out, ids, device):
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16)
     path = os.path.join(out, name)
     model.save_pretrained(path, safe_serialization=True)
-    model = model.to(device=device, dtype=torch.float32).eval()
-    with torch.no_grad():
+    model = model.to(device=device).eval()
+    with torch.no_grad():  # transformers' own bf16 inference: the bf16 noise floor
+        bf = model(torch.tensor([ids], device=device)).logits[0].float().cpu().numpy()
+        model = model.float()
         logits = model(torch.tensor([ids], device=device)).logits[0].float().cpu().numpy()
     logits.astype("<f4").tofile(os.path.join(out, name + ".ref.f32"))
+    bf.astype("<f4").tofile(os.path.join(out, name + ".ref-bf16.f32"))
     with open(os.path.join(out, name + ".ids"), "w") as f:
         f.write(",".join(map(str, ids)))
     print(f"{name}: {path} ({sum(p.numel() for p in model.parameters()) / 1e6:.0f}M params), "

@@ -10,6 +10,8 @@
 
 #include "common.cuh"
 
+#include <cuda_pipeline.h>
+
 #define ATTN_MAX_GROUP 8  /* query heads per KV head */
 #define ATTN_MAX_SPLITS 16
 
@@ -82,16 +84,33 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
     }
 }
 
-#define ATTN_THREADS 128 /* keys per tile: thread j scores key j */
+#define ATTN_THREADS 128 /* keys per tile: thread j loads key j */
+#define ATTN_WARPS (ATTN_THREADS / 32)
+#define ATTN_ROWS_PREFILL 64 /* query rows (tokens x group heads) per block in prefill */
 
-/* Block per (token, kv head, split). Each split covers a contiguous range of the
- * token's context, a tile of ATTN_THREADS keys at a time: thread j loads key j
- * whole (HD/8 16-byte loads in flight) and scores it against the group's query
- * heads; then warp w accumulates the values of keys j ≡ w (mod 4), each lane
- * owning HD/32 dimensions, with an online softmax across tiles. The last split
- * block of a (token, kv head) to finish (atomic counter) combines the splits:
- * out = Σ e^(m_s-M) o_s / Σ e^(m_s-M) l_s. A token with no keys (padding) gets 0. */
-template <int HD>
+/* Shared memory of attn_kernel<HD, RMAX>: queries, scores, a V tile, reduce scratch. */
+template <int HD, int RMAX> struct attn_smem {
+    float qs[RMAX][HD];
+    float sc[RMAX][ATTN_THREADS];
+    bf16 vs[ATTN_THREADS][HD];
+    float mls[ATTN_MAX_SPLITS][2];
+    int is_last;
+};
+
+/* Block per (query tile, kv head, split). A query tile is up to RMAX/G consecutive
+ * tokens of one sequence (tiles[i] = first token << 8 | count; NULL: tile i is token
+ * i alone, as in decode); its rows are (token, query head of the kv head's group).
+ * The tile's context (that of its last token) is cut into
+ * S_eff = min(S, ceil(len / ATTN_THREADS)) splits (blocks beyond exit), so a short
+ * context takes one block and no reduce. A split walks its keys a tile of
+ * ATTN_THREADS at a time: thread j loads key j whole into registers and its value
+ * row into shared memory (cp.async), all in flight together, and scores key j
+ * against every row (causal: key > the row's position, or outside the sliding
+ * window, scores -inf). Warp w owns rows w, w+4, ...: online softmax over the keys,
+ * and output dims lane*HD/32.. of those rows. With S_eff > 1 the last split block
+ * (atomic counter) combines the splits: out = Σ e^(m_s-M) o_s / Σ e^(m_s-M) l_s.
+ * Padding tokens (sequence -1) get zeros. */
+template <int HD, int RMAX>
 __global__ void __launch_bounds__(ATTN_THREADS)
     attn_kernel(bf16 *__restrict__ out,          // (T, n_heads*HD)
                 float *__restrict__ part_o,      // (T, n_heads, S, HD)
@@ -99,102 +118,121 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                 int *__restrict__ done,          // (T, n_kv) split counters, left at 0
                 const float *__restrict__ q,     // (T, n_heads*HD)
                 const bf16 *__restrict__ kv,
+                const int32_t *__restrict__ tiles,       // (n_tiles) or NULL
                 const int32_t *__restrict__ tok_seq,     // (T), -1 = padding
                 const int32_t *__restrict__ positions,   // (T)
                 const int32_t *__restrict__ block_table, // (n_seqs, max_blocks)
                 int max_blocks, kv_geom g, int layer, float scale, int window) {
-    constexpr int NW = ATTN_THREADS / 32, DPL = HD / 32; /* dims per lane */
-    __shared__ float qs[ATTN_MAX_GROUP][HD];
-    __shared__ float sc[ATTN_MAX_GROUP][ATTN_THREADS];
-    __shared__ float red[NW][ATTN_MAX_GROUP][HD];
-    __shared__ float mls[ATTN_MAX_SPLITS][2];
-    __shared__ int is_last;
+    constexpr int DPL = HD / 32, RPW = (RMAX + ATTN_WARPS - 1) / ATTN_WARPS; /* rows per warp */
+    extern __shared__ uint4 smem_raw[];
+    attn_smem<HD, RMAX> &sm = *reinterpret_cast<attn_smem<HD, RMAX> *>(smem_raw);
     grid_wait();
     grid_launch_next();
-    const int t = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, S = gridDim.z;
+    const int kvh = blockIdx.y, split = blockIdx.z, Sm = gridDim.z;
     const int G = g.n_heads / g.n_kv, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int seq = tok_seq[t];
-    const int len = seq >= 0 ? positions[t] + 1 : 0;
-    const int lo = window > 0 && len > window ? len - window : 0;
+    const int t0 = tiles ? tiles[blockIdx.x] >> 8 : blockIdx.x;
+    const int nq = tiles ? tiles[blockIdx.x] & 0xff : 1;
+    const int R = nq * G;
+    const int seq = tok_seq[t0];
+    const int p0 = positions[t0];                   /* positions of the tile: p0 .. p0+nq-1 */
+    const int len = seq >= 0 ? p0 + nq : 0;         /* context of the tile's last token */
+    const int lo = window > 0 && p0 + 1 > window ? p0 + 1 - window : 0; /* first row's window */
+    const int S = max(1, min(Sm, (len - lo + ATTN_THREADS - 1) / ATTN_THREADS));
+    if (split >= S) return;
     const int chunk = (len - lo + S - 1) / S;
     const int k0 = lo + split * chunk, k1 = min(len, k0 + chunk);
-    for (int e = tid; e < G * HD; e += ATTN_THREADS)
-        qs[e / HD][e % HD] = q[(size_t)t * g.n_heads * HD + (size_t)kvh * G * HD + e] * scale;
-    const int32_t *bt = block_table + (size_t)(seq >= 0 ? seq : 0) * max_blocks;
-    float m[ATTN_MAX_GROUP], l[ATTN_MAX_GROUP], acc[ATTN_MAX_GROUP][DPL];
-#pragma unroll
-    for (int h = 0; h < ATTN_MAX_GROUP; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < DPL; e++) acc[h][e] = 0.0f;
+    for (int e = tid; e < R * HD; e += ATTN_THREADS) {
+        const int r = e / HD, d = e % HD;
+        sm.qs[r][d] = q[(size_t)(t0 + r / G) * g.n_heads * HD + (size_t)(kvh * G + r % G) * HD + d] *
+                      scale;
     }
-    __syncthreads();
+    const int32_t *bt = block_table + (size_t)(seq >= 0 ? seq : 0) * max_blocks;
+    float m[RPW], l[RPW], acc[RPW][DPL];
+#pragma unroll
+    for (int i = 0; i < RPW; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < DPL; e++) acc[i][e] = 0.0f;
+    }
     for (int base = k0; base < k1; base += ATTN_THREADS) {
         const int n = min(ATTN_THREADS, k1 - base);
+        uint4 k8[HD / 8];
+        const int key = base + tid;
         if (tid < n) {
-            const int key = base + tid;
-            const uint4 *kr = reinterpret_cast<const uint4 *>(
-                kv + kv_offset(g, layer, 0, kvh, bt[key / g.block_size], key % g.block_size));
-            uint4 k8[HD / 8];
+            const int64_t kb = bt[key / g.block_size], slot = key % g.block_size;
+            const uint4 *kr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, slot));
+            const uint4 *vr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 1, kvh, kb, slot));
 #pragma unroll
-            for (int c = 0; c < HD / 8; c++) k8[c] = kr[c];
-            float dot[ATTN_MAX_GROUP];
+            for (int c = 0; c < HD / 8; c++) {
+                k8[c] = kr[c];
+                __pipeline_memcpy_async(reinterpret_cast<uint4 *>(&sm.vs[tid][0]) + c, vr + c, 16);
+            }
+        }
+        __pipeline_commit();
+        __syncthreads(); /* qs written (first tile); sc, vs free (later tiles) */
+        if (tid < n) {
+            float dot[RMAX];
 #pragma unroll
-            for (int h = 0; h < ATTN_MAX_GROUP; h++) dot[h] = 0.0f;
+            for (int r = 0; r < RMAX; r++) dot[r] = 0.0f;
 #pragma unroll
             for (int c = 0; c < HD / 8; c++) {
                 const float kf[8] = {bf_lo(k8[c].x), bf_hi(k8[c].x), bf_lo(k8[c].y),
                                      bf_hi(k8[c].y), bf_lo(k8[c].z), bf_hi(k8[c].z),
                                      bf_lo(k8[c].w), bf_hi(k8[c].w)};
 #pragma unroll
-                for (int h = 0; h < ATTN_MAX_GROUP; h++) {
-                    if (h < G) {
-#pragma unroll
-                        for (int e = 0; e < 8; e++) dot[h] = fmaf(qs[h][c * 8 + e], kf[e], dot[h]);
+                for (int r = 0; r < RMAX; r++) {
+                    if (r < R) {
+                        const float4 qa = *reinterpret_cast<const float4 *>(&sm.qs[r][c * 8]);
+                        const float4 qb = *reinterpret_cast<const float4 *>(&sm.qs[r][c * 8 + 4]);
+                        dot[r] = fmaf(qa.x, kf[0], dot[r]);
+                        dot[r] = fmaf(qa.y, kf[1], dot[r]);
+                        dot[r] = fmaf(qa.z, kf[2], dot[r]);
+                        dot[r] = fmaf(qa.w, kf[3], dot[r]);
+                        dot[r] = fmaf(qb.x, kf[4], dot[r]);
+                        dot[r] = fmaf(qb.y, kf[5], dot[r]);
+                        dot[r] = fmaf(qb.z, kf[6], dot[r]);
+                        dot[r] = fmaf(qb.w, kf[7], dot[r]);
                     }
                 }
             }
 #pragma unroll
-            for (int h = 0; h < ATTN_MAX_GROUP; h++)
-                if (h < G) sc[h][tid] = dot[h];
+            for (int r = 0; r < RMAX; r++) {
+                if (r < R) {
+                    const int pr = p0 + r / G; /* the row's position */
+                    const bool vis = key <= pr && (window <= 0 || key > pr - window);
+                    sm.sc[r][tid] = vis ? dot[r] : -INFINITY;
+                }
+            }
         }
+        __pipeline_wait_prior(0);
         __syncthreads();
-        float newm[ATTN_MAX_GROUP];
+        /* warp w: softmax over this tile for its rows, scores -> probabilities */
 #pragma unroll
-        for (int h = 0; h < ATTN_MAX_GROUP; h++) {
-            if (h < G) {
+        for (int i = 0; i < RPW; i++) {
+            const int r = warp + i * ATTN_WARPS;
+            if (r < R) {
                 float mt = -INFINITY;
-                for (int j = lane; j < n; j += 32) mt = fmaxf(mt, sc[h][j]);
+                for (int j = lane; j < n; j += 32) mt = fmaxf(mt, sm.sc[r][j]);
                 for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-                newm[h] = fmaxf(m[h], mt);
-            }
-        }
-        __syncthreads();
-        if (tid < n) {
-#pragma unroll
-            for (int h = 0; h < ATTN_MAX_GROUP; h++)
-                if (h < G) sc[h][tid] = expf(sc[h][tid] - newm[h]);
-        }
-        __syncthreads();
-#pragma unroll
-        for (int h = 0; h < ATTN_MAX_GROUP; h++) {
-            if (h < G) {
-                const float alpha = expf(m[h] - newm[h]); /* 0 on the first tile */
+                const float nm = fmaxf(m[i], mt);
+                const float ref = nm == -INFINITY ? 0.0f : nm; /* all masked so far */
                 float ps = 0.0f;
-                for (int j = lane; j < n; j += 32) ps += sc[h][j];
-                m[h] = newm[h];
-                l[h] = l[h] * alpha + warp_sum(ps);
+                for (int j = lane; j < n; j += 32) {
+                    const float p = expf(sm.sc[r][j] - ref);
+                    sm.sc[r][j] = p;
+                    ps += p;
+                }
+                const float alpha = expf(m[i] - ref);
+                m[i] = nm;
+                l[i] = l[i] * alpha + warp_sum(ps);
 #pragma unroll
-                for (int e = 0; e < DPL; e++) acc[h][e] *= alpha;
+                for (int e = 0; e < DPL; e++) acc[i][e] *= alpha;
             }
         }
-#pragma unroll 4
-        for (int j = warp; j < n; j += NW) {
-            const int key = base + j;
-            const bf16 *vr =
-                kv + kv_offset(g, layer, 1, kvh, bt[key / g.block_size], key % g.block_size) +
-                lane * DPL;
+        __syncwarp();
+        for (int j = 0; j < n; j++) {
+            const bf16 *vr = &sm.vs[j][lane * DPL];
             float vf[DPL];
             if constexpr (DPL == 4) {
                 const uint2 v4 = *reinterpret_cast<const uint2 *>(vr);
@@ -207,92 +245,80 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                 for (int e = 0; e < DPL; e++) vf[e] = bf2f(vr[e]);
             }
 #pragma unroll
-            for (int h = 0; h < ATTN_MAX_GROUP; h++) {
-                if (h < G) {
-                    const float p = sc[h][j];
+            for (int i = 0; i < RPW; i++) {
+                const int r = warp + i * ATTN_WARPS;
+                if (r < R) {
+                    const float p = sm.sc[r][j];
 #pragma unroll
-                    for (int e = 0; e < DPL; e++) acc[h][e] = fmaf(p, vf[e], acc[h][e]);
+                    for (int e = 0; e < DPL; e++) acc[i][e] = fmaf(p, vf[e], acc[i][e]);
                 }
             }
         }
         __syncthreads();
     }
-    /* the warps' partial sums over their keys */
-#pragma unroll
-    for (int h = 0; h < ATTN_MAX_GROUP; h++)
-        if (h < G)
-#pragma unroll
-            for (int e = 0; e < DPL; e++) red[warp][h][lane * DPL + e] = acc[h][e];
-    __syncthreads();
     if (S == 1) {
-        for (int e = tid; e < G * HD; e += ATTN_THREADS) {
-            const int h = e / HD, d = e % HD;
-            float o = 0.0f;
 #pragma unroll
-            for (int w = 0; w < NW; w++) o += red[w][h][d];
-            /* m, l are uniform across threads: pick head h's from registers */
-            float lh = 0.0f;
+        for (int i = 0; i < RPW; i++) {
+            const int r = warp + i * ATTN_WARPS;
+            if (r < R) {
+                bf16 *o = out + (size_t)(t0 + r / G) * g.n_heads * HD + (size_t)(kvh * G + r % G) * HD;
 #pragma unroll
-            for (int hh = 0; hh < ATTN_MAX_GROUP; hh++)
-                if (hh == h) lh = l[hh];
-            out[(size_t)t * g.n_heads * HD + (size_t)(kvh * G + h) * HD + d] =
-                f2bf(lh > 0.0f ? o / lh : 0.0f);
+                for (int e = 0; e < DPL; e++)
+                    o[lane * DPL + e] = f2bf(l[i] > 0.0f ? acc[i][e] / l[i] : 0.0f);
+            }
         }
         return;
     }
-    const size_t pbase = ((size_t)t * g.n_heads + kvh * G) * S; /* + h*S + split */
-    for (int e = tid; e < G * HD; e += ATTN_THREADS) {
-        const int h = e / HD, d = e % HD;
-        float o = 0.0f;
 #pragma unroll
-        for (int w = 0; w < NW; w++) o += red[w][h][d];
-        part_o[(pbase + (size_t)h * S + split) * HD + d] = o;
-    }
-    if (tid == 0) {
+    for (int i = 0; i < RPW; i++) {
+        const int r = warp + i * ATTN_WARPS;
+        if (r < R) {
+            const size_t pb = ((size_t)(t0 + r / G) * g.n_heads + kvh * G + r % G) * Sm + split;
 #pragma unroll
-        for (int h = 0; h < ATTN_MAX_GROUP; h++) {
-            if (h < G) {
-                part_ml[(pbase + (size_t)h * S + split) * 2] = m[h];
-                part_ml[(pbase + (size_t)h * S + split) * 2 + 1] = l[h];
+            for (int e = 0; e < DPL; e++) part_o[pb * HD + lane * DPL + e] = acc[i][e];
+            if (lane == 0) {
+                part_ml[pb * 2] = m[i];
+                part_ml[pb * 2 + 1] = l[i];
             }
         }
     }
-    /* last block of this (token, kv head) combines the splits */
+    /* last block of this (tile, kv head) combines the splits */
     __threadfence();
     __syncthreads();
     if (tid == 0) {
-        const int prev = atomicAdd(&done[t * g.n_kv + kvh], 1);
-        is_last = prev == S - 1;
-        if (is_last) done[t * g.n_kv + kvh] = 0;
+        const int prev = atomicAdd(&done[t0 * g.n_kv + kvh], 1);
+        sm.is_last = prev == S - 1;
+        if (sm.is_last) done[t0 * g.n_kv + kvh] = 0;
     }
     __syncthreads();
-    if (!is_last) return;
+    if (!sm.is_last) return;
     __threadfence();
-    for (int h = 0; h < G; h++) {
-        for (int s = tid; s < S; s += ATTN_THREADS) {
-            mls[s][0] = __ldcg(&part_ml[(pbase + (size_t)h * S + s) * 2]);
-            mls[s][1] = __ldcg(&part_ml[(pbase + (size_t)h * S + s) * 2 + 1]);
+    for (int r = 0; r < R; r++) {
+        const size_t pb = ((size_t)(t0 + r / G) * g.n_heads + kvh * G + r % G) * Sm;
+        for (int s2 = tid; s2 < S; s2 += ATTN_THREADS) {
+            sm.mls[s2][0] = __ldcg(&part_ml[(pb + s2) * 2]);
+            sm.mls[s2][1] = __ldcg(&part_ml[(pb + s2) * 2 + 1]);
         }
         __syncthreads();
         float M = -INFINITY;
 #pragma unroll
-        for (int s = 0; s < ATTN_MAX_SPLITS; s++)
-            if (s < S && mls[s][1] > 0.0f) M = fmaxf(M, mls[s][0]);
+        for (int s2 = 0; s2 < ATTN_MAX_SPLITS; s2++)
+            if (s2 < S && sm.mls[s2][1] > 0.0f) M = fmaxf(M, sm.mls[s2][0]);
         for (int d = tid; d < HD; d += ATTN_THREADS) {
             float po[ATTN_MAX_SPLITS];
 #pragma unroll
-            for (int s = 0; s < ATTN_MAX_SPLITS; s++) /* all loads in flight at once */
-                po[s] = s < S ? __ldcg(&part_o[(pbase + (size_t)h * S + s) * HD + d]) : 0.0f;
+            for (int s2 = 0; s2 < ATTN_MAX_SPLITS; s2++) /* all loads in flight at once */
+                po[s2] = s2 < S ? __ldcg(&part_o[(pb + s2) * HD + d]) : 0.0f;
             float num = 0.0f, den = 0.0f;
 #pragma unroll
-            for (int s = 0; s < ATTN_MAX_SPLITS; s++) {
-                if (s < S && mls[s][1] > 0.0f) {
-                    const float w = expf(mls[s][0] - M);
-                    num += w * po[s];
-                    den += w * mls[s][1];
+            for (int s2 = 0; s2 < ATTN_MAX_SPLITS; s2++) {
+                if (s2 < S && sm.mls[s2][1] > 0.0f) {
+                    const float w = expf(sm.mls[s2][0] - M);
+                    num += w * po[s2];
+                    den += w * sm.mls[s2][1];
                 }
             }
-            out[(size_t)t * g.n_heads * HD + (size_t)(kvh * G + h) * HD + d] =
+            out[(size_t)(t0 + r / G) * g.n_heads * HD + (size_t)(kvh * G + r % G) * HD + d] =
                 f2bf(den > 0.0f ? num / den : 0.0f);
         }
         __syncthreads();
@@ -319,21 +345,49 @@ static int attn_splits(int T, int n_kv, int n_sms) {
     return s < 1 ? 1 : s > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : s;
 }
 
+#define ATTN_VARIANTS(X)                                                                           \
+    X(64, ATTN_MAX_GROUP) X(128, ATTN_MAX_GROUP) X(256, ATTN_MAX_GROUP) X(64, ATTN_ROWS_PREFILL)    \
+    X(128, ATTN_ROWS_PREFILL) X(256, ATTN_ROWS_PREFILL)
+
+/* Lets each attn_kernel instantiation take its shared memory (over 48 KB). */
+static lpx_status attention_init(void) {
+#define ATTN_ATTR(HD, RMAX)                                                                        \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(attn_kernel<HD, RMAX>,                                       \
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
+                                      (int)sizeof(attn_smem<HD, RMAX>)));
+    ATTN_VARIANTS(ATTN_ATTR)
+#undef ATTN_ATTR
+    return LPX_OK;
+}
+
+/* Query tiles of up to ATTN_ROWS_PREFILL/G tokens, within a sequence, for
+ * attention over a prefill batch: tiles[i] = first token << 8 | count. */
+static int attn_tiles(const int32_t *seq_start, int n_seqs, int G, int32_t *tiles) {
+    const int qt = ATTN_ROWS_PREFILL / G;
+    int n = 0;
+    for (int s = 0; s < n_seqs; s++)
+        for (int t = seq_start[s]; t < seq_start[s + 1]; t += qt) {
+            const int c = seq_start[s + 1] - t < qt ? seq_start[s + 1] - t : qt;
+            tiles[n++] = t << 8 | c;
+        }
+    return n;
+}
+
+/* tiles NULL: one token per tile (n_tiles = T). */
 static lpx_status attention(bf16 *out, float *part_o, float *part_ml, int *done, const float *q,
-                            const bf16 *kv, const int32_t *tok_seq, const int32_t *positions,
-                            const int32_t *block_table, int max_blocks, int T, int S, kv_geom g,
+                            const bf16 *kv, const int32_t *tiles, int n_tiles,
+                            const int32_t *tok_seq, const int32_t *positions,
+                            const int32_t *block_table, int max_blocks, int S, kv_geom g,
                             int layer, int window, cudaStream_t st) {
-    const dim3 grid(T, g.n_kv, S);
+    const dim3 grid(n_tiles, g.n_kv, S);
     const float scale = 1.0f / sqrtf((float)g.head_dim);
-#define ATTN_LAUNCH(HD)                                                                            \
-    launch(attn_kernel<HD>, grid, dim3(ATTN_THREADS), 0, st, out, part_o, part_ml, done, q, kv,    \
-           tok_seq, positions, block_table, max_blocks, g, layer, scale, window)
-    cudaError_t e;
-    switch (g.head_dim) {
-    case 64: e = ATTN_LAUNCH(64); break;
-    case 128: e = ATTN_LAUNCH(128); break;
-    default: e = ATTN_LAUNCH(256); break;
-    }
+    cudaError_t e = cudaErrorInvalidValue;
+#define ATTN_LAUNCH(HD, RMAX)                                                                      \
+    if (g.head_dim == HD && (tiles != NULL) == (RMAX == ATTN_ROWS_PREFILL))                        \
+        e = launch(attn_kernel<HD, RMAX>, grid, dim3(ATTN_THREADS), sizeof(attn_smem<HD, RMAX>),   \
+                   st, out, part_o, part_ml, done, q, kv, tiles, tok_seq, positions, block_table,  \
+                   max_blocks, g, layer, scale, window);
+    ATTN_VARIANTS(ATTN_LAUNCH)
 #undef ATTN_LAUNCH
     LPX_CUDA_TRY(e);
     return LPX_OK;

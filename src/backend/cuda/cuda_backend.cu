@@ -58,7 +58,8 @@ typedef struct cuda_backend {
     int logit_cap;  /* logits rows computed per pass */
     int max_blocks; /* block-table row stride on the device */
     /* step inputs, int32, same layout on host (pinned) and device:
-     * tokens | positions | slots | tok_seq | logit_rows  (tok_cap each), block table */
+     * tokens | positions | slots | tok_seq | logit_rows | attention tiles (tok_cap
+     * each), block table */
     int32_t *in_host, *in_dev;
 
     float *x;       /* (tok_cap, d_model) residual stream */
@@ -218,17 +219,21 @@ static lpx_status pick_device(int dev, cudaDeviceProp *prop) {
 
 /* --- the step ------------------------------------------------------------- */
 
-enum { IN_TOK = 0, IN_POS = 1, IN_SLOT = 2, IN_SEQ = 3, IN_ROWS = 4, IN_BT = 5 };
+enum { IN_TOK = 0, IN_POS = 1, IN_SLOT = 2, IN_SEQ = 3, IN_ROWS = 4, IN_TILES = 5, IN_BT = 6 };
 static int32_t *in_part(const cuda_backend *b, int32_t *base, int part) {
     return base + (size_t)part * b->tok_cap;
 }
 
-/* Everything up to the final norm, for T tokens. */
-static lpx_status forward_layers(cuda_backend *b, int T, int S) {
+/* Everything up to the final norm, for T tokens; attention over n_tiles query
+ * tiles (0: one per token, as in decode). */
+static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     const lpx_config *c = &b->cfg;
     cudaStream_t st = b->stream;
     const int d = c->d_model, qd = c->n_heads * c->head_dim;
     int32_t *in = b->in_dev;
+    const int32_t *tiles = n_tiles > 0 ? in_part(b, in, IN_TILES) : NULL;
+    if (n_tiles == 0) n_tiles = T;
+    const int S = attn_splits(n_tiles, c->n_kv_heads, b->mc.n_sms);
     LPX_TRY(embed(b->x, b->tok_embd, in_part(b, in, IN_TOK), T, d, st));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
@@ -238,9 +243,9 @@ static lpx_status forward_layers(cuda_backend *b, int T, int S) {
         LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
                          in_part(b, in, IN_POS), in_part(b, in, IN_SLOT), T, b->geom, l,
                          c->rms_norm_eps, c->rope_interleaved, st));
-        LPX_TRY(attention(b->attn, b->part_o, b->part_ml, b->done, b->q, b->kv, in_part(b, in, IN_SEQ),
-                          in_part(b, in, IN_POS), in_part(b, in, IN_BT), b->max_blocks, T, S,
-                          b->geom, l, c->sliding_window, st));
+        LPX_TRY(attention(b->attn, b->part_o, b->part_ml, b->done, b->q, b->kv, tiles, n_tiles,
+                          in_part(b, in, IN_SEQ), in_part(b, in, IN_POS), in_part(b, in, IN_BT),
+                          b->max_blocks, S, b->geom, l, c->sliding_window, st));
         LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd, true,
                        st));
         LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
@@ -334,7 +339,7 @@ static lpx_status pack_batch(cuda_backend *b, const lpx_batch *bt, int T_pad, in
 }
 
 static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks) {
-    LPX_CUDA_TRY(cudaMemcpyAsync(b->in_dev, b->in_host, sizeof(int32_t) * 5 * b->tok_cap,
+    LPX_CUDA_TRY(cudaMemcpyAsync(b->in_dev, b->in_host, sizeof(int32_t) * IN_BT * b->tok_cap,
                                  cudaMemcpyHostToDevice, b->stream));
     LPX_CUDA_TRY(cudaMemcpy2DAsync(in_part(b, b->in_dev, IN_BT), sizeof(int32_t) * b->max_blocks,
                                    in_part(b, b->in_host, IN_BT),
@@ -347,7 +352,7 @@ static lpx_status capture_decode_graph(cuda_backend *b, int k) {
     const int T = 1 << k;
     cudaGraph_t g;
     LPX_CUDA_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
-    lpx_status s = forward_layers(b, T, attn_splits(T, b->cfg.n_kv_heads, b->mc.n_sms));
+    lpx_status s = forward_layers(b, T, 0);
     if (s == LPX_OK) s = forward_logits(b, in_part(b, b->in_dev, IN_ROWS), T);
     cudaError_t e = cudaStreamEndCapture(b->stream, &g);
     if (s != LPX_OK) {
@@ -372,6 +377,13 @@ static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logit
     const int T_pad = decode ? 1 << k : bt->n_tokens;
     int used_blocks = 0;
     LPX_TRY(pack_batch(b, bt, T_pad, &used_blocks));
+    /* Prefill chunks go through attention in query tiles; one token per sequence
+     * (decode) takes a tile each. */
+    const int n_tiles = decode || bt->n_tokens == bt->n_seqs
+                            ? 0
+                            : attn_tiles(bt->seq_start, bt->n_seqs,
+                                         b->cfg.n_heads / b->cfg.n_kv_heads,
+                                         in_part(b, b->in_host, IN_TILES));
     LPX_TRY(upload_inputs(b, bt->n_seqs, used_blocks));
     if (decode) {
         if (!b->graphs[k]) LPX_TRY(capture_decode_graph(b, k));
@@ -380,8 +392,7 @@ static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logit
             LPX_CUDA_TRY(cudaMemcpyAsync(logits, b->logits, sizeof(float) * V * bt->n_logits,
                                          cudaMemcpyDeviceToHost, b->stream));
     } else {
-        const int T = bt->n_tokens;
-        LPX_TRY(forward_layers(b, T, attn_splits(T, b->cfg.n_kv_heads, b->mc.n_sms)));
+        LPX_TRY(forward_layers(b, bt->n_tokens, n_tiles));
         for (int r0 = 0; r0 < bt->n_logits; r0 += b->logit_cap) {
             const int n = bt->n_logits - r0 < b->logit_cap ? bt->n_logits - r0 : b->logit_cap;
             LPX_TRY(forward_logits(b, in_part(b, b->in_dev, IN_ROWS) + r0, n));
@@ -472,6 +483,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     env = getenv("LPX_CUDA_PDL");
     g_use_pdl = !(env && !strcmp(env, "0"));
     LPX_TRY(matvec_init());
+    LPX_TRY(attention_init());
 
     /* Memory plan, checked before any large allocation. */
     const size_t T = (size_t)b->tok_cap;
@@ -579,7 +591,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
 
     LPX_TRY(dalloc(b, (void **)&b->kv, kvbytes));
     LPX_CUDA_TRY(cudaMemset(b->kv, 0, kvbytes));
-    const size_t in_elems = 5 * T + (size_t)b->seq_cap * b->max_blocks;
+    const size_t in_elems = IN_BT * T + (size_t)b->seq_cap * b->max_blocks;
     LPX_CUDA_TRY(cudaMallocHost((void **)&b->in_host, in_elems * sizeof(int32_t)));
     memset(b->in_host, 0, in_elems * sizeof(int32_t));
     LPX_TRY(dalloc(b, (void **)&b->in_dev, in_elems * sizeof(int32_t)));
