@@ -3,7 +3,8 @@
 # benchmark table. Runs from a tree that holds a built lpx (BUILD, default build,
 # with the libraries the machine lacks in BUILD/lib: make bundle) and, for the real
 # weights, a sliced SmolLM2 with its transformers reference logits (SMOL, SMOL.ref.f32,
-# SMOL.ids: made on the development machine by `scripts/gpu-check.sh --prepare DIR`).
+# SMOL.ids: made on the development machine by `scripts/gpu-check.sh --prepare DIR`,
+# SMOL_LAYERS=4 layers by default, 35 MB, to stay within what a GPU run can carry).
 #
 #   scripts/gpu-check.sh                 all checks, then the bench table
 #   scripts/gpu-check.sh --prepare DIR   (dev machine) slice SmolLM2 and its reference
@@ -28,11 +29,11 @@ ids_smol="1,504,3458,28,253,6512,1373,30,5248,2,3016,282,260,8326,30,2"
 if [ "${1:-}" = "--prepare" ]; then
     dir="${2:?usage: gpu-check.sh --prepare DIR}"
     mkdir -p "$dir"
-    "$root/$build/lpx" slice -m "$("$root/scripts/fetch-model.sh" --print-path)" --layers 6 \
-        -o "$dir/smol6.gguf" || exit 1
-    echo "$ids_smol" >"$dir/smol6.ids"
-    python3 "$root/scripts/make-shape-model.py" --gguf-ref "$dir/smol6.gguf" --ids "$ids_smol" \
-        --ref-out "$dir/smol6.ref.f32" || exit 1
+    "$root/$build/lpx" slice -m "$("$root/scripts/fetch-model.sh" --print-path)" \
+        --layers "${SMOL_LAYERS:-4}" -o "$dir/smol.gguf" || exit 1
+    echo "$ids_smol" >"$dir/smol.ids"
+    python3 "$root/scripts/make-shape-model.py" --gguf-ref "$dir/smol.gguf" --ids "$ids_smol" \
+        --ref-out "$dir/smol.ref.f32" || exit 1
     exit 0
 fi
 
@@ -42,7 +43,7 @@ mkdir -p "$out"
 lpx="$root/$build/lpx"
 export LD_LIBRARY_PATH="$root/$build/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 shapes="${SHAPES_DIR:-/tmp/lpx-shapes}"
-smol="${SMOL:-$root/models/smol6.gguf}"
+smol="${SMOL:-$root/models/smol.gguf}"
 summary="$out/summary.txt"
 dev="${DEV:-cuda}"
 : >"$summary"
@@ -113,7 +114,7 @@ for m in ${models//,/ }; do
     conform "$m" "$shapes/$m" "$(cat "$shapes/$m.ids")" "$vocab" "$shapes/$m.ref.f32"
 done
 if [ -f "$smol" ]; then
-    conform smollm2-6l "$smol" "$(cat "${smol%.gguf}.ids")" 49152 "${smol%.gguf}.ref.f32"
+    conform smollm2-sliced "$smol" "$(cat "${smol%.gguf}.ids")" 49152 "${smol%.gguf}.ref.f32"
 
     # greedy continuations: CUDA vs CPU, 32 tokens, three prompts
     ties=0; same=0; n=0
