@@ -334,13 +334,14 @@ def test_request_log_lines(srv, client):
 
 @pytest.fixture(scope="module")
 def small(lpx_bin, smollm2):
-    s = Server(lpx_bin, smollm2, "--max-num-seqs", "1", "--max-queue", "1",
+    s = Server(lpx_bin, smollm2, "--max-num-seqs", "1", "--max-queue", "1", "--max-model-len", "2048",
                "--request-timeout", "3")
     yield s
     s.stop()
 
 
-LONG_GEN = {"prompt": PROMPT, "max_tokens": 480, "ignore_eos": True}
+# Long enough to outlast --request-timeout 3 s even on an idle fast CPU.
+LONG_GEN = {"prompt": PROMPT, "max_tokens": 1500, "ignore_eos": True}
 
 
 def open_stream(srv, body):
@@ -382,7 +383,7 @@ def test_queue_full(small):
 
 
 def test_request_timeout(small):
-    # 480 tokens take far longer than --request-timeout 3 s on a CPU; the
+    # 1500 tokens take far longer than --request-timeout 3 s on a CPU; the
     # second request spends its time in the queue.
     with ThreadPoolExecutor(2) as pool:
         plain = pool.submit(small.post, "/v1/completions", LONG_GEN)
@@ -448,7 +449,7 @@ def test_sigterm_drains(lpx_bin, smollm2):
 def test_sigterm_timeout_ends_streams_with_error(lpx_bin, smollm2):
     s = Server(lpx_bin, smollm2, "--shutdown-timeout", "0.3")
     try:
-        body = dict(LONG_GEN, stream=True)
+        body = dict(LONG_GEN, stream=True, max_tokens=480)
         with httpx.stream("POST", s.url + "/v1/completions", json=body, timeout=60) as r:
             lines = r.iter_lines()
             first = next(l for l in lines if l)
