@@ -24,22 +24,21 @@
 #define MAX_BATCHES 16
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: lpx bench -m MODEL [-p 512] [-n 128] [-c 128] [-b 1,16,64,256] [-r 5]\n"
-            "                 [-o md|json|csv] [--device cpu|cuda|cuda:N]\n\n"
-            "Runs the backend directly on random token ids and prints, per test, tokens/s\n"
-            "(median of r repetitions after one warm-up, ± standard deviation), ms per step\n"
-            "and the %% of the bandwidth floor: (weight bytes + KV bytes read per step) over\n"
-            "the read bandwidth measured at start.\n\n"
-            "  -m, --model MODEL   .gguf file or Hugging Face model directory\n"
-            "  -p N                prompt tokens of the prefill test ppN (0: skip)\n"
-            "  -n N                decode steps per test (tg and batched)\n"
-            "  -c N                context before decoding starts (default 128)\n"
-            "  -b LIST             decode batch sizes; 1 is the tg test (default 1,16,64,256)\n"
-            "  -r N                timed repetitions (default 5)\n"
-            "  -o md|json|csv      output format (default md)\n"
-            "  --device DEV        cpu, cuda or cuda:N (default cuda when a GPU is usable)\n"
-            "  -h, --help          this help\n");
+    fprintf(f, "usage: lpx bench -m MODEL [-p 512] [-n 128] [-c 128] [-b 1,16,64,256] [-r 5]\n"
+               "                 [-o md|json|csv] [--device cpu|cuda|cuda:N]\n\n"
+               "Runs the backend directly on random token ids and prints, per test, tokens/s\n"
+               "(median of r repetitions after one warm-up, ± standard deviation), ms per step\n"
+               "and the %% of the bandwidth floor: (weight bytes + KV bytes read per step) over\n"
+               "the read bandwidth measured at start.\n\n"
+               "  -m, --model MODEL   .gguf file or Hugging Face model directory\n"
+               "  -p N                prompt tokens of the prefill test ppN (0: skip)\n"
+               "  -n N                decode steps per test (tg and batched)\n"
+               "  -c N                context before decoding starts (default 128)\n"
+               "  -b LIST             decode batch sizes; 1 is the tg test (default 1,16,64,256)\n"
+               "  -r N                timed repetitions (default 5)\n"
+               "  -o md|json|csv      output format (default md)\n"
+               "  --device DEV        cpu, cuda or cuda:N (default cuda when a GPU is usable)\n"
+               "  -h, --help          this help\n");
 }
 
 static double now_s(void) {
@@ -55,12 +54,12 @@ static int cmp_double(const void *a, const void *b) {
 
 typedef struct result {
     char name[32];
-    int batch;            /* sequences per step */
-    int tokens_per_rep;   /* tokens produced per repetition */
+    int batch;          /* sequences per step */
+    int tokens_per_rep; /* tokens produced per repetition */
     int steps_per_rep;
-    double ctx_avg;       /* mean context per sequence over the timed steps */
-    double med_s, sd_s;   /* per repetition */
-    double floor_s;       /* per repetition */
+    double ctx_avg;     /* mean context per sequence over the timed steps */
+    double med_s, sd_s; /* per repetition */
+    double floor_s;     /* per repetition */
 } result;
 
 typedef struct bench {
@@ -98,8 +97,16 @@ static lpx_status prefill(bench *b, int s0, int ns, int ctx) {
         b->rows[s] = s * ctx + ctx - 1;
     }
     b->seq_start[ns] = ns * ctx;
-    lpx_batch bt = {ns * ctx, b->ids, b->pos, ns, b->seq_start, b->seq_len,
-                    b->table + (size_t)s0 * b->max_blocks, b->max_blocks, ns, b->rows};
+    lpx_batch bt = {ns * ctx,
+                    b->ids,
+                    b->pos,
+                    ns,
+                    b->seq_start,
+                    b->seq_len,
+                    b->table + (size_t)s0 * b->max_blocks,
+                    b->max_blocks,
+                    ns,
+                    b->rows};
     return b->ops->step(b->be, &bt, b->logits);
 }
 
@@ -113,8 +120,8 @@ static lpx_status decode_step(bench *b, int B, int len) {
         b->rows[s] = s;
     }
     b->seq_start[B] = B;
-    lpx_batch bt = {B, b->ids, b->pos, B, b->seq_start, b->seq_len, b->table, b->max_blocks,
-                    B, b->rows};
+    lpx_batch bt = {B,          b->ids,   b->pos,        B, b->seq_start,
+                    b->seq_len, b->table, b->max_blocks, B, b->rows};
     return b->ops->step(b->be, &bt, b->logits);
 }
 
@@ -122,8 +129,10 @@ static void finish(result *r, double *t, int reps) {
     qsort(t, (size_t)reps, sizeof(double), cmp_double);
     r->med_s = t[reps / 2];
     double mean = 0, var = 0;
-    for (int i = 0; i < reps; i++) mean += t[i] / reps;
-    for (int i = 0; i < reps; i++) var += (t[i] - mean) * (t[i] - mean);
+    for (int i = 0; i < reps; i++)
+        mean += t[i] / reps;
+    for (int i = 0; i < reps; i++)
+        var += (t[i] - mean) * (t[i] - mean);
     r->sd_s = reps > 1 ? sqrt(var / (reps - 1)) : 0.0;
 }
 
@@ -146,8 +155,7 @@ static lpx_status run_pp(bench *b, int p, int reps, result *r) {
     return LPX_OK;
 }
 
-static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_tokens,
-                             result *r) {
+static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_tokens, result *r) {
     double t[64];
     fill_tables(b, B);
     const int per_step = max_tokens / ctx > 0 ? max_tokens / ctx : 1;
@@ -155,7 +163,8 @@ static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_
         for (int s0 = 0; s0 < B; s0 += per_step)
             LPX_TRY(prefill(b, s0, B - s0 < per_step ? B - s0 : per_step, ctx));
         const double t0 = now_s();
-        for (int k = 0; k < n; k++) LPX_TRY(decode_step(b, B, ctx + k + 1));
+        for (int k = 0; k < n; k++)
+            LPX_TRY(decode_step(b, B, ctx + k + 1));
         if (i >= 0) t[i] = now_s() - t0;
     }
     if (B == 1)
@@ -176,7 +185,8 @@ static double host_bandwidth(void) {
     const size_t n = (size_t)32 << 20; /* uint64 words */
     uint64_t *buf = malloc(n * sizeof(uint64_t));
     if (!buf) return 1e10;
-    for (size_t i = 0; i < n; i++) buf[i] = i * 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = i * 0x9e3779b97f4a7c15ull;
     double best = 1e30;
     volatile uint64_t sink = 0;
     for (int r = 0; r < 3; r++) {
@@ -200,8 +210,8 @@ static double host_bandwidth(void) {
 /* Matrix parameters read per decode step (all layers plus the output head). */
 static double matrix_params(const lpx_config *c) {
     const double hd = c->head_dim, d = c->d_model;
-    const double per_layer = (c->n_heads + 2.0 * c->n_kv_heads) * hd * d + d * c->n_heads * hd +
-                             3.0 * c->d_ff * d;
+    const double per_layer =
+        (c->n_heads + 2.0 * c->n_kv_heads) * hd * d + d * c->n_heads * hd + 3.0 * c->d_ff * d;
     return per_layer * c->n_layers + (double)c->vocab_size * d;
 }
 
@@ -243,9 +253,9 @@ static bool throttled(const clocks *c) {
     return c->ok && c->throttle != LPX_TEL_NA && (c->throttle & bad);
 }
 
-static void print_results(const char *fmt, const char *model, const char *device,
-                          const char *gpu, double bw, const result *rs, int n,
-                          const clocks *before, const clocks *after) {
+static void print_results(const char *fmt, const char *model, const char *device, const char *gpu,
+                          double bw, const result *rs, int n, const clocks *before,
+                          const clocks *after) {
     const bool thr = throttled(before) || throttled(after);
     if (!strcmp(fmt, "json")) {
         printf("{\"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
@@ -294,8 +304,7 @@ static void print_results(const char *fmt, const char *model, const char *device
 }
 
 int cmd_bench(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "serve") == 0)
-        return bench_serve_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "serve") == 0) return bench_serve_main(argc - 1, argv + 1);
     const char *model = NULL, *fmt = "md", *device = NULL;
     int p = 512, n = 128, ctx = 128, reps = 5, batches[MAX_BATCHES] = {1, 16, 64, 256}, nb = 4;
     for (int i = 1; i < argc; i++) {
@@ -329,8 +338,8 @@ int cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model || p < 0 || p > 65536 || n < 1 || n > 65536 || ctx < 1 || ctx > 65536 ||
-        reps < 1 || reps > 64 || (strcmp(fmt, "md") && strcmp(fmt, "json") && strcmp(fmt, "csv"))) {
+    if (!model || p < 0 || p > 65536 || n < 1 || n > 65536 || ctx < 1 || ctx > 65536 || reps < 1 ||
+        reps > 64 || (strcmp(fmt, "md") && strcmp(fmt, "json") && strcmp(fmt, "csv"))) {
         fprintf(stderr, "lpx bench: need -m MODEL; -p 0..65536, -n/-c 1..65536, -r 1..64, "
                         "-o md|json|csv\n");
         return 2;
