@@ -1,7 +1,10 @@
-/* lpx monitor: live GPU table and alerts until Ctrl-C or --count samples. */
+/* lpx monitor: live GPU table (and a running lpx server's figures) and alerts until
+ * Ctrl-C or --count samples. */
 #include "cli/commands.h"
 #include "doctor/monitor.h"
+#include "doctor/server_scrape.h"
 
+#include <curl/curl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,16 +19,19 @@ static void usage(FILE *f) {
     lpx_monitor_limits l;
     lpx_monitor_limits_default(&l);
     fprintf(f,
-            "usage: lpx monitor [--interval S] [--count N] [--json] [--log FILE] [limits]\n\n"
+            "usage: lpx monitor [--interval S] [--count N] [--url http://HOST:PORT] [--json]\n"
+            "                   [--log FILE] [limits]\n\n"
             "A live table of every NVIDIA GPU (utilisation, memory, temperature, power,\n"
             "clocks, PCIe throughput, throttle reasons), one row per GPU per interval, and\n"
-            "alerts when a rule starts or stops holding.\n\n"
+            "alerts when a rule starts or stops holding. With --url, a running lpx server's\n"
+            "generated tokens/s, running and waiting requests and KV cache use (from its\n"
+            "/metrics) stand beside them; with no GPU here, the server alone.\n\n"
             "  --interval S        seconds between samples (default 1)\n"
             "  --count N           stop after N samples (default: until Ctrl-C)\n"
-            "  --json              one JSON object per GPU per sample instead of the table\n"
+            "  --url URL           the lpx server (lpx serve) to read, e.g. http://127.0.0.1:8000\n"
+            "  --json              one JSON object per GPU (or per sample, with no GPU) per\n"
+            "                      sample instead of the table; --url adds a \"server\" object\n"
             "  --log FILE          append alerts to FILE too\n"
-            "  --url URL           a running lpx server's metrics (not available yet: it comes\n"
-            "                      with the server)\n"
             "limits:\n"
             "  --util-high P       utilisation %% that, with --mem-high, is 'saturated' (%d)\n"
             "  --mem-high P        memory-in-use %% for that rule (%d)\n"
@@ -47,6 +53,7 @@ int cmd_monitor(int argc, char **argv) {
     lpx_monitor_opts o = {.interval_s = 1.0, .stop = &stop_requested};
     lpx_monitor_limits_default(&o.limits);
     const char *log_path = NULL;
+    char metrics_url[2048];
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         double v;
@@ -57,9 +64,11 @@ int cmd_monitor(int argc, char **argv) {
         } else if (!strcmp(a, "--json")) {
             o.json = true;
         } else if (!strcmp(a, "--url") && has_val) {
-            fprintf(stderr, "lpx monitor: --url is not available yet: it reads the lpx server's "
-                            "/metrics, which comes with the server\n");
-            return 2;
+            if (lpx_scrape_metrics_url(argv[++i], metrics_url, sizeof metrics_url) != LPX_OK) {
+                fprintf(stderr, "lpx monitor: %s\n", lpx_last_error());
+                return 2;
+            }
+            o.metrics_url = metrics_url;
         } else if (!strcmp(a, "--log") && has_val) {
             log_path = argv[++i];
         } else if (has_val && !strcmp(a, "--interval") && num(argv[i + 1], 0.05, 86400, &v)) {
@@ -86,11 +95,16 @@ int cmd_monitor(int argc, char **argv) {
         fprintf(stderr, "lpx monitor: cannot open log %s\n", log_path);
         return 1;
     }
+    if (o.metrics_url && curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
+        fprintf(stderr, "lpx monitor: curl_global_init failed\n");
+        return 1;
+    }
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     lpx_status s = lpx_monitor_run(&o, stdout);
     if (o.log) fclose(o.log);
+    if (o.metrics_url) curl_global_cleanup();
     if (s != LPX_OK) {
         fprintf(stderr, "lpx monitor: %s\n", lpx_last_error());
         return 1;

@@ -1,6 +1,7 @@
-/* lpx monitor: a live table of every GPU's readings (like nvidia-smi dmon) and alert
- * rules over the recent samples. The rules are a pure function of the samples, so the
- * unit tests drive them with written-down readings. */
+/* lpx monitor: a live table of every GPU's readings (like nvidia-smi dmon), with --url a
+ * running lpx server's tokens/s, requests and KV usage beside them, and alert rules over
+ * the recent samples. The rules are a pure function of the samples, so the unit tests
+ * drive them with written-down readings. */
 #ifndef LPX_DOCTOR_MONITOR_H
 #define LPX_DOCTOR_MONITOR_H
 
@@ -36,11 +37,13 @@ typedef struct lpx_monitor_opts {
     long count; /* samples per GPU; 0: until *stop */
     bool json;  /* one JSON object a line instead of the table */
     lpx_monitor_limits limits;
+    const char *metrics_url;     /* an lpx server's /metrics (lpx_scrape_metrics_url); NULL */
     FILE *log;                   /* alerts are appended here too; may be NULL */
     volatile sig_atomic_t *stop; /* set by a signal handler to end the loop; may be NULL */
 } lpx_monitor_opts;
 
-/* Samples until count or *stop. LPX_ERR_DEVICE when there is no GPU to watch. */
+/* Samples until count or *stop. LPX_ERR_DEVICE when there is no GPU and no server to
+ * watch; the server's error when its first scrape fails (a later failure is an alert). */
 lpx_status lpx_monitor_run(const lpx_monitor_opts *o, FILE *out);
 
 #endif

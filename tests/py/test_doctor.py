@@ -84,5 +84,3 @@ def test_monitor_usage(lpx_bin):
     assert run(lpx_bin, "monitor", "--help").returncode == 0
     r = run(lpx_bin, "monitor", "--interval", "0")
     assert r.returncode == 2 and r.stderr.startswith("lpx monitor: ")
-    r = run(lpx_bin, "monitor", "--url", "http://127.0.0.1:8000")
-    assert r.returncode == 2 and "not available yet" in r.stderr
