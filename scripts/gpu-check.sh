@@ -21,6 +21,10 @@
 #   logit difference of transformers' bf16 inference on that row);
 #   greedy: 32 tokens equal to the CPU backend's, or the first difference is a
 #   near-tie (CPU top-2 logit gap < TOL_TIE = 0.1).
+#   long prompts (longer than a prefill chunk, not a multiple of the attention
+#   tile): whole, chunked and beside a decoding sequence, against the CPU backend
+#   (SmolLM2 slice, 3e-2) and against CUDA's decode path (Qwen3-0.6B shape, 5e-2:
+#   200 positions of a random 28-layer model, no transformers bf16 band to widen it).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-build}"
@@ -90,6 +94,9 @@ note "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --forma
 models="${MODELS-qwen3-0.6b,qwen2.5-0.5b,llama-3.2-1b}"
 [ -z "$models" ] || python3 scripts/make-shape-model.py "$shapes" --models "$models" >"$out/shapes.log" 2>&1 || { note "FAIL  make-shape-model (see shapes.log)"; fails=$((fails + 1)); }
 
+long_ids() { # n vocab: a fixed prompt of n ids
+    python3 -c "print(','.join(str((i * 7919 + 13) % $2) for i in range($1)))"
+}
 logits() { # model ids device extra... -> file
     local m="$1" ids="$2" dev="$3" f="$4"; shift 4
     "$lpx" logits -m "$m" --ids "$ids" --device "$dev" -o "$f" "$@"
@@ -112,6 +119,16 @@ for m in ${models//,/ }; do
     [ -d "$shapes/$m" ] || continue
     vocab=$(python3 -c "import json;print(json.load(open('$shapes/$m/config.json'))['vocab_size'])")
     conform "$m" "$shapes/$m" "$(cat "$shapes/$m.ids")" "$vocab" "$shapes/$m.ref.f32"
+    if [ "$m" = qwen3-0.6b ]; then # head_dim 128: flash prefill (whole, chunked) vs decode
+        lids=$(long_ids 200 "$vocab") d="$out/tmp"
+        check "$m long (200): cuda prefill runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.f32"
+        check "$m long: cuda chunked (64) runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.chunk.f32" --chunk 64
+        check "$m long: cuda decode runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.dec.f32" --mode decode
+        check "$m long: prefill vs decode" compare "$d/qlong.f32" "$d/qlong.dec.f32" "$vocab" 5e-2 "$m long prefill~decode"
+        check "$m long: chunked vs decode" compare "$d/qlong.chunk.f32" "$d/qlong.dec.f32" "$vocab" 5e-2 "$m long chunked~decode"
+        grep -E "^$m long" "$out/checks.log" | tail -2 >>"$summary"
+        rm -f "$d"/qlong*.f32
+    fi
 done
 if [ -f "$smol" ]; then
     conform smollm2-sliced "$smol" "$(cat "${smol%.gguf}.ids")" 49152 "${smol%.gguf}.ref.f32"
@@ -150,11 +167,30 @@ ab=np.fromfile('$out/tmp/ab.f32','<f4').reshape(-1,V); ref=np.concatenate([a,b])
 e=np.linalg.norm(ab-ref,axis=1)/np.linalg.norm(ref,axis=1); print('batched vs alone max rel-L2', e.max())
 raise SystemExit(0 if e.max() < 1e-3 else 1)"
 
-    # memory checker on a short run (prefill and decode paths)
+    # long prompt (300 ids): whole, chunked (128 a step), and in steps that mix a
+    # 97-token chunk with a sequence decoding one token a step, against the CPU
+    lids=$(long_ids 300 49152) d="$out/tmp"
+    check "long (300): cuda prefill runs" logits "$smol" "$lids" "$dev" "$d/long.f32"
+    check "long: cuda chunked (128) runs" logits "$smol" "$lids" "$dev" "$d/long.chunk.f32" --chunk 128
+    check "long: cuda mixed with a decode runs" logits "$smol" "$lids" "$dev" "$d/long.mixed.f32" \
+        --ids "$ids_smol" --chunk 97,1
+    check "long: cpu runs" logits "$smol" "$lids" cpu "$d/long.cpu.f32"
+    cat "$d/long.cpu.f32" "$d/smollm2-sliced.cpu.f32" >"$d/long.mixed.cpu.f32"
+    check "long: cuda vs cpu" compare "$d/long.f32" "$d/long.cpu.f32" 49152 3e-2 "long cuda~cpu"
+    check "long: cuda chunked vs cpu" compare "$d/long.chunk.f32" "$d/long.cpu.f32" 49152 3e-2 "long chunked~cpu"
+    check "long: cuda mixed vs cpu" compare "$d/long.mixed.f32" "$d/long.mixed.cpu.f32" 49152 3e-2 "long mixed~cpu"
+    grep -E "^long " "$out/checks.log" | tail -3 >>"$summary"
+
+    # memory checker on a short run (prefill and decode paths) and on chunked steps
+    # that mix prefill with decode
     [ "$dev" = cuda ] && check "compute-sanitizer memcheck (prefill)" compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$lpx" logits -m "$smol" --ids "$ids_smol" --device cuda -o "$out/tmp/ms.f32"
     [ "$dev" = cuda ] && check "compute-sanitizer memcheck (decode)" compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$lpx" logits -m "$smol" --ids "1,504,3458,28" --ids "1,9690" --device cuda --mode decode -o "$out/tmp/ms2.f32"
+    [ "$dev" = cuda ] && check "compute-sanitizer memcheck (chunked, mixed)" compute-sanitizer --tool memcheck \
+        --error-exitcode 9 "$lpx" logits -m "$smol" --ids "$(long_ids 150 49152)" --ids "$ids_smol" \
+        --device cuda --chunk 61,1 -o "$out/tmp/ms3.f32"
+    rm -f "$d"/long*.f32
 fi
 
 # 2. benchmark, Qwen3-0.6B shape

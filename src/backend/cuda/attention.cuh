@@ -86,7 +86,6 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
 
 #define ATTN_THREADS 128 /* keys per tile: thread j loads key j */
 #define ATTN_WARPS (ATTN_THREADS / 32)
-#define ATTN_ROWS_PREFILL 64 /* query rows (tokens x group heads) per block in prefill */
 
 /* Shared memory of attn_kernel<HD, RMAX>: queries, scores, a V tile, reduce scratch. */
 template <int HD, int RMAX> struct attn_smem {
@@ -97,10 +96,9 @@ template <int HD, int RMAX> struct attn_smem {
     int is_last;
 };
 
-/* Block per (query tile, kv head, split). A query tile is up to RMAX/G consecutive
- * tokens of one sequence (tiles[i] = first token << 8 | count; NULL: tile i is token
- * i alone, as in decode); its rows are (token, query head of the kv head's group).
- * The tile's context (that of its last token) is cut into
+/* Decode (one token per sequence; prefill steps use flash_prefill.cuh). Block per
+ * (token, kv head, split); its rows are the query heads of the kv head's group.
+ * The token's context is cut into
  * S_eff = min(S, ceil(len / ATTN_THREADS)) splits (blocks beyond exit), so a short
  * context takes one block and no reduce. A split walks its keys a tile of
  * ATTN_THREADS at a time: thread j loads key j whole into registers and its value
@@ -118,7 +116,6 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                 int *__restrict__ done,          // (T, n_kv) split counters, left at 0
                 const float *__restrict__ q,     // (T, n_heads*HD)
                 const bf16 *__restrict__ kv,
-                const int32_t *__restrict__ tiles,       // (n_tiles) or NULL
                 const int32_t *__restrict__ tok_seq,     // (T), -1 = padding
                 const int32_t *__restrict__ positions,   // (T)
                 const int32_t *__restrict__ block_table, // (n_seqs, max_blocks)
@@ -130,8 +127,7 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     grid_launch_next();
     const int kvh = blockIdx.y, split = blockIdx.z, Sm = gridDim.z;
     const int G = g.n_heads / g.n_kv, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int t0 = tiles ? tiles[blockIdx.x] >> 8 : blockIdx.x;
-    const int nq = tiles ? tiles[blockIdx.x] & 0xff : 1;
+    const int t0 = blockIdx.x, nq = 1;
     const int R = nq * G;
     const int seq = tok_seq[t0];
     const int p0 = positions[t0];                   /* positions of the tile: p0 .. p0+nq-1 */
@@ -345,9 +341,7 @@ static int attn_splits(int T, int n_kv, int n_sms) {
     return s < 1 ? 1 : s > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : s;
 }
 
-#define ATTN_VARIANTS(X)                                                                           \
-    X(64, ATTN_MAX_GROUP) X(128, ATTN_MAX_GROUP) X(256, ATTN_MAX_GROUP) X(64, ATTN_ROWS_PREFILL)    \
-    X(128, ATTN_ROWS_PREFILL) X(256, ATTN_ROWS_PREFILL)
+#define ATTN_VARIANTS(X) X(64, ATTN_MAX_GROUP) X(128, ATTN_MAX_GROUP) X(256, ATTN_MAX_GROUP)
 
 /* Lets each attn_kernel instantiation take its shared memory (over 48 KB). */
 static lpx_status attention_init(void) {
@@ -360,32 +354,18 @@ static lpx_status attention_init(void) {
     return LPX_OK;
 }
 
-/* Query tiles of up to ATTN_ROWS_PREFILL/G tokens, within a sequence, for
- * attention over a prefill batch: tiles[i] = first token << 8 | count. */
-static int attn_tiles(const int32_t *seq_start, int n_seqs, int G, int32_t *tiles) {
-    const int qt = ATTN_ROWS_PREFILL / G;
-    int n = 0;
-    for (int s = 0; s < n_seqs; s++)
-        for (int t = seq_start[s]; t < seq_start[s + 1]; t += qt) {
-            const int c = seq_start[s + 1] - t < qt ? seq_start[s + 1] - t : qt;
-            tiles[n++] = t << 8 | c;
-        }
-    return n;
-}
-
-/* tiles NULL: one token per tile (n_tiles = T). */
+/* One token per sequence, T tokens. */
 static lpx_status attention(bf16 *out, float *part_o, float *part_ml, int *done, const float *q,
-                            const bf16 *kv, const int32_t *tiles, int n_tiles,
-                            const int32_t *tok_seq, const int32_t *positions,
+                            const bf16 *kv, int T, const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *block_table, int max_blocks, int S, kv_geom g,
                             int layer, int window, cudaStream_t st) {
-    const dim3 grid(n_tiles, g.n_kv, S);
+    const dim3 grid(T, g.n_kv, S);
     const float scale = 1.0f / sqrtf((float)g.head_dim);
     cudaError_t e = cudaErrorInvalidValue;
 #define ATTN_LAUNCH(HD, RMAX)                                                                      \
-    if (g.head_dim == HD && (tiles != NULL) == (RMAX == ATTN_ROWS_PREFILL))                        \
+    if (g.head_dim == HD)                                                                          \
         e = launch(attn_kernel<HD, RMAX>, grid, dim3(ATTN_THREADS), sizeof(attn_smem<HD, RMAX>),   \
-                   st, out, part_o, part_ml, done, q, kv, tiles, tok_seq, positions, block_table,  \
+                   st, out, part_o, part_ml, done, q, kv, tok_seq, positions, block_table,         \
                    max_blocks, g, layer, scale, window);
     ATTN_VARIANTS(ATTN_LAUNCH)
 #undef ATTN_LAUNCH

@@ -6,6 +6,7 @@
 #include "attention.cuh"
 #include "common.cuh"
 #include "elementwise.cuh"
+#include "flash_prefill.cuh"
 #include "matmul.cuh"
 
 #include <math.h>
@@ -58,8 +59,9 @@ typedef struct cuda_backend {
     int logit_cap;  /* logits rows computed per pass */
     int max_blocks; /* block-table row stride on the device */
     /* step inputs, int32, same layout on host (pinned) and device:
-     * tokens | positions | slots | tok_seq | logit_rows | attention tiles (tok_cap
-     * each), block table */
+     * tokens | positions | slots | tok_seq | logit_rows (tok_cap each) | prefill
+     * attention tiles (2*tok_cap: flash_tiles makes at most 1.125 per token) |
+     * block table */
     int32_t *in_host, *in_dev;
 
     float *x;       /* (tok_cap, d_model) residual stream */
@@ -219,21 +221,20 @@ static lpx_status pick_device(int dev, cudaDeviceProp *prop) {
 
 /* --- the step ------------------------------------------------------------- */
 
-enum { IN_TOK = 0, IN_POS = 1, IN_SLOT = 2, IN_SEQ = 3, IN_ROWS = 4, IN_TILES = 5, IN_BT = 6 };
+enum { IN_TOK = 0, IN_POS = 1, IN_SLOT = 2, IN_SEQ = 3, IN_ROWS = 4, IN_TILES = 5, IN_BT = 7 };
 static int32_t *in_part(const cuda_backend *b, int32_t *base, int part) {
     return base + (size_t)part * b->tok_cap;
 }
 
-/* Everything up to the final norm, for T tokens; attention over n_tiles query
- * tiles (0: one per token, as in decode). */
+/* Everything up to the final norm, for T tokens; attention by the flash prefill
+ * kernel over n_tiles query tiles, or with n_tiles 0 by the decode kernel (one
+ * token per sequence). */
 static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     const lpx_config *c = &b->cfg;
     cudaStream_t st = b->stream;
     const int d = c->d_model, qd = c->n_heads * c->head_dim;
     int32_t *in = b->in_dev;
-    const int32_t *tiles = n_tiles > 0 ? in_part(b, in, IN_TILES) : NULL;
-    if (n_tiles == 0) n_tiles = T;
-    const int S = attn_splits(n_tiles, c->n_kv_heads, b->mc.n_sms);
+    const int S = attn_splits(T, c->n_kv_heads, b->mc.n_sms);
     LPX_TRY(embed(b->x, b->tok_embd, in_part(b, in, IN_TOK), T, d, st));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
@@ -243,9 +244,16 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
                          in_part(b, in, IN_POS), in_part(b, in, IN_SLOT), T, b->geom, l,
                          c->rms_norm_eps, c->rope_interleaved, st));
-        LPX_TRY(attention(b->attn, b->part_o, b->part_ml, b->done, b->q, b->kv, tiles, n_tiles,
-                          in_part(b, in, IN_SEQ), in_part(b, in, IN_POS), in_part(b, in, IN_BT),
-                          b->max_blocks, S, b->geom, l, c->sliding_window, st));
+        if (n_tiles > 0)
+            LPX_TRY(flash_prefill(b->attn, b->q, b->kv, in_part(b, in, IN_TILES), n_tiles,
+                                  in_part(b, in, IN_SEQ), in_part(b, in, IN_POS),
+                                  in_part(b, in, IN_BT), b->max_blocks, b->geom, l,
+                                  c->sliding_window, st));
+        else
+            LPX_TRY(attention(b->attn, b->part_o, b->part_ml, b->done, b->q, b->kv, T,
+                              in_part(b, in, IN_SEQ), in_part(b, in, IN_POS),
+                              in_part(b, in, IN_BT), b->max_blocks, S, b->geom, l,
+                              c->sliding_window, st));
         LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd, true,
                        st));
         LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
@@ -377,13 +385,13 @@ static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logit
     const int T_pad = decode ? 1 << k : bt->n_tokens;
     int used_blocks = 0;
     LPX_TRY(pack_batch(b, bt, T_pad, &used_blocks));
-    /* Prefill chunks go through attention in query tiles; one token per sequence
-     * (decode) takes a tile each. */
+    /* A step with a prefill chunk goes through the flash prefill kernel (its
+     * one-token sequences too); one token per sequence, the decode kernel. */
     const int n_tiles = decode || bt->n_tokens == bt->n_seqs
                             ? 0
-                            : attn_tiles(bt->seq_start, bt->n_seqs,
-                                         b->cfg.n_heads / b->cfg.n_kv_heads,
-                                         in_part(b, b->in_host, IN_TILES));
+                            : flash_tiles(bt->seq_start, bt->n_seqs,
+                                          b->cfg.n_heads / b->cfg.n_kv_heads,
+                                          in_part(b, b->in_host, IN_TILES));
     LPX_TRY(upload_inputs(b, bt->n_seqs, used_blocks));
     if (decode) {
         if (!b->graphs[k]) LPX_TRY(capture_decode_graph(b, k));
@@ -469,6 +477,10 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
         b->n_buckets++;
     const int top_bucket = 1 << (b->n_buckets - 1);
     b->tok_cap = eo->max_batch_tokens > top_bucket ? eo->max_batch_tokens : top_bucket;
+    /* prefill tiles name their first (token, head) row in 31 - FP_ROW_BITS bits */
+    if (b->tok_cap > (1 << (31 - FP_ROW_BITS)) / ATTN_MAX_GROUP)
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "cuda: max_batch_tokens %d (at most %d)",
+                          b->tok_cap, (1 << (31 - FP_ROW_BITS)) / ATTN_MAX_GROUP);
     b->logit_cap = b->tok_cap < 256 ? b->tok_cap : (top_bucket > 256 ? top_bucket : 256);
     b->max_blocks = ceil_div(max_ctx, eo->block_size);
     if (b->max_blocks > eo->n_blocks) b->max_blocks = eo->n_blocks;
@@ -484,6 +496,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     g_use_pdl = !(env && !strcmp(env, "0"));
     LPX_TRY(matvec_init());
     LPX_TRY(attention_init());
+    LPX_TRY(flash_prefill_init());
 
     /* Memory plan, checked before any large allocation. */
     const size_t T = (size_t)b->tok_cap;
