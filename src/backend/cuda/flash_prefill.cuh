@@ -130,21 +130,36 @@ __global__ void __launch_bounds__(FP_THREADS)
         *reinterpret_cast<uint2 *>(&sm.q[r][d]) = p;
     }
 
-    /* K and V of keys kbase .. kbase+BN-1 into buffer buf; keys >= k_hi zero-filled */
-    auto load = [&](int buf, int kbase) {
-        for (int e = tid; e < BN * CH; e += FP_THREADS) {
-            const int r = e / CH, c = e % CH, key = kbase + r;
+    /* K/V tile loads. Thread tid copies 16-byte chunk tid % CH of rows tid / CH +
+     * i*RSTEP. The block ids of a tile's keys are fetched one tile ahead (fetch),
+     * so the cp.async of the next tile (issue) never waits on a block-table load;
+     * keys >= k_hi are zero-filled (their block id: that of k_lo, a mapped one). */
+    constexpr int RSTEP = FP_THREADS / CH, RPT = BN / RSTEP;
+    const int lc = tid % CH, lr = tid / CH;
+    int blk[RPT];
+    auto fetch = [&](int kbase) {
+#pragma unroll
+        for (int i = 0; i < RPT; i++) {
+            const int key = kbase + lr + i * RSTEP;
+            blk[i] = bt[(key < k_hi ? key : k_lo) / g.block_size];
+        }
+    };
+    auto issue = [&](int buf, int kbase) {
+#pragma unroll
+        for (int i = 0; i < RPT; i++) {
+            const int r = lr + i * RSTEP, key = kbase + r;
             const bool ok = key < k_hi;
-            const int kk = ok ? key : k_lo;
-            const int blk = bt[kk / g.block_size], slot = kk % g.block_size;
-            cp_async16(&sm.k[buf][r][c * 8], kv + kv_offset(g, layer, 0, kvh, blk, slot) + c * 8, ok);
-            cp_async16(&sm.v[buf][r][c * 8], kv + kv_offset(g, layer, 1, kvh, blk, slot) + c * 8, ok);
+            const int slot = (ok ? key : k_lo) % g.block_size;
+            cp_async16(&sm.k[buf][r][lc * 8], kv + kv_offset(g, layer, 0, kvh, blk[i], slot) + lc * 8, ok);
+            cp_async16(&sm.v[buf][r][lc * 8], kv + kv_offset(g, layer, 1, kvh, blk[i], slot) + lc * 8, ok);
         }
         cp_async_commit();
     };
 
     const int n_kt = (k_hi - k_lo + BN - 1) / BN;
-    load(0, k_lo);
+    fetch(k_lo);
+    issue(0, k_lo);
+    if (n_kt > 1) fetch(k_lo + BN);
     __syncthreads(); /* sm.q written */
 
     /* this thread's two rows: warp*16 + lane/4 (A) and +8 (B); position -1 = no row */
@@ -167,7 +182,8 @@ __global__ void __launch_bounds__(FP_THREADS)
     for (int it = 0; it < n_kt; it++) {
         const int kbase = k_lo + it * BN, buf = it & 1;
         if (it + 1 < n_kt) {
-            load(buf ^ 1, kbase + BN);
+            issue(buf ^ 1, kbase + BN);
+            if (it + 2 < n_kt) fetch(kbase + 2 * BN); /* in flight during this tile's math */
             cp_async_wait<1>();
         } else {
             cp_async_wait<0>();
