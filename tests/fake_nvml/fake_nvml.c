@@ -1,15 +1,15 @@
 /* A stand-in for libnvidia-ml.so.1 and libcuda.so.1, for tests only: lpx loads it through
- * LPX_NVML_LIBRARY / LPX_CUDA_LIBRARY, and LPX_FAKE_NVML_STATE picks what it reports.
- * One GPU, an H200 in good health, unless the state names one fault:
- *   healthy, nogpu, old_driver, cc_not_compiled, pcie_x8, thermal, power_cap, ecc_on,
- *   low_memory, foreign_process, mig_on
+ * LPX_NVML_LIBRARY / LPX_CUDA_LIBRARY, and LPX_FAKE_NVML_STATE names a row of the table
+ * below (default "healthy"): one H200 in good health, or that GPU with one fault. An
+ * unknown name makes nvmlInit_v2, cuDriverGetVersion and cuInit fail (lpx calls nothing
+ * else then), so a misspelt state cannot pass as healthy.
  * Signatures follow NVIDIA's documented ABI, as src/telemetry/telemetry.c declares it. */
 #include <stdlib.h>
 #include <string.h>
 
 typedef int nvml_ret;
 typedef struct nvml_device_st *nvml_device;
-enum { OK = 0, NOT_SUPPORTED = 3, INVALID_ARGUMENT = 2, INSUFFICIENT_SIZE = 7 };
+enum { OK = 0, INVALID_ARGUMENT = 2, INSUFFICIENT_SIZE = 7, UNKNOWN = 999 };
 typedef struct {
     unsigned long long total, free, used;
 } nvml_memory;
@@ -22,13 +22,80 @@ typedef struct {
     unsigned int gpu_instance_id, compute_instance_id;
 } nvml_process_info;
 
-#define GIB (1024ULL * 1024 * 1024)
-static struct nvml_device_st { int unused; } the_gpu;
+#define MIB (1024ULL * 1024)
+#define GIB (1024 * MIB)
 
-static int is(const char *state) {
+/* Throttle ("clock event") reason bits; the healthy GPU has none. */
+#define SW_POWER_CAP 0x4ULL
+#define SW_THERMAL 0x20ULL
+
+typedef struct fake_state {
+    const char *name;
+    int no_gpu;              /* NVML counts 0 GPUs, cuInit says CUDA_ERROR_NO_DEVICE */
+    const char *driver;      /* driver version */
+    int cuda;                /* newest CUDA it supports, 1000*major + 10*minor */
+    const char *gpu;         /* name */
+    int cc_major, cc_minor;  /* compute capability */
+    unsigned mem_used_gib;   /* of 141 GiB */
+    unsigned mem_growth_mib; /* more in use at every memory reading */
+    unsigned util;           /* GPU utilisation % */
+    unsigned temp_c;         /* slowdown at 87 C, shutdown at 95 C */
+    unsigned power_mw, power_limit_mw;
+    unsigned sm_clock_mhz;         /* of 1980 */
+    unsigned long long throttle;   /* reason bits */
+    unsigned pcie_width;           /* of 16, gen 5 of 5 */
+    unsigned long long ecc_errors; /* uncorrected, with ECC on */
+    unsigned mig;                  /* MIG mode on */
+    unsigned foreign_gib;          /* PID 1 (never lpx) holds this much */
+} fake_state;
+
+/* The first row is the healthy GPU; a fault row names only what differs from it (a field
+ * left 0 reads as the healthy row's). */
+static const fake_state states[] = {
+    {.name = "healthy",
+     .driver = "580.159.04",
+     .cuda = 13000,
+     .gpu = "NVIDIA H200",
+     .cc_major = 9,
+     .cc_minor = 0,
+     .mem_used_gib = 1,
+     .temp_c = 35,
+     .power_mw = 90000,
+     .power_limit_mw = 700000,
+     .sm_clock_mhz = 1980,
+     .pcie_width = 16},
+    {.name = "nogpu", .no_gpu = 1},
+    /* CUDA 11.4: older than any toolkit lpx builds with. */
+    {.name = "old_driver", .driver = "470.256.02", .cuda = 11040},
+    /* Kepler's 3.7: no lpx build carries kernels for it. */
+    {.name = "cc_not_compiled", .gpu = "Tesla K80", .cc_major = 3, .cc_minor = 7},
+    {.name = "pcie_x8", .pcie_width = 8},
+    {.name = "thermal", .temp_c = 84, .sm_clock_mhz = 1200, .throttle = SW_THERMAL},
+    {.name = "power_cap",
+     .power_mw = 300000,
+     .power_limit_mw = 300000,
+     .sm_clock_mhz = 1200,
+     .throttle = SW_POWER_CAP},
+    {.name = "ecc_on", .ecc_errors = 2},
+    {.name = "low_memory", .mem_used_gib = 140},
+    {.name = "foreign_process", .mem_used_gib = 20, .foreign_gib = 19},
+    {.name = "mig_on", .mig = 1},
+    {.name = "saturated", .util = 99, .mem_used_gib = 138},
+    {.name = "mem_growing", .mem_growth_mib = 512},
+};
+#define N_STATES (sizeof states / sizeof states[0])
+
+/* The row LPX_FAKE_NVML_STATE names; NULL for an unknown name. */
+static const fake_state *state(void) {
     const char *s = getenv("LPX_FAKE_NVML_STATE");
-    return strcmp(s && s[0] ? s : "healthy", state) == 0;
+    for (size_t i = 0; i < N_STATES; i++)
+        if (!strcmp(states[i].name, s && s[0] ? s : "healthy")) return &states[i];
+    return NULL;
 }
+/* A reading of the current state, the healthy row's where the state leaves it 0. */
+#define V(field) (state()->field ? state()->field : states[0].field)
+
+static struct nvml_device_st { int unused; } the_gpu;
 
 static void copy(char *dst, unsigned int cap, const char *src) {
     if (!cap) return;
@@ -37,189 +104,163 @@ static void copy(char *dst, unsigned int cap, const char *src) {
 }
 
 nvml_ret nvmlInit_v2(void) {
-    return OK;
+    return state() ? OK : UNKNOWN;
 }
 nvml_ret nvmlShutdown(void) {
     return OK;
 }
 const char *nvmlErrorString(nvml_ret r) {
-    return r == OK ? "Success" : "fake NVML error";
+    return r == OK        ? "Success"
+           : r == UNKNOWN ? "fake NVML: unknown LPX_FAKE_NVML_STATE"
+                          : "fake NVML error";
 }
 
 nvml_ret nvmlDeviceGetCount_v2(unsigned int *n) {
-    *n = is("nogpu") ? 0 : 1;
+    *n = state()->no_gpu ? 0 : 1;
     return OK;
 }
 nvml_ret nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvml_device *d) {
-    if (is("nogpu") || i != 0) return INVALID_ARGUMENT;
+    if (state()->no_gpu || i != 0) return INVALID_ARGUMENT;
     *d = &the_gpu;
     return OK;
 }
 nvml_ret nvmlSystemGetDriverVersion(char *buf, unsigned int cap) {
-    copy(buf, cap, is("old_driver") ? "470.256.02" : "580.159.04");
+    copy(buf, cap, V(driver));
     return OK;
 }
-/* CUDA 11.4 for the old driver: older than any toolkit lpx builds with. */
 nvml_ret nvmlSystemGetCudaDriverVersion(int *v) {
-    *v = is("old_driver") ? 11040 : 13000;
+    *v = V(cuda);
     return OK;
 }
 nvml_ret nvmlDeviceGetName(nvml_device d, char *buf, unsigned int cap) {
-    (void)d;
-    copy(buf, cap, is("cc_not_compiled") ? "Tesla K80" : "NVIDIA H200");
+    copy(buf, cap, V(gpu));
     return OK;
 }
 nvml_ret nvmlDeviceGetUUID(nvml_device d, char *buf, unsigned int cap) {
-    (void)d;
     copy(buf, cap, "GPU-fa4e0000-0000-0000-0000-000000000000");
     return OK;
 }
-/* Kepler's 3.7: no lpx build carries kernels for it. */
 nvml_ret nvmlDeviceGetCudaComputeCapability(nvml_device d, int *major, int *minor) {
-    (void)d;
-    *major = is("cc_not_compiled") ? 3 : 9;
-    *minor = is("cc_not_compiled") ? 7 : 0;
+    *major = V(cc_major);
+    *minor = V(cc_minor);
     return OK;
 }
 nvml_ret nvmlDeviceGetMemoryInfo(nvml_device d, nvml_memory *m) {
-    (void)d;
+    static unsigned long long readings;
     m->total = 141 * GIB;
-    m->used = is("low_memory") ? 140 * GIB : is("foreign_process") ? 20 * GIB : 1 * GIB;
+    m->used = V(mem_used_gib) * GIB + readings++ * state()->mem_growth_mib * MIB;
     m->free = m->total - m->used;
     return OK;
 }
 nvml_ret nvmlDeviceGetMemoryBusWidth(nvml_device d, unsigned int *v) {
-    (void)d;
     *v = 6144;
     return OK;
 }
 nvml_ret nvmlDeviceGetUtilizationRates(nvml_device d, nvml_utilization *u) {
-    (void)d;
-    u->gpu = u->memory = 0;
+    u->gpu = V(util);
+    u->memory = u->gpu / 2;
     return OK;
 }
 nvml_ret nvmlDeviceGetTemperature(nvml_device d, int sensor, unsigned int *v) {
-    (void)d, (void)sensor;
-    *v = is("thermal") ? 84 : 35;
+    *v = V(temp_c);
     return OK;
 }
 nvml_ret nvmlDeviceGetTemperatureThreshold(nvml_device d, int which, unsigned int *v) {
-    (void)d;
     *v = which == 1 ? 87 : 95; /* slowdown, shutdown */
     return OK;
 }
 nvml_ret nvmlDeviceGetPowerUsage(nvml_device d, unsigned int *mw) {
-    (void)d;
-    *mw = is("power_cap") ? 300000 : 90000;
+    *mw = V(power_mw);
     return OK;
 }
 nvml_ret nvmlDeviceGetEnforcedPowerLimit(nvml_device d, unsigned int *mw) {
-    (void)d;
-    *mw = is("power_cap") ? 300000 : 700000;
+    *mw = V(power_limit_mw);
     return OK;
 }
 nvml_ret nvmlDeviceGetPowerManagementDefaultLimit(nvml_device d, unsigned int *mw) {
-    (void)d;
-    *mw = 700000;
+    *mw = states[0].power_limit_mw;
     return OK;
 }
 nvml_ret nvmlDeviceGetClockInfo(nvml_device d, int which, unsigned int *mhz) {
-    (void)d;
-    *mhz = which == 1 ? (is("thermal") || is("power_cap") ? 1200 : 1980) : 2619;
+    *mhz = which == 1 ? V(sm_clock_mhz) : 2619;
     return OK;
 }
 nvml_ret nvmlDeviceGetMaxClockInfo(nvml_device d, int which, unsigned int *mhz) {
-    (void)d;
-    *mhz = which == 1 ? 1980 : 2619;
+    *mhz = which == 1 ? states[0].sm_clock_mhz : 2619;
     return OK;
 }
-/* Bits: 0x1 idle, 0x4 software power cap, 0x20 software thermal slowdown. */
 nvml_ret nvmlDeviceGetCurrentClocksEventReasons(nvml_device d, unsigned long long *bits) {
-    (void)d;
-    *bits = is("thermal") ? 0x20 : is("power_cap") ? 0x4 : 0x1;
+    *bits = V(throttle);
     return OK;
 }
 nvml_ret nvmlDeviceGetCurrPcieLinkGeneration(nvml_device d, unsigned int *v) {
-    (void)d;
     *v = 5;
     return OK;
 }
 nvml_ret nvmlDeviceGetCurrPcieLinkWidth(nvml_device d, unsigned int *v) {
-    (void)d;
-    *v = is("pcie_x8") ? 8 : 16;
+    *v = V(pcie_width);
     return OK;
 }
 nvml_ret nvmlDeviceGetMaxPcieLinkGeneration(nvml_device d, unsigned int *v) {
-    (void)d;
     *v = 5;
     return OK;
 }
 nvml_ret nvmlDeviceGetMaxPcieLinkWidth(nvml_device d, unsigned int *v) {
-    (void)d;
-    *v = 16;
+    *v = states[0].pcie_width;
     return OK;
 }
 nvml_ret nvmlDeviceGetPcieThroughput(nvml_device d, int which, unsigned int *kbps) {
-    (void)d, (void)which;
     *kbps = 100;
     return OK;
 }
-/* ecc_on: ECC is on and has counted uncorrected errors since the driver loaded. */
+/* ECC is on in every state; ecc_on adds uncorrected errors since the driver loaded. */
 nvml_ret nvmlDeviceGetEccMode(nvml_device d, int *current, int *pending) {
-    (void)d;
     *current = *pending = 1;
     return OK;
 }
 nvml_ret nvmlDeviceGetTotalEccErrors(nvml_device d, int type, int counter, unsigned long long *n) {
-    (void)d, (void)type, (void)counter;
-    *n = is("ecc_on") ? 2 : 0;
+    *n = state()->ecc_errors;
     return OK;
 }
 nvml_ret nvmlDeviceGetPersistenceMode(nvml_device d, int *on) {
-    (void)d;
     *on = 1;
     return OK;
 }
 nvml_ret nvmlDeviceGetMigMode(nvml_device d, unsigned int *current, unsigned int *pending) {
-    (void)d;
-    *current = *pending = is("mig_on") ? 1 : 0;
+    *current = *pending = state()->mig;
     return OK;
 }
 nvml_ret nvmlDeviceGetComputeMode(nvml_device d, int *mode) {
-    (void)d;
     *mode = 0;
     return OK;
 }
 nvml_ret nvmlDeviceGetRemappedRows(nvml_device d, unsigned int *corr, unsigned int *unc,
                                    unsigned int *pending, unsigned int *failed) {
-    (void)d;
     *corr = *unc = *pending = *failed = 0;
     return OK;
 }
-/* foreign_process: PID 1 (never lpx itself) holds 19 GiB. */
 nvml_ret nvmlDeviceGetComputeRunningProcesses_v3(nvml_device d, unsigned int *n,
                                                  nvml_process_info *info) {
-    (void)d;
-    unsigned int want = is("foreign_process") ? 1 : 0;
+    unsigned int want = state()->foreign_gib ? 1 : 0;
     if (*n < want) {
         *n = want;
         return INSUFFICIENT_SIZE;
     }
     *n = want;
-    if (want) info[0] = (nvml_process_info){1, 19 * GIB, 0xFFFFFFFFu, 0xFFFFFFFFu};
+    if (want)
+        info[0] = (nvml_process_info){1, state()->foreign_gib * GIB, 0xFFFFFFFFu, 0xFFFFFFFFu};
     return OK;
 }
 
 /* ---- libcuda ---- */
 int cuInit(unsigned int flags) {
-    (void)flags;
-    return is("nogpu") ? 100 : 0; /* CUDA_ERROR_NO_DEVICE */
+    return !state() ? 999 : state()->no_gpu ? 100 : 0; /* CUDA_ERROR_UNKNOWN, _NO_DEVICE */
 }
 int cuDriverGetVersion(int *v) {
-    return nvmlSystemGetCudaDriverVersion(v);
+    return state() ? nvmlSystemGetCudaDriverVersion(v) : 999;
 }
 int cuDeviceGetCount(int *n) {
-    *n = is("nogpu") ? 0 : 1;
+    *n = state()->no_gpu ? 0 : 1;
     return 0;
 }
 int cuGetErrorName(int r, const char **s) {
