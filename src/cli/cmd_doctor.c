@@ -74,7 +74,7 @@ int cmd_doctor(int argc, char **argv) {
         needp = &need;
     }
     lpx_doctor_report r;
-    if (lpx_doctor_run(needp, &r) != LPX_OK) {
+    if (lpx_doctor_run(NULL, needp, &r) != LPX_OK) {
         fprintf(stderr, "lpx doctor: %s\n", lpx_last_error());
         lpx_doctor_report_free(&r);
         return 1;

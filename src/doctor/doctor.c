@@ -133,9 +133,10 @@ lpx_status lpx_model_need_compute(const lpx_plan_model *m, int64_t max_model_len
     return LPX_OK;
 }
 
-lpx_status lpx_doctor_run(const lpx_model_need *need, lpx_doctor_report *r) {
+lpx_status lpx_doctor_run(const lpx_build_facts *build, const lpx_model_need *need,
+                          lpx_doctor_report *r) {
     memset(r, 0, sizeof *r);
-    r->build = lpx_build_facts_get();
+    r->build = build ? *build : lpx_build_facts_get();
     lpx_host_facts_read(&r->host);
     if (need) r->has_need = true, r->need = *need;
     lpx_telemetry *t;

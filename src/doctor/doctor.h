@@ -32,8 +32,10 @@ void lpx_host_facts_read(lpx_host_facts *h);
 lpx_status lpx_model_need_compute(const lpx_plan_model *m, int64_t max_model_len,
                                   int64_t max_num_seqs, int64_t reserve, lpx_model_need *out);
 
-/* need may be NULL (no model given). */
-lpx_status lpx_doctor_run(const lpx_model_need *need, lpx_doctor_report *r);
+/* build: the lpx build to judge the machine for; NULL for this one (lpx_build_facts_get).
+ * need may be NULL (no model given). */
+lpx_status lpx_doctor_run(const lpx_build_facts *build, const lpx_model_need *need,
+                          lpx_doctor_report *r);
 void lpx_doctor_report_free(lpx_doctor_report *r);
 
 void lpx_doctor_print(FILE *f, const lpx_doctor_report *r);
