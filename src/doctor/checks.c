@@ -200,7 +200,7 @@ static void eval_cuda_driver(const lpx_host_facts *h, const lpx_telemetry_state 
                        h->cuda_visible_set ? "\")" : "");
     else
         lpx_checks_add(out, id, LPX_CHECK_OK, NULL,
-                       "libcuda.so.1 loaded, cuInit ok, CUDA sees %d GPU(s)%s%s%s",
+                       "%s loaded, cuInit ok, CUDA sees %d GPU(s)%s%s%s", st->cuda_library,
                        st->cuda_device_count,
                        h->cuda_visible_set ? " (CUDA_VISIBLE_DEVICES=\"" : "",
                        h->cuda_visible_set ? h->cuda_visible : "",
@@ -277,8 +277,8 @@ void lpx_eval_host(const lpx_host_facts *h, const lpx_telemetry_state *st, const
 
     /* NVML */
     if (st->nvml_ready)
-        lpx_checks_add(out, "driver.nvml", LPX_CHECK_OK, NULL,
-                       "libnvidia-ml.so.1 loaded, driver %s%s%s",
+        lpx_checks_add(out, "driver.nvml", LPX_CHECK_OK, NULL, "%s loaded, driver %s%s%s",
+                       st->nvml_library,
                        st->driver_version[0] ? st->driver_version : "(version unknown)",
                        st->missing_symbols[0] ? "; this NVML lacks: " : "", st->missing_symbols);
     else if (st->nvml_init_result == 18) /* NVML_ERROR_LIB_RM_VERSION_MISMATCH */

@@ -295,8 +295,10 @@ char *lpx_doctor_json(const lpx_doctor_report *r) {
     cJSON_AddNumberToObject(b, "cuda_version", r->build.cuda_version);
     cJSON *d = cJSON_AddObjectToObject(root, "driver");
     cJSON_AddBoolToObject(d, "nvml", r->state.nvml_ready);
+    cJSON_AddStringToObject(d, "nvml_library", r->state.nvml_library);
     cJSON_AddStringToObject(d, "nvml_error", r->state.nvml_error);
     cJSON_AddBoolToObject(d, "libcuda", r->state.cuda_loaded);
+    cJSON_AddStringToObject(d, "cuda_library", r->state.cuda_library);
     cJSON_AddStringToObject(d, "cuda_error", r->state.cuda_error);
     cJSON_AddStringToObject(d, "version", r->state.driver_version);
     add_num(d, "cuda_version", r->state.driver_cuda_version);

@@ -1,11 +1,13 @@
 /* NVML and CUDA driver probes through dlopen. The prototypes and struct layouts below
  * are declared here, from NVIDIA's documented ABI, instead of including nvml.h/cuda.h:
  * lpx must build and run where no CUDA headers or driver exist. */
+#define _GNU_SOURCE /* dlinfo */
 #include "telemetry/telemetry.h"
 
 #include "base/error.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,18 +130,26 @@ static const char *cuda_err(const lpx_telemetry *t, int r) {
     return buf;
 }
 
-/* The library named by the environment variable `var` when it is set (tests drive doctor
- * through a fake NVML this way), else the default soname. */
-static const char *lib_name(const char *var, const char *soname) {
+/* Opens the library named by the environment variable `var` when it is set (tests drive
+ * doctor through a fake NVML this way), else the default soname. `path` gets the file the
+ * loader opened (its search resolved a bare soname to a path), or the name asked for. */
+static void *open_lib(const char *var, const char *soname, char *path, size_t cap) {
     const char *v = getenv(var);
-    return v && v[0] ? v : soname;
+    const char *name = v && v[0] ? v : soname;
+    snprintf(path, cap, "%s", name);
+    void *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    struct link_map *lm = NULL;
+    if (h && dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0])
+        snprintf(path, cap, "%s", lm->l_name);
+    return h;
 }
 
 static void load_nvml(lpx_telemetry *t) {
     lpx_telemetry_state *st = &t->st;
     /* The versioned soname: the unversioned libnvidia-ml.so is the toolkit's stub. */
-    const char *lib = lib_name("LPX_NVML_LIBRARY", "libnvidia-ml.so.1");
-    t->nvml_lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    t->nvml_lib = open_lib("LPX_NVML_LIBRARY", "libnvidia-ml.so.1", st->nvml_library,
+                           sizeof st->nvml_library);
+    const char *lib = st->nvml_library;
     if (!t->nvml_lib) {
         snprintf(st->nvml_error, sizeof st->nvml_error, "%s", dlerror());
         return;
@@ -148,8 +158,8 @@ static void load_nvml(lpx_telemetry *t) {
 #define LOAD_FN(name, required, args)                                                              \
     *(void **)&t->name = dlsym(t->nvml_lib, #name);                                                \
     if (!t->name && required) {                                                                    \
-        snprintf(st->nvml_error, sizeof st->nvml_error, "%s lacks %s (driver too old for lpx)",    \
-                 lib, #name);                                                                      \
+        snprintf(st->nvml_error, sizeof st->nvml_error,                                            \
+                 "%.160s lacks %s (driver too old for lpx)", lib, #name);                          \
         ok = false;                                                                                \
     } else if (!t->name)                                                                           \
         appendf(st->missing_symbols, sizeof st->missing_symbols, "%s%s",                           \
@@ -183,8 +193,9 @@ static void load_nvml(lpx_telemetry *t) {
 
 static void load_cuda(lpx_telemetry *t) {
     lpx_telemetry_state *st = &t->st;
-    const char *lib = lib_name("LPX_CUDA_LIBRARY", "libcuda.so.1");
-    t->cuda_lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    t->cuda_lib =
+        open_lib("LPX_CUDA_LIBRARY", "libcuda.so.1", st->cuda_library, sizeof st->cuda_library);
+    const char *lib = st->cuda_library;
     if (!t->cuda_lib) {
         snprintf(st->cuda_error, sizeof st->cuda_error, "%s", dlerror());
         return;
@@ -193,7 +204,7 @@ static void load_cuda(lpx_telemetry *t) {
 #define LOAD_FN(name, required, args)                                                              \
     *(void **)&t->name = dlsym(t->cuda_lib, #name);                                                \
     if (!t->name && required) {                                                                    \
-        snprintf(st->cuda_error, sizeof st->cuda_error, "%s lacks %s", lib, #name);                \
+        snprintf(st->cuda_error, sizeof st->cuda_error, "%.160s lacks %s", lib, #name);            \
         return;                                                                                    \
     }
     CUDA_FUNCS(LOAD_FN)

@@ -37,11 +37,15 @@ typedef struct lpx_telemetry lpx_telemetry;
 
 /* What could be loaded and initialised. Texts are "" when there is nothing to say. */
 typedef struct lpx_telemetry_state {
-    bool nvml_loaded;          /* libnvidia-ml.so.1 opened and its required symbols found */
+    char nvml_library[256];    /* the file loaded as NVML, as the dynamic loader found it;
+                                  before that, the name asked for (libnvidia-ml.so.1 or
+                                  $LPX_NVML_LIBRARY) */
+    char cuda_library[256];    /* the same for libcuda.so.1 / $LPX_CUDA_LIBRARY */
+    bool nvml_loaded;          /* NVML opened and its required symbols found */
     bool nvml_ready;           /* nvmlInit_v2 succeeded */
     char nvml_error[256];      /* why not: dlerror() text, missing symbol, nvmlInit error */
     int nvml_init_result;      /* nvmlReturn_t of nvmlInit_v2; LPX_TEL_NA when not called */
-    bool cuda_loaded;          /* libcuda.so.1 opened (only when asked for) */
+    bool cuda_loaded;          /* libcuda opened (only when asked for) */
     int cuda_init_result;      /* CUresult of cuInit(0); LPX_TEL_NA when not called */
     char cuda_error[256];      /* why libcuda failed to load or cuInit failed */
     char driver_version[80];   /* "580.159.04"; "" unknown */

@@ -49,6 +49,10 @@ def test_healthy(lpx_bin, fake_lib):
         assert checks["gpu0.arch"]["level"] == "FAIL"
         assert all(c["level"] == "OK" for k, c in gpu.items() if k != "gpu0.arch"), gpu
     assert "ECC on, no uncorrected errors" in checks["gpu0.ecc"]["found"]
+    # The libraries named are the files loaded (LPX_*_LIBRARY here), not the default names.
+    assert doc["driver"]["nvml_library"] == doc["driver"]["cuda_library"] == fake_lib
+    assert checks["driver.nvml"]["found"].startswith(fake_lib + " loaded, driver 580.159.04")
+    assert checks["driver.cuda"]["found"].startswith(fake_lib + " loaded, cuInit ok")
     assert "PCIe gen 5 x16, the maximum" in checks["gpu0.pcie"]["found"]
 
 
