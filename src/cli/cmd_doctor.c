@@ -1,6 +1,7 @@
 /* lpx doctor: diagnoses driver, CUDA, GPUs, container and memory; prints fixes.
  * Exit status: 0 all OK, 1 a FAIL, 3 WARN without FAIL, 2 usage error. */
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "doctor/doctor.h"
 
 #include <stdio.h>
@@ -20,43 +21,20 @@ static void usage(FILE *f) {
                "exit status: 0 all OK, 1 at least one FAIL, 3 WARN but no FAIL, 2 usage error\n");
 }
 
-static bool parse_i64(const char *s, int64_t *out) {
-    char *end;
-    long long v = strtoll(s, &end, 10);
-    if (end == s || *end || v < 1) return false;
-    *out = v;
-    return true;
-}
-
 int cmd_doctor(int argc, char **argv) {
     const char *model = NULL;
     int64_t max_len = 0, max_seqs = 1;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+    lpx_opts a = {.cmd = "doctor", .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a)) {
+        if (lpx_opts_flag(&a, "--json"))
             json = true;
-        } else if (!strcmp(a, "-m") && has_val) {
-            model = argv[++i];
-        } else if (!strcmp(a, "--max-model-len") && has_val) {
-            if (!parse_i64(argv[++i], &max_len)) {
-                fprintf(stderr, "lpx doctor: --max-model-len needs a positive integer\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--max-num-seqs") && has_val) {
-            if (!parse_i64(argv[++i], &max_seqs)) {
-                fprintf(stderr, "lpx doctor: --max-num-seqs needs a positive integer\n");
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "lpx doctor: unknown or incomplete option '%s' (see --help)\n", a);
-            return 2;
-        }
+        else if (!lpx_opts_str(&a, "-m", &model) &&
+                 !lpx_opts_int(&a, "--max-model-len", 1, INT32_MAX, &max_len) &&
+                 !lpx_opts_int(&a, "--max-num-seqs", 1, INT32_MAX, &max_seqs))
+            lpx_opts_unknown(&a);
     }
+    if (a.help || a.bad) return lpx_opts_exit(&a, usage);
     lpx_model_need need, *needp = NULL;
     if (model) {
         lpx_plan_model pm;

@@ -1,6 +1,7 @@
 /* lpx monitor: live GPU table (and a running lpx server's figures) and alerts until
  * Ctrl-C or --count samples. */
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "doctor/monitor.h"
 #include "doctor/server_scrape.h"
 
@@ -41,55 +42,39 @@ static void usage(FILE *f) {
             l.util_high, l.mem_high, (long long)(l.growth_bytes >> 20), l.growth_window);
 }
 
-static bool num(const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) return false;
-    *out = v;
-    return true;
-}
-
 int cmd_monitor(int argc, char **argv) {
     lpx_monitor_opts o = {.interval_s = 1.0, .stop = &stop_requested};
     lpx_monitor_limits_default(&o.limits);
-    const char *log_path = NULL;
+    const char *log_path = NULL, *url = NULL;
     char metrics_url[2048];
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        double v;
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+    int64_t n;
+    lpx_opts a = {.cmd = "monitor", .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a)) {
+        if (lpx_opts_flag(&a, "--json"))
             o.json = true;
-        } else if (!strcmp(a, "--url") && has_val) {
-            if (lpx_scrape_metrics_url(argv[++i], metrics_url, sizeof metrics_url) != LPX_OK) {
-                fprintf(stderr, "lpx monitor: %s\n", lpx_last_error());
-                return 2;
-            }
-            o.metrics_url = metrics_url;
-        } else if (!strcmp(a, "--log") && has_val) {
-            log_path = argv[++i];
-        } else if (has_val && !strcmp(a, "--interval") && num(argv[i + 1], 0.05, 86400, &v)) {
-            o.interval_s = v, i++;
-        } else if (has_val && !strcmp(a, "--count") && num(argv[i + 1], 1, 1e9, &v)) {
-            o.count = (long)v, i++;
-        } else if (has_val && !strcmp(a, "--util-high") && num(argv[i + 1], 0, 100, &v)) {
-            o.limits.util_high = (int)v, i++;
-        } else if (has_val && !strcmp(a, "--mem-high") && num(argv[i + 1], 0, 100, &v)) {
-            o.limits.mem_high = (int)v, i++;
-        } else if (has_val && !strcmp(a, "--temp-limit") && num(argv[i + 1], 1, 200, &v)) {
-            o.limits.temp_limit_c = (int)v, i++;
-        } else if (has_val && !strcmp(a, "--growth-mib") && num(argv[i + 1], 1, 1e7, &v)) {
-            o.limits.growth_bytes = (int64_t)(v * 1024 * 1024), i++;
-        } else if (has_val && !strcmp(a, "--growth-window") && num(argv[i + 1], 2, 100000, &v)) {
-            o.limits.growth_window = (int)v, i++;
-        } else {
-            fprintf(stderr, "lpx monitor: bad, incomplete or unknown option '%s' (see --help)\n",
-                    a);
+        else if (lpx_opts_int(&a, "--count", 1, 1000000000, &n))
+            o.count = (long)n;
+        else if (lpx_opts_int(&a, "--util-high", 0, 100, &n))
+            o.limits.util_high = (int)n;
+        else if (lpx_opts_int(&a, "--mem-high", 0, 100, &n))
+            o.limits.mem_high = (int)n;
+        else if (lpx_opts_int(&a, "--temp-limit", 1, 200, &n))
+            o.limits.temp_limit_c = (int)n;
+        else if (lpx_opts_int(&a, "--growth-mib", 1, 10000000, &n))
+            o.limits.growth_bytes = n * 1024 * 1024;
+        else if (lpx_opts_int(&a, "--growth-window", 2, 100000, &n))
+            o.limits.growth_window = (int)n;
+        else if (!lpx_opts_str(&a, "--url", &url) && !lpx_opts_str(&a, "--log", &log_path) &&
+                 !lpx_opts_num(&a, "--interval", 0.05, 86400, &o.interval_s))
+            lpx_opts_unknown(&a);
+    }
+    if (a.help || a.bad) return lpx_opts_exit(&a, usage);
+    if (url) {
+        if (lpx_scrape_metrics_url(url, metrics_url, sizeof metrics_url) != LPX_OK) {
+            fprintf(stderr, "lpx monitor: %s\n", lpx_last_error());
             return 2;
         }
+        o.metrics_url = metrics_url;
     }
     if (log_path && !(o.log = fopen(log_path, "a"))) {
         fprintf(stderr, "lpx monitor: cannot open log %s\n", log_path);

@@ -1,5 +1,6 @@
 /* lpx plan: bandwidth floor and memory plan of a model on a GPU, before running it. */
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "doctor/plan.h"
 #include "telemetry/telemetry.h"
 
@@ -91,14 +92,6 @@ static int detect_gpu(lpx_plan_gpu *g) {
                  f.mem_clock_max_mhz, f.mem_bus_width);
     }
     return 0;
-}
-
-static bool num(const char *s, double lo, double hi, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v >= lo && v <= hi)) return false;
-    *out = v;
-    return true;
 }
 
 /* "1.192 GB", "96.6 MB": traffic in decimal units, readable for any model size. */
@@ -198,43 +191,29 @@ static int print_json(const char *model, const lpx_plan_model *m, const lpx_plan
 
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *gpu = "auto";
-    double bw_tbs = 0, mem_gb = 0, v;
+    double bw_tbs = 0, mem_gb = 0;
     bool json = false;
     lpx_plan_params p;
     lpx_plan_params_default(&p);
     p.context = -1; /* not given: half of max-model-len */
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--json")) {
+    const char *batches = NULL;
+    lpx_opts a = {.cmd = "plan", .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a)) {
+        if (lpx_opts_flag(&a, "--json"))
             json = true;
-        } else if (!strcmp(a, "-m") && has_val) {
-            model = argv[++i];
-        } else if (!strcmp(a, "--gpu") && has_val) {
-            gpu = argv[++i];
-        } else if (!strcmp(a, "--batch") && has_val) {
-            if (lpx_plan_parse_batches(argv[++i], &p) != LPX_OK) {
-                fprintf(stderr, "lpx plan: %s\n", lpx_last_error());
-                return 2;
-            }
-        } else if (has_val && !strcmp(a, "--bandwidth") && num(argv[i + 1], 1e-3, 1e3, &v)) {
-            bw_tbs = v, i++;
-        } else if (has_val && !strcmp(a, "--memory") && num(argv[i + 1], 1e-3, 1e6, &v)) {
-            mem_gb = v, i++;
-        } else if (has_val && !strcmp(a, "--max-model-len") && num(argv[i + 1], 1, 1e9, &v)) {
-            p.max_model_len = (int64_t)v, i++;
-        } else if (has_val && !strcmp(a, "--context") && num(argv[i + 1], 0, 1e9, &v)) {
-            p.context = (int64_t)v, i++;
-        } else if (has_val && !strcmp(a, "--gpu-memory-utilization") &&
-                   num(argv[i + 1], 0.01, 1, &v)) {
-            p.mem_utilization = v, i++;
-        } else {
-            fprintf(stderr, "lpx plan: bad, incomplete or unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
+        else if (!lpx_opts_str(&a, "-m", &model) && !lpx_opts_str(&a, "--gpu", &gpu) &&
+                 !lpx_opts_str(&a, "--batch", &batches) &&
+                 !lpx_opts_num(&a, "--bandwidth", 1e-3, 1e3, &bw_tbs) &&
+                 !lpx_opts_num(&a, "--memory", 1e-3, 1e6, &mem_gb) &&
+                 !lpx_opts_int(&a, "--max-model-len", 1, INT32_MAX, &p.max_model_len) &&
+                 !lpx_opts_int(&a, "--context", 0, INT32_MAX, &p.context) &&
+                 !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1, &p.mem_utilization))
+            lpx_opts_unknown(&a);
+    }
+    if (a.help || a.bad) return lpx_opts_exit(&a, usage);
+    if (batches && lpx_plan_parse_batches(batches, &p) != LPX_OK) {
+        fprintf(stderr, "lpx plan: %s\n", lpx_last_error());
+        return 2;
     }
     if (!strcmp(gpu, "list")) {
         list_gpus();

@@ -84,3 +84,24 @@ def test_monitor_usage(lpx_bin):
     assert run(lpx_bin, "monitor", "--help").returncode == 0
     r = run(lpx_bin, "monitor", "--interval", "0")
     assert r.returncode == 2 and r.stderr.startswith("lpx monitor: ")
+
+
+@pytest.mark.parametrize("args,msg", [
+    (("doctor", "--bogus"), "unknown option '--bogus'"),
+    (("doctor", "-m"), "-m needs a value"),
+    (("doctor", "--max-num-seqs", "0"),
+     "--max-num-seqs needs a whole number from 1 to 2147483647 (got '0')"),
+    (("monitor", "--interval", "0"), "--interval needs a number from 0.05 to 86400 (got '0')"),
+    (("monitor", "--count", "1.5"), "--count needs a whole number from 1 to 1000000000 (got '1.5')"),
+    (("monitor", "--json", "--log"), "--log needs a value"),
+    (("plan", "--bandwidth", "x"), "--bandwidth needs a number from 0.001 to 1000 (got 'x')"),
+    (("plan", "-m", "x.gguf", "--context", "-1"),
+     "--context needs a whole number from 0 to 2147483647 (got '-1')"),
+])
+def test_usage_errors(lpx_bin, args, msg):
+    """doctor, monitor and plan share one option parser (src/cli/opts.c): one wording."""
+    r = run(lpx_bin, *args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == "lpx %s: %s (see lpx %s --help)\n" % (args[0], msg, args[0])
+    r = run(lpx_bin, args[0], "-h", *args[1:])
+    assert r.returncode == 0 and r.stdout.startswith("usage: lpx " + args[0])

@@ -1,0 +1,48 @@
+/* Option parsing for subcommands whose arguments are all flags and flag values (doctor,
+ * monitor, plan): one loop, one line per option, one wording for every usage error.
+ *
+ *     lpx_opts a = {.cmd = "monitor", .argc = argc, .argv = argv};
+ *     while (lpx_opts_next(&a)) {
+ *         if (lpx_opts_flag(&a, "--json"))
+ *             json = true;
+ *         else if (lpx_opts_num(&a, "--interval", 0.05, 86400, &v))
+ *             interval = v;
+ *         else
+ *             lpx_opts_unknown(&a);
+ *     }
+ *     if (a.help || a.bad) return lpx_opts_exit(&a, usage);
+ *
+ * A matcher returns true when argv holds its option with a good value, which it then
+ * consumes; a missing or bad value prints "lpx CMD: ..." and sets `bad`, after which
+ * every matcher returns false and the loop ends. */
+#ifndef LPX_CLI_OPTS_H
+#define LPX_CLI_OPTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct lpx_opts {
+    const char *cmd; /* for messages: "lpx CMD: ..." */
+    int argc;
+    char **argv;
+    int i;     /* argv index of the option at hand; 0 before the first */
+    bool help; /* -h or --help was given */
+    bool bad;  /* a usage error was printed */
+} lpx_opts;
+
+/* Steps to the next argument; false at the end, at -h/--help, or after a usage error. */
+bool lpx_opts_next(lpx_opts *o);
+bool lpx_opts_flag(lpx_opts *o, const char *name);
+bool lpx_opts_str(lpx_opts *o, const char *name, const char **out);
+/* A number in [lo, hi]. */
+bool lpx_opts_num(lpx_opts *o, const char *name, double lo, double hi, double *out);
+/* A whole number in [lo, hi]. */
+bool lpx_opts_int(lpx_opts *o, const char *name, int64_t lo, int64_t hi, int64_t *out);
+/* Reports the argument at hand as unknown (no matcher took it). */
+void lpx_opts_unknown(lpx_opts *o);
+/* After the loop, on help or a usage error: prints usage(stdout) for help; returns the
+ * exit status (0 help, 2 usage error). */
+int lpx_opts_exit(const lpx_opts *o, void (*usage)(FILE *));
+
+#endif
