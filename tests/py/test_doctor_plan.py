@@ -2,10 +2,15 @@
 the file itself, read with the gguf package: tensor bytes and the KV shape."""
 import ctypes
 import json
+import math
+import shutil
+import struct
 import subprocess
 
 import gguf
 import pytest
+
+from conftest import ROOT
 
 H200_MEM = 143771 * 1024 * 1024
 GIB = 1024 ** 3
@@ -88,3 +93,71 @@ def test_doctor_model_need(lpx_bin, smollm2, ref):
     assert need["total_bytes"] == need["weight_bytes"] + need["kv_bytes"] + need["reserve_bytes"]
     r = run(lpx_bin, "doctor", "-m", "/nonexistent.gguf")
     assert r.returncode == 1 and r.stderr.startswith("lpx doctor: ")
+
+
+# Qwen3-0.6B (its config.json): the issue's hand-computed anchor.
+QWEN3_06B = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+             "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
+             "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
+             "rms_norm_eps": 1e-6, "vocab_size": 151936, "rope_theta": 1000000.0,
+             "tie_word_embeddings": True, "torch_dtype": "bfloat16", "bos_token_id": 258,
+             "eos_token_id": 259}
+
+
+@pytest.fixture(scope="module")
+def qwen3_06b(tmp_path_factory):
+    """A Qwen3-0.6B-shaped bf16 checkpoint: its real tensor names and shapes in a
+    safetensors header, the 1.19 GB of data a sparse hole (plan reads no weight). The
+    tokenizer files are the tiny Qwen3 fixture's."""
+    d = tmp_path_factory.mktemp("qwen3-0.6b")
+    src = ROOT / "tests/fixtures/model/hf-qwen3"
+    for f in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        shutil.copy(src / f, d / f)
+    (d / "config.json").write_text(json.dumps(QWEN3_06B))
+    dm, ff, heads, kv, hd, vocab = 1024, 3072, 16, 8, 128, 151936
+    shapes = {"model.embed_tokens.weight": [vocab, dm], "model.norm.weight": [dm]}
+    for i in range(28):
+        p = "model.layers.%d." % i
+        shapes.update({
+            p + "input_layernorm.weight": [dm], p + "post_attention_layernorm.weight": [dm],
+            p + "self_attn.q_proj.weight": [heads * hd, dm],
+            p + "self_attn.k_proj.weight": [kv * hd, dm],
+            p + "self_attn.v_proj.weight": [kv * hd, dm],
+            p + "self_attn.o_proj.weight": [dm, heads * hd],
+            p + "self_attn.q_norm.weight": [hd], p + "self_attn.k_norm.weight": [hd],
+            p + "mlp.gate_proj.weight": [ff, dm], p + "mlp.up_proj.weight": [ff, dm],
+            p + "mlp.down_proj.weight": [dm, ff]})
+    header, off = {}, 0
+    for name, shape in shapes.items():
+        n = 2 * math.prod(shape)
+        header[name] = {"dtype": "BF16", "shape": shape, "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(d / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(8 + len(h) + off)
+    return str(d)
+
+
+def test_plan_qwen3_06b_hand_computed(lpx_bin, qwen3_06b):
+    """Per layer: wq 2048x1024 + wk, wv 1024x1024 + wo 1024x2048 + gate/up/down 3x3072x1024
+    + norms 2x1024 + 2x128 = 15,730,944 params; x28 + final norm 1024 + the tied embedding
+    151936x1024 = 596,049,920 params = 1,192,099,840 B held, and read once per step as
+    lm_head, plus the one embedding row of the step's token (1024 x 2 B): 1,192,101,888 B
+    = 1.192 GB. KV: 28 x 2 x 8 x 128 x 2 B = 114,688 B. At 4.08 TB/s: 0.292 ms/token."""
+    r = run(lpx_bin, "plan", "-m", qwen3_06b, "--gpu", "h200", "--bandwidth", "4.08",
+            "--memory", str(H200_MEM / GIB), "--json")
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)
+    assert p["weight_bytes"] == 1192099840
+    assert p["decode_bytes_per_step"] == 1192099840 + 1024 * 2
+    assert p["kv_bytes_per_token"] == 114688
+    assert p["floor_ms_per_token"] == pytest.approx(1192101888 / 4.08e12 * 1e3, rel=1e-9)
+    assert round(p["floor_ms_per_token"], 3) == 0.292
+    assert p["floor_tok_s"] == pytest.approx(4.08e12 / 1192101888, rel=1e-9)
+    assert p["max_model_len"] == 40960 and p["max_seqs"] == 28 and p["fits"]
+    r = run(lpx_bin, "plan", "-m", qwen3_06b, "--gpu", "h200")  # the table's measured 4.08
+    assert "1.192 GB held, 1.192 GB read per decode step" in r.stdout
+    assert "114688 bytes per token" in r.stdout
+    assert "floor        batch 1, empty context: 0.292 ms/token = 3423 tok/s" in r.stdout
