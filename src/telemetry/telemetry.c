@@ -1,10 +1,11 @@
-/* NVML and CUDA driver probes through dlopen. The prototypes and struct layouts below
- * are declared here, from NVIDIA's documented ABI, instead of including nvml.h/cuda.h:
- * lpx must build and run where no CUDA headers or driver exist. */
+/* NVML and CUDA driver probes through dlopen. The prototypes and struct layouts are
+ * declared from NVIDIA's documented ABI (here and in nvml_abi.h) instead of including
+ * nvml.h/cuda.h: lpx must build and run where no CUDA headers or driver exist. */
 #define _GNU_SOURCE /* dlinfo */
 #include "telemetry/telemetry.h"
 
 #include "base/error.h"
+#include "telemetry/nvml_abi.h"
 
 #include <dlfcn.h>
 #include <link.h>
@@ -14,36 +15,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- NVML ABI (the subset lpx reads) ---------------------------------------------- */
-
-typedef int nvml_ret;
-typedef struct nvml_device_st *nvml_device;
-enum {
-    NVML_SUCCESS = 0,
-    NVML_ERROR_NOT_SUPPORTED = 3,
-    NVML_ERROR_INSUFFICIENT_SIZE = 7,
-    NVML_ERROR_GPU_IS_LOST = 15,
-};
-enum { NVML_CLOCK_SM = 1, NVML_CLOCK_MEM = 2 };
-enum { NVML_TEMPERATURE_GPU = 0 };
-enum { NVML_TEMP_THRESHOLD_SHUTDOWN = 0, NVML_TEMP_THRESHOLD_SLOWDOWN = 1 };
-enum { NVML_PCIE_UTIL_TX_BYTES = 0, NVML_PCIE_UTIL_RX_BYTES = 1 };
-enum { NVML_MEMORY_ERROR_UNCORRECTED = 1, NVML_VOLATILE_ECC = 0 };
-
-typedef struct {
-    unsigned long long total, free, used;
-} nvml_memory;
-typedef struct {
-    unsigned int gpu, memory;
-} nvml_utilization;
-/* nvmlProcessInfo_t as taken by the _v2 and _v3 process queries */
-typedef struct {
-    unsigned int pid;
-    unsigned long long used_gpu_memory;
-    unsigned int gpu_instance_id, compute_instance_id;
-} nvml_process_info;
-#define NVML_VALUE_NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL
 
 /* Every NVML function lpx calls. The first four are required; a missing optional one
  * leaves its readings unavailable and is named in missing_symbols. */

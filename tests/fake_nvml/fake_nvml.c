@@ -3,24 +3,11 @@
  * below (default "healthy"): one H200 in good health, or that GPU with one fault. An
  * unknown name makes nvmlInit_v2, cuDriverGetVersion and cuInit fail (lpx calls nothing
  * else then), so a misspelt state cannot pass as healthy.
- * Signatures follow NVIDIA's documented ABI, as src/telemetry/telemetry.c declares it. */
+ * Signatures follow NVIDIA's documented ABI, as src/telemetry declares it (nvml_abi.h). */
+#include "../../src/telemetry/nvml_abi.h"
+
 #include <stdlib.h>
 #include <string.h>
-
-typedef int nvml_ret;
-typedef struct nvml_device_st *nvml_device;
-enum { OK = 0, INVALID_ARGUMENT = 2, INSUFFICIENT_SIZE = 7, UNKNOWN = 999 };
-typedef struct {
-    unsigned long long total, free, used;
-} nvml_memory;
-typedef struct {
-    unsigned int gpu, memory;
-} nvml_utilization;
-typedef struct {
-    unsigned int pid;
-    unsigned long long used_gpu_memory;
-    unsigned int gpu_instance_id, compute_instance_id;
-} nvml_process_info;
 
 #define MIB (1024ULL * 1024)
 #define GIB (1024 * MIB)
@@ -104,152 +91,152 @@ static void copy(char *dst, unsigned int cap, const char *src) {
 }
 
 nvml_ret nvmlInit_v2(void) {
-    return state() ? OK : UNKNOWN;
+    return state() ? NVML_SUCCESS : NVML_ERROR_UNKNOWN;
 }
 nvml_ret nvmlShutdown(void) {
-    return OK;
+    return NVML_SUCCESS;
 }
 const char *nvmlErrorString(nvml_ret r) {
-    return r == OK        ? "Success"
-           : r == UNKNOWN ? "fake NVML: unknown LPX_FAKE_NVML_STATE"
-                          : "fake NVML error";
+    return r == NVML_SUCCESS         ? "Success"
+           : r == NVML_ERROR_UNKNOWN ? "fake NVML: unknown LPX_FAKE_NVML_STATE"
+                                     : "fake NVML error";
 }
 
 nvml_ret nvmlDeviceGetCount_v2(unsigned int *n) {
     *n = state()->no_gpu ? 0 : 1;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvml_device *d) {
-    if (state()->no_gpu || i != 0) return INVALID_ARGUMENT;
+    if (state()->no_gpu || i != 0) return NVML_ERROR_INVALID_ARGUMENT;
     *d = &the_gpu;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlSystemGetDriverVersion(char *buf, unsigned int cap) {
     copy(buf, cap, V(driver));
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlSystemGetCudaDriverVersion(int *v) {
     *v = V(cuda);
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetName(nvml_device d, char *buf, unsigned int cap) {
     copy(buf, cap, V(gpu));
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetUUID(nvml_device d, char *buf, unsigned int cap) {
     copy(buf, cap, "GPU-fa4e0000-0000-0000-0000-000000000000");
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetCudaComputeCapability(nvml_device d, int *major, int *minor) {
     *major = V(cc_major);
     *minor = V(cc_minor);
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetMemoryInfo(nvml_device d, nvml_memory *m) {
     static unsigned long long readings;
     m->total = 141 * GIB;
     m->used = V(mem_used_gib) * GIB + readings++ * state()->mem_growth_mib * MIB;
     m->free = m->total - m->used;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetMemoryBusWidth(nvml_device d, unsigned int *v) {
     *v = 6144;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetUtilizationRates(nvml_device d, nvml_utilization *u) {
     u->gpu = V(util);
     u->memory = u->gpu / 2;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetTemperature(nvml_device d, int sensor, unsigned int *v) {
     *v = V(temp_c);
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetTemperatureThreshold(nvml_device d, int which, unsigned int *v) {
     *v = which == 1 ? 87 : 95; /* slowdown, shutdown */
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetPowerUsage(nvml_device d, unsigned int *mw) {
     *mw = V(power_mw);
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetEnforcedPowerLimit(nvml_device d, unsigned int *mw) {
     *mw = V(power_limit_mw);
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetPowerManagementDefaultLimit(nvml_device d, unsigned int *mw) {
     *mw = states[0].power_limit_mw;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetClockInfo(nvml_device d, int which, unsigned int *mhz) {
     *mhz = which == 1 ? V(sm_clock_mhz) : 2619;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetMaxClockInfo(nvml_device d, int which, unsigned int *mhz) {
     *mhz = which == 1 ? states[0].sm_clock_mhz : 2619;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetCurrentClocksEventReasons(nvml_device d, unsigned long long *bits) {
     *bits = V(throttle);
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetCurrPcieLinkGeneration(nvml_device d, unsigned int *v) {
     *v = 5;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetCurrPcieLinkWidth(nvml_device d, unsigned int *v) {
     *v = V(pcie_width);
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetMaxPcieLinkGeneration(nvml_device d, unsigned int *v) {
     *v = 5;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetMaxPcieLinkWidth(nvml_device d, unsigned int *v) {
     *v = states[0].pcie_width;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetPcieThroughput(nvml_device d, int which, unsigned int *kbps) {
     *kbps = 100;
-    return OK;
+    return NVML_SUCCESS;
 }
 /* ECC is on in every state; ecc_on adds uncorrected errors since the driver loaded. */
 nvml_ret nvmlDeviceGetEccMode(nvml_device d, int *current, int *pending) {
     *current = *pending = 1;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetTotalEccErrors(nvml_device d, int type, int counter, unsigned long long *n) {
     *n = state()->ecc_errors;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetPersistenceMode(nvml_device d, int *on) {
     *on = 1;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetMigMode(nvml_device d, unsigned int *current, unsigned int *pending) {
     *current = *pending = state()->mig;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetComputeMode(nvml_device d, int *mode) {
     *mode = 0;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetRemappedRows(nvml_device d, unsigned int *corr, unsigned int *unc,
                                    unsigned int *pending, unsigned int *failed) {
     *corr = *unc = *pending = *failed = 0;
-    return OK;
+    return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetComputeRunningProcesses_v3(nvml_device d, unsigned int *n,
                                                  nvml_process_info *info) {
     unsigned int want = state()->foreign_gib ? 1 : 0;
     if (*n < want) {
         *n = want;
-        return INSUFFICIENT_SIZE;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     *n = want;
     if (want)
         info[0] = (nvml_process_info){1, state()->foreign_gib * GIB, 0xFFFFFFFFu, 0xFFFFFFFFu};
-    return OK;
+    return NVML_SUCCESS;
 }
 
 /* ---- libcuda ---- */
