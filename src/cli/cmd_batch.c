@@ -3,6 +3,7 @@
  * docs/batch.md has the formats, the guarantees and the thresholds. */
 #include "batch/input.h"
 #include "base/error.h"
+#include "base/readall.h"
 #include "batch/quality.h"
 #include "cli/commands.h"
 #include "model/model.h"
@@ -154,35 +155,9 @@ static bool append_line(int fd, const cJSON *rec) {
     return fsync(fd) == 0;
 }
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap + 1);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *b = realloc(buf, 2 * cap + 1);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-    }
-    if (ferror(f)) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = n;
-    }
-    return buf;
-}
+/* An OUTDIR file is read whole on --resume and merge; results of a very
+ * large job stay far below this. */
+#define MAX_OUT_FILE ((size_t)16 << 30)
 
 /* ---- results bookkeeping ---------------------------------------------------- */
 
@@ -229,14 +204,16 @@ static bool scan_results(job *j, const char *path, char ***ids, size_t *n_ids, b
     *ids = NULL;
     *n_ids = 0;
     size_t len = 0;
-    char *buf = slurp(path, &len);
-    if (!buf) return errno == ENOENT;
+    char *buf;
+    if (lpx_read_file(path, MAX_OUT_FILE, &buf, &len) != LPX_OK) return false;
     size_t cap = 0, start = 0;
     while (start < len) {
         char *nl = memchr(buf + start, '\n', len - start);
         if (!nl) {
             logf_(j, "resume: dropping a torn last line of %zu bytes in %s", len - start, path);
             if (truncate_torn && truncate(path, (off_t)start) != 0) {
+                lpx_errorf(LPX_ERR_IO, "%s: cannot truncate a torn last line: %s", path,
+                           strerror(errno));
                 free(buf);
                 return false;
             }
@@ -822,7 +799,7 @@ static int run_job(job *j) {
     snprintf(rpath, sizeof rpath, "%s/results.jsonl", o->outdir);
     char **done_ids;
     size_t n_done_ids;
-    if (!scan_results(j, rpath, &done_ids, &n_done_ids, true)) return fail("cannot read ", rpath);
+    if (!scan_results(j, rpath, &done_ids, &n_done_ids, true)) return fail(lpx_last_error(), NULL);
     /* rejects: this shard's part (lines without an id belong to shard 0) */
     for (size_t i = 0; i < j->in.n_rejects; i++) {
         const lpx_batch_reject *r = &j->in.rejects[i];
@@ -1084,9 +1061,9 @@ static int merge(int argc, char **argv) {
         char p[4096];
         snprintf(p, sizeof p, "%s/results.jsonl", dirs[d]);
         size_t len;
-        char *buf = slurp(p, &len);
-        if (!buf) {
-            rc = fail("cannot read ", p);
+        char *buf;
+        if (lpx_read_file(p, MAX_OUT_FILE, &buf, &len) != LPX_OK) {
+            rc = fail(lpx_last_error(), NULL);
             break;
         }
         char *line = buf, *nl;
@@ -1141,8 +1118,8 @@ static int merge(int argc, char **argv) {
         char p[4096];
         snprintf(p, sizeof p, "%s/failures.jsonl", dirs[d]);
         size_t len;
-        char *buf = slurp(p, &len);
-        if (!buf) continue;
+        char *buf;
+        if (lpx_read_file(p, MAX_OUT_FILE, &buf, &len) != LPX_OK) continue;
         char *line = buf, *nl;
         while (!rc && (nl = strchr(line, '\n'))) {
             cJSON *rec = cJSON_ParseWithLength(line, (size_t)(nl - line));

@@ -1,5 +1,6 @@
 /* lpx run: one generation, streamed to stdout, then stats on stderr (or one
  * JSON object with --json). Ctrl-C cancels the generation. */
+#include "base/readall.h"
 #include "cli/commands.h"
 #include "cli/gen_args.h"
 
@@ -8,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_PROMPT_FILE ((size_t)64 << 20) /* far beyond any context window */
 
 static volatile sig_atomic_t interrupted;
 static void on_sigint(int sig) {
@@ -68,36 +71,6 @@ static void on_event(const lpx_event *ev, void *user) {
         r->done = true;
         if (ev->error) snprintf(r->error, sizeof r->error, "%s", ev->error);
     }
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap + 1);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *b = realloc(buf, 2 * cap + 1);
-            if (!b) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = b;
-            cap *= 2;
-        }
-    }
-    bool err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
 }
 
 static bool is_opt(const char *a, const char *s, const char *l) {
@@ -164,8 +137,8 @@ int cmd_run(int argc, char **argv) {
     size_t len = 0;
     char *file_text = NULL;
     if (file) {
-        if (!(file_text = read_file(file, &len))) {
-            fprintf(stderr, "lpx run: cannot read prompt file %s\n", file);
+        if (lpx_read_file(file, MAX_PROMPT_FILE, &file_text, &len) != LPX_OK) {
+            fprintf(stderr, "lpx run: prompt file %s\n", lpx_last_error());
             return 1;
         }
         prompt = file_text;

@@ -1,6 +1,7 @@
 /* lpx template: renders a chat template over a conversation given as JSON,
  * exactly as transformers' apply_chat_template would; a tool for checking a
  * template (and what the tests drive the renderer through). */
+#include "base/readall.h"
 #include "cli/commands.h"
 #include "lpx.h"
 #include "tokenizer/template.h"
@@ -28,36 +29,15 @@ static void usage(FILE *f) {
             "  -h, --help                this help\n");
 }
 
-/* Whole file (or standard input for "-") as a NUL-terminated string. */
+/* Whole file (or standard input for "-") as a NUL-terminated string; NULL
+ * with the reason in lpx_last_error(). */
 static char *read_all(const char *path) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) return NULL;
-    size_t n = 0, cap = 1 << 16;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *p = cap > ((size_t)1 << 30) ? NULL : realloc(buf, cap * 2);
-            if (!p) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = p;
-            cap *= 2;
-        }
-        size_t k = fread(buf + n, 1, cap - n - 1, f);
-        n += k;
-        if (k == 0) {
-            if (ferror(f)) {
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-    }
-    if (buf) buf[n] = '\0';
-    if (f != stdin) fclose(f);
-    return buf;
+    const size_t cap = (size_t)1 << 30;
+    char *s;
+    size_t n;
+    lpx_status st = strcmp(path, "-") ? lpx_read_file(path, cap, &s, &n)
+                                      : lpx_read_stream(stdin, "standard input", cap, &s, &n);
+    return st == LPX_OK ? s : NULL;
 }
 
 /* MODEL's own template and tokens, through lpx_chat_render_json. */
@@ -133,14 +113,13 @@ int cmd_template(int argc, char **argv) {
         fprintf(stderr, "lpx template: --bos, --eos and --date-string need --file\n");
         return 2;
     }
-    char *tmpl = file ? read_all(file) : NULL, *msgs = read_all(messages);
-    char *extra = vars ? read_all(vars) : NULL;
+    /* each read stops the next, so the message is the first failure's */
+    char *tmpl = NULL, *msgs = NULL, *extra = NULL;
+    bool read_ok = (!file || (tmpl = read_all(file))) && (msgs = read_all(messages)) &&
+                   (!vars || (extra = read_all(vars)));
     int rc = 1;
-    if ((file && !tmpl) || !msgs || (vars && !extra)) {
-        fprintf(stderr, "lpx template: cannot read %s\n",
-                file && !tmpl ? file
-                : !msgs       ? messages
-                              : vars);
+    if (!read_ok) {
+        fprintf(stderr, "lpx template: %s\n", lpx_last_error());
     } else if (model) {
         rc = render_model(model, msgs, extra, &o);
     } else {

@@ -3,6 +3,7 @@
 #include "model/loader.h"
 
 #include "base/error.h"
+#include "base/readall.h"
 
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -19,7 +20,7 @@ static lpx_status load_json(const char *dir, const char *file, bool required, cJ
     size_t len;
     *out = NULL;
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    lpx_status s = lpx_read_text_file(path, MAX_JSON_FILE, &text, &len);
+    lpx_status s = lpx_read_file(path, MAX_JSON_FILE, &text, &len);
     if (s == LPX_ERR_IO && !required) {
         lpx_error_clear();
         return LPX_OK;
@@ -219,7 +220,7 @@ static lpx_status load_chat_template(const char *dir, char **out) {
     char path[4200];
     size_t len;
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    lpx_status s = lpx_read_text_file(path, MAX_JSON_FILE, out, &len);
+    lpx_status s = lpx_read_file(path, MAX_JSON_FILE, out, &len);
     if (s != LPX_ERR_IO) return s;
     lpx_error_clear();
     cJSON *tc;

@@ -27,10 +27,6 @@ lpx_status lpx_store_map_file(lpx_model_store *st, const char *path, const void 
 /* A 64-byte aligned buffer freed at lpx_model_close; NULL when out of memory. */
 void *lpx_store_alloc(lpx_model_store *st, size_t n);
 
-/* Reads a small text file whole (NUL-terminated copy in *out, free() it).
- * LPX_ERR_IO when it cannot be opened, LPX_ERR_FORMAT when larger than cap. */
-lpx_status lpx_read_text_file(const char *path, size_t cap, char **out, size_t *len);
-
 /* One row per family: the facts that differ between architectures. */
 typedef struct lpx_arch_info {
     lpx_arch arch;

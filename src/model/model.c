@@ -120,26 +120,6 @@ void *lpx_store_alloc(lpx_model_store *st, size_t n) {
     return p;
 }
 
-lpx_status lpx_read_text_file(const char *path, size_t cap, char **out, size_t *len) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return lpx_errorf(LPX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = malloc(cap + 1);
-    size_t n = buf ? fread(buf, 1, cap + 1, f) : 0;
-    bool err = ferror(f);
-    fclose(f);
-    if (!buf) return lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", path);
-    if (err || n > cap) {
-        free(buf);
-        return err ? lpx_errorf(LPX_ERR_IO, "%s: read failed", path)
-                   : lpx_errorf(LPX_ERR_FORMAT, "%s: larger than %zu bytes", path, cap);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return LPX_OK;
-}
-
 /* ---- checks and binding -------------------------------------------------- */
 
 const lpx_tensor *lpx_model_find_tensor(const lpx_model *m, const char *name) {

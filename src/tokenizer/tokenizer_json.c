@@ -4,10 +4,10 @@
  * a construct these models do not use is a clear "unsupported" error. */
 #include "base/checked.h"
 #include "base/error.h"
+#include "base/readall.h"
 #include "tokenizer/tokenizer_internal.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -464,40 +464,12 @@ lpx_status lpx_tokenizer_from_json(const char *json, size_t len, const char *con
     return st;
 }
 
-static lpx_status read_file(const char *path, char **data, size_t *len) {
-    *data = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return lpx_errorf(LPX_ERR_IO, "%s: %s", path, strerror(errno));
-    long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);
-    if (n < 0 || (size_t)n > TOK_MAX_JSON_BYTES || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return lpx_errorf(LPX_ERR_IO, "%s: cannot size the file or it exceeds %zu bytes", path,
-                          TOK_MAX_JSON_BYTES);
-    }
-    char *p = malloc((size_t)n + 1);
-    if (!p) {
-        fclose(f);
-        return lpx_errorf(LPX_ERR_NOMEM, "%s: %ld bytes", path, n);
-    }
-    size_t got = fread(p, 1, (size_t)n, f);
-    fclose(f);
-    if (got != (size_t)n) {
-        free(p);
-        return lpx_errorf(LPX_ERR_IO, "%s: short read (%zu of %ld bytes)", path, got, n);
-    }
-    p[n] = '\0';
-    *data = p;
-    *len = (size_t)n;
-    return LPX_OK;
-}
-
 /* Loads dir/tokenizer.json, with dir/tokenizer_config.json when it exists. */
 static lpx_status load_pair(const char *dir, const char *json_path, lpx_tokenizer **out) {
     char path[4096];
     char *json = NULL, *cfg = NULL;
     size_t len = 0, cfg_len = 0;
-    LPX_TRY(read_file(json_path, &json, &len));
+    LPX_TRY(lpx_read_file(json_path, TOK_MAX_JSON_BYTES, &json, &len));
     if ((size_t)snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= sizeof path) {
         free(json);
         return lpx_errorf(LPX_ERR_INVALID_ARG, "%s: path too long", dir);
@@ -506,7 +478,7 @@ static lpx_status load_pair(const char *dir, const char *json_path, lpx_tokenize
     lpx_status st = LPX_OK;
     if (probe) {
         fclose(probe);
-        st = read_file(path, &cfg, &cfg_len);
+        st = lpx_read_file(path, TOK_MAX_JSON_BYTES, &cfg, &cfg_len);
     }
     if (st == LPX_OK) st = lpx_tokenizer_from_json(json, len, cfg, cfg_len, out);
     if (st != LPX_OK) st = lpx_error_wrap(st, "%s", json_path);
