@@ -2,6 +2,7 @@
  * OpenAI-compatible server; lpx batch merge combines shard outputs.
  * docs/batch.md has the formats, the guarantees and the thresholds. */
 #include "batch/input.h"
+#include "base/checked.h"
 #include "base/error.h"
 #include "base/readall.h"
 #include "batch/quality.h"
@@ -53,6 +54,12 @@ typedef struct batch_opts {
     lpx_bq_opts quality;
 } batch_opts;
 
+/* Owned strings; sorted, membership is a bsearch. */
+typedef struct strvec {
+    char **v;
+    size_t n, cap;
+} strvec;
+
 /* ---- per-task state ------------------------------------------------------- */
 
 enum { OUT_OK, OUT_RETRY, OUT_FAIL };
@@ -74,6 +81,7 @@ typedef struct slot {
     double t_submit, not_before;
     uint64_t eng_id;
     bool timed_out;
+    bool failed_before; /* counted in n_failed: a failure record and no result */
     outcome out;
 } slot;
 
@@ -98,7 +106,11 @@ typedef struct job {
     size_t *sendq, n_sendq; /* guarded by mu (server mode) */
     bool stop_workers;
 
+    /* OUTDIR as found: ids with a result, ids with a failure record, and
+     * input-check rejections (reject_key); sorted */
+    strvec done, failed, rejects;
     /* totals over all results, previous runs included */
+    int64_t n_invalid; /* input-check rejections of this job (shard) */
     int64_t n_results, n_failed, prompt_tokens, completion_tokens, run_tokens, run_done;
     int64_t flag_counts[LPX_BQ_COUNT];
     double *lat; /* latency (ms) of every result */
@@ -197,48 +209,136 @@ static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Reads results.jsonl: ids already done (sorted, into *ids) and the totals.
- * A last line without its newline is a write cut by a kill: the file is
- * truncated to the last complete line. Returns false on an I/O error. */
-static bool scan_results(job *j, const char *path, char ***ids, size_t *n_ids, bool truncate_torn) {
-    *ids = NULL;
-    *n_ids = 0;
-    size_t len = 0;
+static bool strvec_push(strvec *s, const char *str) {
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? 2 * s->cap : 256, bytes;
+        char **v = lpx_mul_size(nc, sizeof *v, &bytes) ? realloc(s->v, bytes) : NULL;
+        if (!v) return false;
+        s->v = v;
+        s->cap = nc;
+    }
+    char *c = strdup(str);
+    if (!c) return false;
+    s->v[s->n++] = c;
+    return true;
+}
+
+static void strvec_sort_unique(strvec *s) {
+    if (!s->n) return;
+    qsort(s->v, s->n, sizeof *s->v, cmp_str);
+    size_t k = 1;
+    for (size_t i = 1; i < s->n; i++) {
+        if (strcmp(s->v[i], s->v[k - 1]))
+            s->v[k++] = s->v[i];
+        else
+            free(s->v[i]);
+    }
+    s->n = k;
+}
+
+static bool strvec_has(const strvec *s, const char *str) {
+    return s->n && bsearch(&str, s->v, s->n, sizeof *s->v, cmp_str);
+}
+
+static void strvec_free(strvec *s) {
+    for (size_t i = 0; i < s->n; i++)
+        free(s->v[i]);
+    free(s->v);
+    memset(s, 0, sizeof *s);
+}
+
+/* Receives one record of an OUTDIR file; keeps it by taking *rec (setting it
+ * to NULL). False stops the reading, with the reason in lpx_last_error(). */
+typedef bool (*record_fn)(void *user, cJSON **rec);
+
+/* Calls fn on each whole line of path, in order. A last line without its
+ * newline is a write cut by a kill: it is dropped, and with truncate_torn the
+ * file is cut back to its whole lines so later appends stay whole. A missing
+ * file has no lines. */
+static bool read_records(job *j, const char *path, bool truncate_torn, record_fn fn, void *user) {
+    if (access(path, F_OK) != 0 && errno == ENOENT) return true;
     char *buf;
+    size_t len, start = 0;
     if (lpx_read_file(path, MAX_OUT_FILE, &buf, &len) != LPX_OK) return false;
-    size_t cap = 0, start = 0;
-    while (start < len) {
+    bool ok = true;
+    while (ok && start < len) {
         char *nl = memchr(buf + start, '\n', len - start);
         if (!nl) {
-            logf_(j, "resume: dropping a torn last line of %zu bytes in %s", len - start, path);
+            logf_(j, "dropping a torn last line of %zu bytes in %s", len - start, path);
             if (truncate_torn && truncate(path, (off_t)start) != 0) {
                 lpx_errorf(LPX_ERR_IO, "%s: cannot truncate a torn last line: %s", path,
                            strerror(errno));
-                free(buf);
-                return false;
+                ok = false;
             }
             break;
         }
-        cJSON *rec = cJSON_ParseWithLength(buf + start, (size_t)(nl - buf) - start);
-        const cJSON *cid = cJSON_GetObjectItemCaseSensitive(rec, "custom_id");
-        if (cJSON_IsString(cid)) {
-            if (*n_ids == cap) {
-                cap = cap ? 2 * cap : 256;
-                char **n = realloc(*ids, cap * sizeof *n);
-                if (!n) break;
-                *ids = n;
-            }
-            (*ids)[(*n_ids)++] = strdup(cid->valuestring);
-            account(j, rec);
-        } else if (rec || nl > buf + start) {
-            logf_(j, "resume: ignoring an unreadable line at byte %zu of %s", start, path);
-        }
+        size_t n = (size_t)(nl - buf) - start;
+        cJSON *rec = cJSON_ParseWithLength(buf + start, n);
+        if (rec)
+            ok = fn(user, &rec);
+        else if (n)
+            logf_(j, "ignoring an unreadable line at byte %zu of %s", start, path);
         cJSON_Delete(rec);
-        start = (size_t)(nl - buf) + 1;
+        start += n + 1;
     }
     free(buf);
-    qsort(*ids, *n_ids, sizeof **ids, cmp_str);
+    return ok;
+}
+
+static double num(const cJSON *b, const char *k, double dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
+}
+
+static const char *str_item(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* A result: its id is done, its tokens, latency and flags count. */
+static bool on_result(void *user, cJSON **rec) {
+    job *j = user;
+    const char *id = str_item(*rec, "custom_id");
+    if (!id) return true;
+    if (!strvec_push(&j->done, id))
+        return lpx_errorf(LPX_ERR_NOMEM, "results: out of memory"), false;
+    account(j, *rec);
     return true;
+}
+
+/* The identity of an input-check failure: its line, id and reason. */
+static char *reject_key(int64_t line, const char *id, const char *error) {
+    size_t n = strlen(id ? id : "") + strlen(error) + 48;
+    char *k = malloc(n);
+    if (k) snprintf(k, n, "%lld\x1f%s\x1f%s", (long long)line, id ? id : "", error);
+    return k;
+}
+
+/* A failure record: an input-check rejection (attempts 0) or an id whose
+ * attempts ran out in some run. */
+static bool on_failure(void *user, cJSON **rec) {
+    job *j = user;
+    const cJSON *att = cJSON_GetObjectItemCaseSensitive(*rec, "attempts");
+    const char *id = str_item(*rec, "custom_id"), *err = str_item(*rec, "error");
+    bool ok = true;
+    if (cJSON_IsNumber(att) && att->valuedouble == 0) {
+        char *k = reject_key((int64_t)num(*rec, "line", 0), id, err ? err : "");
+        ok = k && strvec_push(&j->rejects, k);
+        free(k);
+    } else if (id) {
+        ok = strvec_push(&j->failed, id);
+    }
+    return ok || (lpx_errorf(LPX_ERR_NOMEM, "failures: out of memory"), false);
+}
+
+/* Failed entries of OUTDIR: every input-check rejection, and every id with a
+ * failure record and no result (an id that failed once and later succeeded
+ * is not failed). The sets must be sorted. */
+static int64_t count_failed(const job *j) {
+    int64_t n = (int64_t)j->rejects.n;
+    for (size_t i = 0; i < j->failed.n; i++)
+        n += !strvec_has(&j->done, j->failed.v[i]);
+    return n;
 }
 
 /* ---- requests --------------------------------------------------------------- */
@@ -263,11 +363,6 @@ static cJSON *effective_body(const job *j, const lpx_batch_task *t) {
     if (!cJSON_GetObjectItemCaseSensitive(b, "model") && j->model_name[0])
         cJSON_AddStringToObject(b, "model", j->model_name);
     return b;
-}
-
-static double num(const cJSON *b, const char *k, double dflt) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(b, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : dflt;
 }
 
 /* ---- engine mode ------------------------------------------------------------ */
@@ -594,7 +689,6 @@ static bool write_failure(job *j, const char *id, int64_t line, const char *erro
     cJSON_AddNumberToObject(f, "attempts", attempts);
     bool ok = append_line(j->failures_fd, f);
     cJSON_Delete(f);
-    j->n_failed++;
     return ok;
 }
 
@@ -633,6 +727,8 @@ static bool handle_outcome(job *j, size_t si) {
         ok = append_line(j->results_fd, rec);
         if (ok) {
             account(j, rec);
+            if (s->failed_before) j->n_failed--;
+            s->failed_before = false;
             j->run_tokens += s->out.completion_tokens;
             j->run_done++;
             char names[96] = "";
@@ -657,6 +753,8 @@ static bool handle_outcome(job *j, size_t si) {
     } else {
         logf_(j, "failed %s after %d attempt(s): %s", t->id, s->attempts, s->out.error);
         ok = write_failure(j, t->id, t->line, s->out.error, s->attempts);
+        if (!s->failed_before) j->n_failed++;
+        s->failed_before = true;
     }
     free(s->out.text);
     cJSON_Delete(s->out.body);
@@ -706,7 +804,7 @@ static bool write_summary(job *j, const char *dir, int64_t total, double wall_s,
     cJSON_AddNumberToObject(s, "failed", (double)j->n_failed);
     int64_t rem = total - j->n_results - j->n_failed;
     cJSON_AddNumberToObject(s, "remaining", (double)(rem > 0 ? rem : 0));
-    cJSON_AddNumberToObject(s, "invalid_lines", (double)j->in.n_rejects);
+    cJSON_AddNumberToObject(s, "invalid_lines", (double)j->n_invalid);
     cJSON_AddBoolToObject(s, "interrupted", was_interrupted);
     cJSON_AddNumberToObject(s, "prompt_tokens", (double)j->prompt_tokens);
     cJSON_AddNumberToObject(s, "completion_tokens", (double)j->completion_tokens);
@@ -786,7 +884,7 @@ static int run_job(job *j) {
     }
     j->log_fd = open_in(o->outdir, "run.log", O_APPEND);
     j->results_fd = open_in(o->outdir, "results.jsonl", O_APPEND);
-    j->failures_fd = open_in(o->outdir, "failures.jsonl", O_TRUNC);
+    j->failures_fd = open_in(o->outdir, "failures.jsonl", O_APPEND);
     if (j->log_fd < 0 || j->results_fd < 0 || j->failures_fd < 0) {
         fprintf(stderr, "lpx batch: cannot write in %s: %s\n", o->outdir, strerror(errno));
         return 1;
@@ -795,46 +893,59 @@ static int run_job(job *j) {
     logf_(j, "%s: input %s, %lld lines, %zu valid, %zu rejected, mode %s",
           o->resume ? "resume" : "start", o->input, (long long)j->in.n_lines, j->in.n_tasks,
           j->in.n_rejects, o->server ? "server" : "engine");
-    char rpath[4096];
+    /* what earlier runs left: both files are append-only, read whole */
+    char rpath[4096], fpath[4096];
     snprintf(rpath, sizeof rpath, "%s/results.jsonl", o->outdir);
-    char **done_ids;
-    size_t n_done_ids;
-    if (!scan_results(j, rpath, &done_ids, &n_done_ids, true)) return fail(lpx_last_error(), NULL);
-    /* rejects: this shard's part (lines without an id belong to shard 0) */
+    snprintf(fpath, sizeof fpath, "%s/failures.jsonl", o->outdir);
+    if (!read_records(j, rpath, true, on_result, j) || !read_records(j, fpath, true, on_failure, j))
+        return fail(lpx_last_error(), NULL);
+    strvec_sort_unique(&j->done);
+    strvec_sort_unique(&j->failed);
+    strvec_sort_unique(&j->rejects);
+    j->n_failed = count_failed(j);
+    /* rejects: this shard's part (lines without an id belong to shard 0);
+     * one recorded by an earlier run is not written again */
     for (size_t i = 0; i < j->in.n_rejects; i++) {
         const lpx_batch_reject *r = &j->in.rejects[i];
         int32_t sh = r->id && o->shard_n ? lpx_batch_shard_of(r->id, o->shard_n) : 0;
         if (o->shard_n && sh != o->shard_k) continue;
         char msg[640];
         snprintf(msg, sizeof msg, "line %lld: %s", (long long)r->line, r->reason);
-        logf_(j, "rejected %s", msg);
+        j->n_invalid++;
+        char *key = reject_key(r->line, r->id, msg);
+        if (!key) return fail("out of memory", NULL);
+        bool recorded = strvec_has(&j->rejects, key);
+        free(key);
+        logf_(j, "rejected %s%s", msg, recorded ? " (recorded by an earlier run)" : "");
+        if (recorded) continue;
         if (!write_failure(j, r->id, r->line, msg, 0))
             return fail("cannot write failures.jsonl in ", o->outdir);
+        j->n_failed++;
     }
     j->slots = calloc(j->in.n_tasks + 1, sizeof *j->slots);
     j->ready = calloc(j->in.n_tasks + 1, sizeof *j->ready);
     j->doneq = calloc(j->in.n_tasks + 1, sizeof *j->doneq);
     j->sendq = calloc(j->in.n_tasks + 1, sizeof *j->sendq);
     if (!j->slots || !j->ready || !j->doneq || !j->sendq) return fail("out of memory", NULL);
+    size_t n_retry = 0;
     for (size_t i = 0; i < j->in.n_tasks; i++) {
         const char *id = j->in.tasks[i].id;
         if (o->shard_n && lpx_batch_shard_of(id, o->shard_n) != o->shard_k) continue;
-        if (bsearch(&id, done_ids, n_done_ids, sizeof *done_ids, cmp_str)) {
+        if (strvec_has(&j->done, id)) {
             j->n_skipped_resume++;
             continue;
         }
         slot *s = &j->slots[j->n_slots];
         s->job = j;
         s->task = i;
+        s->failed_before = strvec_has(&j->failed, id);
+        n_retry += s->failed_before;
         j->ready[j->n_ready++] = j->n_slots++;
     }
-    for (size_t i = 0; i < n_done_ids; i++)
-        free(done_ids[i]);
-    free(done_ids);
-    int64_t total = j->total = (int64_t)j->n_slots + j->n_skipped_resume + j->n_failed;
+    int64_t total = j->total = (int64_t)j->n_slots + j->n_skipped_resume + j->n_invalid;
     if (o->resume)
-        logf_(j, "resume: %lld already done, %zu to run", (long long)j->n_skipped_resume,
-              j->n_slots);
+        logf_(j, "resume: %lld already done, %zu to run (%zu of them failed before)",
+              (long long)j->n_skipped_resume, j->n_slots, n_retry);
 
     /* the model or the server */
     pthread_t *workers = NULL;
@@ -1018,6 +1129,9 @@ static void job_free(job *j) {
     free(j->doneq);
     free(j->sendq);
     free(j->lat);
+    strvec_free(&j->done);
+    strvec_free(&j->failed);
+    strvec_free(&j->rejects);
     if (j->results_fd >= 0) close(j->results_fd);
     if (j->failures_fd >= 0) close(j->failures_fd);
     if (j->log_fd >= 0) close(j->log_fd);
@@ -1025,7 +1139,59 @@ static void job_free(job *j) {
 
 /* ---- merge ------------------------------------------------------------------ */
 
-/* Results of all DIRs, each custom_id once; failures of ids without a result. */
+static bool keep_record(void *user, cJSON **rec) {
+    cJSON_AddItemToArray(user, *rec);
+    *rec = NULL;
+    return true;
+}
+
+typedef struct id_at {
+    const char *id;
+    size_t at; /* position in the merged results */
+} id_at;
+
+static int cmp_id_at(const void *a, const void *b) {
+    const id_at *x = a, *y = b;
+    int c = strcmp(x->id, y->id);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+/* Marks in drop[] every result whose custom_id an earlier one has. */
+static bool mark_duplicates(const cJSON *results, bool *drop) {
+    size_t n = (size_t)cJSON_GetArraySize(results), k = 0;
+    id_at *order = calloc(n + 1, sizeof *order);
+    if (!order) return false;
+    const cJSON *rec;
+    cJSON_ArrayForEach(rec, results) {
+        const char *id = str_item(rec, "custom_id");
+        order[k] = (id_at){id ? id : "", k};
+        k++;
+    }
+    qsort(order, n, sizeof *order, cmp_id_at);
+    for (size_t i = 0; i < n; i++) {
+        bool dup = i && !strcmp(order[i].id, order[i - 1].id);
+        drop[order[i].at] = dup || !order[i].id[0];
+        if (dup)
+            fprintf(stderr, "lpx batch: merge: %s has more than one result; kept the first\n",
+                    order[i].id);
+    }
+    free(order);
+    return true;
+}
+
+/* Writes the records of arr not marked in drop (NULL: all) to fd, passing
+ * each to fn. */
+static bool write_records(int fd, cJSON *arr, const bool *drop, record_fn fn, void *user) {
+    size_t k = 0;
+    cJSON *rec;
+    cJSON_ArrayForEach(rec, arr) {
+        if (!(drop && drop[k++]) && (!append_line(fd, rec) || !fn(user, &rec))) return false;
+    }
+    return true;
+}
+
+/* Results of all DIRs, each custom_id once, and all their failure records;
+ * the summary counted as for one OUTDIR. */
 static int merge(int argc, char **argv) {
     const char *out = NULL;
     const char *dirs[256];
@@ -1033,9 +1199,9 @@ static int merge(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: lpx batch merge DIR... -o OUTDIR\n\n"
-                   "Combines the OUTDIRs of shards (--shard K/N) into one: results and failures\n"
-                   "concatenated (an id with a result anywhere is not a failure), summary "
-                   "recomputed.\n");
+                   "Combines the OUTDIRs of shards (--shard K/N) into one: results concatenated\n"
+                   "(an id with results in two DIRs keeps the first), all failure records kept\n"
+                   "(an id with a result anywhere is not counted failed), summary recomputed.\n");
             return 0;
         }
         if (!strcmp(argv[i], "-o") && i + 1 < argc)
@@ -1044,114 +1210,59 @@ static int merge(int argc, char **argv) {
             return fprintf(stderr, "lpx batch: merge: unknown option %s\n", argv[i]), 2;
         else if (n_dirs < 256)
             dirs[n_dirs++] = argv[i];
+        else
+            return fprintf(stderr, "lpx batch: merge takes at most 256 directories\n"), 2;
     }
     if (!out || !n_dirs) return fprintf(stderr, "lpx batch: merge needs DIR... -o OUTDIR\n"), 2;
     struct stat sb;
     if (stat(out, &sb) == 0) return fail("output directory exists: ", out);
     job j;
     memset(&j, 0, sizeof j);
-    j.log_fd = -1;
-    char **ids = NULL;
-    size_t n_ids = 0, cap = 0;
-    cJSON **recs = NULL;
-    size_t n_recs = 0, rcap = 0;
-    int rc = 0;
-    /* results: every record once, by custom_id */
+    j.log_fd = j.results_fd = j.failures_fd = -1;
+    cJSON *results = cJSON_CreateArray(), *failures = cJSON_CreateArray();
+    bool *drop = NULL;
+    int rc = results && failures ? 0 : fail("out of memory", NULL);
     for (int d = 0; d < n_dirs && !rc; d++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/results.jsonl", dirs[d]);
-        size_t len;
-        char *buf;
-        if (lpx_read_file(p, MAX_OUT_FILE, &buf, &len) != LPX_OK) {
+        char rp[4096], fp[4096];
+        snprintf(rp, sizeof rp, "%s/results.jsonl", dirs[d]);
+        snprintf(fp, sizeof fp, "%s/failures.jsonl", dirs[d]);
+        if (access(rp, R_OK) != 0)
+            rc = fail("cannot read ", rp);
+        else if (!read_records(&j, rp, false, keep_record, results) ||
+                 !read_records(&j, fp, false, keep_record, failures))
             rc = fail(lpx_last_error(), NULL);
-            break;
-        }
-        char *line = buf, *nl;
-        while ((nl = strchr(line, '\n'))) {
-            cJSON *rec = cJSON_ParseWithLength(line, (size_t)(nl - line));
-            const cJSON *cid = cJSON_GetObjectItemCaseSensitive(rec, "custom_id");
-            line = nl + 1;
-            bool dup = false;
-            for (size_t k = 0; cJSON_IsString(cid) && k < n_ids && !dup; k++)
-                dup = !strcmp(ids[k], cid->valuestring);
-            if (!cJSON_IsString(cid) || dup) {
-                if (dup)
-                    fprintf(stderr,
-                            "lpx batch: merge: %s appears in more than one shard; kept the first\n",
-                            cid->valuestring);
-                cJSON_Delete(rec);
-                continue;
-            }
-            if (n_ids == cap) {
-                cap = cap ? 2 * cap : 256;
-                ids = realloc(ids, cap * sizeof *ids);
-            }
-            if (n_recs == rcap) {
-                rcap = rcap ? 2 * rcap : 256;
-                recs = realloc(recs, rcap * sizeof *recs);
-            }
-            if (!ids || !recs) {
-                rc = fail("out of memory", NULL);
-                cJSON_Delete(rec);
-                break;
-            }
-            ids[n_ids++] = cid->valuestring;
-            recs[n_recs++] = rec;
-        }
-        free(buf);
     }
+    if (!rc && (!(drop = calloc((size_t)cJSON_GetArraySize(results) + 1, sizeof *drop)) ||
+                !mark_duplicates(results, drop)))
+        rc = fail("out of memory", NULL);
     if (!rc && mkdir(out, 0755) != 0) {
         fprintf(stderr, "lpx batch: cannot create %s: %s\n", out, strerror(errno));
         rc = 1;
     }
     if (!rc) {
-        j.results_fd = open_in(out, "results.jsonl", O_TRUNC);
-        j.failures_fd = open_in(out, "failures.jsonl", O_TRUNC);
+        j.results_fd = open_in(out, "results.jsonl", O_APPEND);
+        j.failures_fd = open_in(out, "failures.jsonl", O_APPEND);
         if (j.results_fd < 0 || j.failures_fd < 0) rc = fail("cannot write in ", out);
     }
-    for (size_t k = 0; !rc && k < n_recs; k++) {
-        if (!append_line(j.results_fd, recs[k])) rc = fail("cannot write results.jsonl in ", out);
-        account(&j, recs[k]);
+    if (!rc && (!write_records(j.results_fd, results, drop, on_result, &j) ||
+                !write_records(j.failures_fd, failures, NULL, on_failure, &j)))
+        rc = fail("cannot write the merged records in ", out);
+    if (!rc) {
+        strvec_sort_unique(&j.done);
+        strvec_sort_unique(&j.failed);
+        strvec_sort_unique(&j.rejects);
+        j.n_failed = count_failed(&j);
+        j.n_invalid = (int64_t)j.rejects.n;
+        if (!write_summary(&j, out, j.n_results + j.n_failed, 0, false, "merge"))
+            rc = fail("cannot write summary.json in ", out);
     }
-    int64_t rejects = 0;
-    for (int d = 0; d < n_dirs && !rc; d++) {
-        char p[4096];
-        snprintf(p, sizeof p, "%s/failures.jsonl", dirs[d]);
-        size_t len;
-        char *buf;
-        if (lpx_read_file(p, MAX_OUT_FILE, &buf, &len) != LPX_OK) continue;
-        char *line = buf, *nl;
-        while (!rc && (nl = strchr(line, '\n'))) {
-            cJSON *rec = cJSON_ParseWithLength(line, (size_t)(nl - line));
-            const cJSON *cid = cJSON_GetObjectItemCaseSensitive(rec, "custom_id");
-            const cJSON *att = cJSON_GetObjectItemCaseSensitive(rec, "attempts");
-            line = nl + 1;
-            bool has_result = false;
-            for (size_t k = 0; cJSON_IsString(cid) && k < n_ids && !has_result; k++)
-                has_result = !strcmp(ids[k], cid->valuestring);
-            if (rec && !has_result) {
-                if (!append_line(j.failures_fd, rec))
-                    rc = fail("cannot write failures.jsonl in ", out);
-                j.n_failed++;
-                rejects += cJSON_IsNumber(att) && att->valuedouble == 0;
-            }
-            cJSON_Delete(rec);
-        }
-        free(buf);
-    }
-    j.in.n_rejects = (size_t)rejects;
-    if (!rc && !write_summary(&j, out, j.n_results + j.n_failed, 0, false, "merge"))
-        rc = fail("cannot write summary.json in ", out);
     if (!rc)
-        printf("merged %d directories: %lld results, %lld failures into %s\n", n_dirs,
+        printf("merged %d directories: %lld results, %lld failed into %s\n", n_dirs,
                (long long)j.n_results, (long long)j.n_failed, out);
-    for (size_t k = 0; k < n_recs; k++)
-        cJSON_Delete(recs[k]);
-    free(recs);
-    free(ids);
-    free(j.lat);
-    if (j.results_fd > 0) close(j.results_fd);
-    if (j.failures_fd > 0) close(j.failures_fd);
+    cJSON_Delete(results);
+    cJSON_Delete(failures);
+    free(drop);
+    job_free(&j);
     return rc;
 }
 

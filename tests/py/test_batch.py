@@ -239,7 +239,8 @@ def test_empty_missing_unwritable(tmp_path, lpx_bin, smollm2):
 class Script(http.server.BaseHTTPRequestHandler):
     """Answers by the prompt text: 'fail503:ID' fails the first 2 attempts,
     'slow' sleeps past the client timeout once, 'long' is a context-length
-    error, anything else echoes a canned text from the request."""
+    error, 'once400:ID' is refused (400, not retriable) the first time only,
+    anything else echoes a canned text from the request."""
     attempts = {}
     lock = threading.Lock()
 
@@ -262,6 +263,8 @@ class Script(http.server.BaseHTTPRequestHandler):
         if prompt == "slow" and n == 1:
             time.sleep(3)
             return self.reply(200, {})
+        if prompt.startswith("once400") and n == 1:
+            return self.reply(400, {"error": {"message": "refused once"}})
         if prompt == "long":
             return self.reply(400, {"error": {"message": "This model's maximum context length is 8",
                                               "code": "context_length_exceeded"}})
@@ -348,6 +351,52 @@ def test_server_retries_timeouts_and_flags(tmp_path, lpx_bin, server):
     assert r.returncode == 1
     assert len(read_jsonl(out / "results.jsonl")) == 7
     assert Script.attempts["hello"] == 1 and Script.attempts["long"] == 2
+    # failures.jsonl is appended to: d's record from each run, d counted once
+    assert [f["custom_id"] for f in read_jsonl(out / "failures.jsonl")] == ["d", "d"]
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["succeeded"], s["failed"], s["remaining"]) == (7, 1, 0)
+
+
+def test_failures_append_only_across_resume(tmp_path, lpx_bin, server):
+    """failures.jsonl keeps every run's records; the summary's failed counts
+    rejected lines and ids with no result now (docs/batch.md)."""
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, [{"id": "a", "prompt": "hello"},
+                      {"id": "b", "prompt": "once400:b"},
+                      {"id": "c", "prompt": "long"},
+                      "{bad json"])
+    out = tmp_path / "out"
+    args = ["-i", str(inp), "-o", str(out), "--server", server, "--api-key", "k1"]
+    r = batch(lpx_bin, *args)
+    assert r.returncode == 1 and "1 succeeded, 3 failed" in r.stderr
+    first = (out / "failures.jsonl").read_text()
+    recs = sorted((f["line"], f["custom_id"], f["attempts"]) for f in read_jsonl(out / "failures.jsonl"))
+    assert recs == [(2, "b", 1), (3, "c", 1), (4, None, 0)]
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["total"], s["succeeded"], s["failed"], s["invalid_lines"], s["remaining"]) == (4, 1, 3, 1, 0)
+
+    r = batch(lpx_bin, *args, "--resume")
+    assert r.returncode == 1 and "2 succeeded, 2 failed" in r.stderr
+    assert Script.attempts == {"hello": 1, "once400:b": 2, "long": 2}
+    assert sorted(texts(out)) == ["a", "b"]
+    now = (out / "failures.jsonl").read_text()
+    assert now.startswith(first)  # nothing overwritten
+    added = [json.loads(l) for l in now[len(first):].splitlines()]
+    # c failed again: a second record; b's record stays though b succeeded;
+    # the bad line is not recorded twice
+    assert [(f["custom_id"], f["attempts"]) for f in added] == [("c", 1)]
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["total"], s["succeeded"], s["failed"], s["invalid_lines"], s["remaining"]) == (4, 2, 2, 1, 0)
+    log = (out / "run.log").read_text()
+    assert "recorded by an earlier run" in log and "(2 of them failed before)" in log
+
+    # merge keeps all records and counts failures the same way
+    r = subprocess.run([lpx_bin, "batch", "merge", str(out), "-o", str(tmp_path / "m")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "m" / "failures.jsonl").read_text() == now
+    m = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert (m["total"], m["succeeded"], m["failed"], m["invalid_lines"]) == (4, 2, 2, 1)
 
 
 def test_server_unreachable_and_bad_key(tmp_path, lpx_bin, server):
