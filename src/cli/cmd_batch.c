@@ -6,6 +6,7 @@
 #include "base/error.h"
 #include "base/readall.h"
 #include "batch/quality.h"
+#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -170,6 +171,9 @@ static bool append_line(int fd, const cJSON *rec) {
 /* An OUTDIR file is read whole on --resume and merge; results of a very
  * large job stay far below this. */
 #define MAX_OUT_FILE ((size_t)16 << 30)
+
+/* Seeds travel as JSON numbers (doubles): integers up to 2^53 are exact. */
+#define MAX_JSON_INT ((int64_t)1 << 53)
 
 /* ---- results bookkeeping ---------------------------------------------------- */
 
@@ -1298,15 +1302,6 @@ static void help(void) {
            "  --repeat-min N          quality: no repetition flag under N n-grams (8)\n");
 }
 
-static bool parse_num(const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
-    *out = v;
-    return true;
-}
-
 int cmd_batch(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "merge")) return merge(argc - 1, argv + 1);
     job j;
@@ -1334,7 +1329,6 @@ int cmd_batch(int argc, char **argv) {
             return 2;
         }
         const char *v = argv[++i];
-        double d;
         bool ok = true;
         if (!strcmp(a, "-i") || !strcmp(a, "--input"))
             o->input = v;
@@ -1349,37 +1343,36 @@ int cmd_batch(int argc, char **argv) {
         else if (!strcmp(a, "--device"))
             o->device = v;
         else if (!strcmp(a, "--concurrency")) {
-            if (strcmp(v, "auto"))
-                ok = parse_num(v, 1, 4096, &d) && d == floor(d), o->concurrency = (int32_t)d;
+            if (strcmp(v, "auto")) ok = lpx_cli_i32(v, 1, 4096, &o->concurrency);
         } else if (!strcmp(a, "--timeout"))
-            ok = parse_num(v, 0, 1e6, &o->timeout_s);
+            ok = lpx_cli_double(v, 0, 1e6, &o->timeout_s);
         else if (!strcmp(a, "--retries"))
-            ok = parse_num(v, 0, 100, &d) && d == floor(d), o->retries = (int32_t)d;
+            ok = lpx_cli_i32(v, 0, 100, &o->retries);
         else if (!strcmp(a, "--shard")) {
             int k, n, used = 0;
             ok = sscanf(v, "%d/%d%n", &k, &n, &used) == 2 && !v[used] && n >= 1 && k >= 0 && k < n;
             o->shard_k = k;
             o->shard_n = n;
         } else if (!strcmp(a, "--max-tokens"))
-            ok = parse_num(v, 1, 1e7, &d) && d == floor(d), o->max_tokens = (int32_t)d;
+            ok = lpx_cli_i32(v, 1, 10000000, &o->max_tokens);
         else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp"))
-            ok = parse_num(v, 0, 100, &o->temperature);
+            ok = lpx_cli_double(v, 0, 100, &o->temperature);
         else if (!strcmp(a, "--top-p"))
-            ok = parse_num(v, 1e-9, 1, &o->top_p);
+            ok = lpx_cli_double(v, 1e-9, 1, &o->top_p);
         else if (!strcmp(a, "--seed"))
-            ok = parse_num(v, 0, 9e15, &d) && d == floor(d), o->seed = (int64_t)d;
+            ok = lpx_cli_i64(v, 0, MAX_JSON_INT, &o->seed);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            ok = parse_num(v, 1, 1024, &d), o->threads = (int32_t)d;
+            ok = lpx_cli_i32(v, 1, 1024, &o->threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
-            ok = parse_num(v, 1, 1e8, &d), o->ctx = (int32_t)d;
+            ok = lpx_cli_i32(v, 1, 100000000, &o->ctx);
         else if (!strcmp(a, "--kv-bytes"))
-            ok = parse_num(v, 1, 1e15, &d), o->kv_bytes = (int64_t)d;
+            ok = lpx_cli_i64(v, 1, INT64_MAX, &o->kv_bytes);
         else if (!strcmp(a, "--repeat-ngram"))
-            ok = parse_num(v, 1, 64, &d), o->quality.ngram = (int32_t)d;
+            ok = lpx_cli_i32(v, 1, 64, &o->quality.ngram);
         else if (!strcmp(a, "--repeat-ratio"))
-            ok = parse_num(v, 0, 1, &o->quality.repeat_ratio);
+            ok = lpx_cli_double(v, 0, 1, &o->quality.repeat_ratio);
         else if (!strcmp(a, "--repeat-min"))
-            ok = parse_num(v, 1, 1e6, &d), o->quality.min_ngrams = (int32_t)d;
+            ok = lpx_cli_i32(v, 1, 1000000, &o->quality.min_ngrams);
         else {
             fprintf(stderr, "lpx batch: unknown option %s (lpx batch --help lists them)\n", a);
             return 2;

@@ -1,9 +1,9 @@
 /* lpx serve: the engine behind an OpenAI-compatible HTTP API (src/server/). */
+#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "lpx.h"
 #include "server/server.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -40,24 +40,6 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-static bool parse_int(const char *s, long lo, long hi, int32_t *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return false;
-    *out = (int32_t)v;
-    return true;
-}
-
-static bool parse_double(const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
-    *out = v;
-    return true;
-}
-
 /* The file or directory name without a .gguf suffix. */
 static void default_name(const char *path, char *out, size_t cap) {
     size_t n = strlen(path);
@@ -92,27 +74,27 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--host"))
             so.host = v;
         else if (!strcmp(a, "--port"))
-            ok = parse_int(v, 0, 65535, &port);
+            ok = lpx_cli_i32(v, 0, 65535, &port);
         else if (!strcmp(a, "--served-model-name"))
             name = v;
         else if (!strcmp(a, "--api-key"))
             api_key = v;
         else if (!strcmp(a, "--max-num-seqs"))
-            ok = parse_int(v, 1, 4096, &eo.max_num_seqs);
+            ok = lpx_cli_i32(v, 1, 4096, &eo.max_num_seqs);
         else if (!strcmp(a, "--max-model-len"))
-            ok = parse_int(v, 2, INT32_MAX, &eo.max_model_len);
+            ok = lpx_cli_i32(v, 2, INT32_MAX, &eo.max_model_len);
         else if (!strcmp(a, "--gpu-memory-utilization"))
-            ok = parse_double(v, 0.01, 1.0, &gpu_util);
+            ok = lpx_cli_double(v, 0.01, 1.0, &gpu_util);
         else if (!strcmp(a, "--max-queue"))
-            ok = parse_int(v, 1, 1 << 20, &so.max_queue);
+            ok = lpx_cli_i32(v, 1, 1 << 20, &so.max_queue);
         else if (!strcmp(a, "--request-timeout"))
-            ok = parse_double(v, 0.001, 1e7, &so.request_timeout_s);
+            ok = lpx_cli_double(v, 0.001, 1e7, &so.request_timeout_s);
         else if (!strcmp(a, "--shutdown-timeout"))
-            ok = parse_double(v, 0, 1e7, &shutdown_timeout);
+            ok = lpx_cli_double(v, 0, 1e7, &shutdown_timeout);
         else if (!strcmp(a, "--device"))
             eo.device = v;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            ok = parse_int(v, 1, 4096, &eo.n_threads);
+            ok = lpx_cli_i32(v, 1, 4096, &eo.n_threads);
         else
             return usage_error("unknown option %s", a);
         if (!ok) return usage_error("bad value for %s", a);
