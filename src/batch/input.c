@@ -49,14 +49,29 @@ static const char *check_body(const cJSON *body, bool chat) {
         if (!cJSON_IsString(p)) return "prompt must be a string";
         if (p->valuestring[0] == '\0') return "prompt is empty";
     }
-    static const char *const nums[] = {
-        "max_tokens",       "max_completion_tokens", "temperature",        "top_p", "top_k", "seed",
-        "presence_penalty", "frequency_penalty",     "repetition_penalty", "min_p"};
+    /* integers become int32/int64 fields of the request: range-checked here,
+     * as a cast of an out-of-range double is undefined */
+    static const struct {
+        const char *name;
+        double lo, hi; /* hi 0: any real number */
+    } nums[] = {
+        {"max_tokens", 1, INT32_MAX}, {"max_completion_tokens", 1, INT32_MAX},
+        {"top_k", 0, INT32_MAX},      {"seed", 0, 9007199254740992.0 /* 2^53: exact in JSON */},
+        {"temperature", 0, 0},        {"top_p", 0, 0},
+        {"presence_penalty", 0, 0},   {"frequency_penalty", 0, 0},
+        {"repetition_penalty", 0, 0}, {"min_p", 0, 0}};
+    static __thread char msg[96];
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, nums[i]);
-        if (v && !cJSON_IsNull(v) && !cJSON_IsNumber(v)) {
-            static __thread char msg[64];
-            snprintf(msg, sizeof msg, "%s must be a number", nums[i]);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, nums[i].name);
+        if (!v || cJSON_IsNull(v)) continue;
+        if (!cJSON_IsNumber(v)) {
+            snprintf(msg, sizeof msg, "%s must be a number", nums[i].name);
+            return msg;
+        }
+        double d = v->valuedouble;
+        if (nums[i].hi > 0 && !(d >= nums[i].lo && d <= nums[i].hi && d == (double)(int64_t)d)) {
+            snprintf(msg, sizeof msg, "%s must be a whole number from %.0f to %.0f", nums[i].name,
+                     nums[i].lo, nums[i].hi);
             return msg;
         }
     }
@@ -67,8 +82,13 @@ static const char *check_body(const cJSON *body, bool chat) {
     if (stop && !cJSON_IsNull(stop) && !cJSON_IsString(stop)) {
         if (!cJSON_IsArray(stop)) return "stop must be a string or an array of strings";
         const cJSON *s;
-        cJSON_ArrayForEach(
-            s, stop) if (!cJSON_IsString(s)) return "stop must be a string or an array of strings";
+        cJSON_ArrayForEach(s, stop) {
+            if (!cJSON_IsString(s)) return "stop must be a string or an array of strings";
+        }
+        if (cJSON_GetArraySize(stop) > LPX_BATCH_MAX_STOP) {
+            snprintf(msg, sizeof msg, "stop takes at most %d strings", LPX_BATCH_MAX_STOP);
+            return msg;
+        }
     }
     return NULL;
 }
@@ -187,18 +207,35 @@ lpx_status lpx_batch_input_read(const char *path, lpx_batch_input *in) {
     while (line && st == LPX_OK) {
         size_t n = 0;
         int c = 0;
+        bool too_long = false;
         while ((c = fgetc(f)) != EOF && c != '\n') {
+            if (n == LPX_BATCH_MAX_LINE) {
+                too_long = true; /* the rest of the line is read and dropped */
+                continue;
+            }
             if (n + 1 == line_cap) {
-                char *l = realloc(line, 2 * line_cap);
-                if (!l) break;
+                size_t nc =
+                    2 * line_cap > LPX_BATCH_MAX_LINE + 1 ? LPX_BATCH_MAX_LINE + 1 : 2 * line_cap;
+                char *l = realloc(line, nc);
+                if (!l) {
+                    st = lpx_errorf(LPX_ERR_NOMEM, "batch input: out of memory");
+                    break;
+                }
                 line = l;
-                line_cap *= 2;
+                line_cap = nc;
             }
             line[n++] = (char)c;
         }
-        if (c == EOF && n == 0) break;
+        if (st != LPX_OK || (c == EOF && n == 0)) break;
         lineno++;
         line[n] = '\0';
+        if (too_long) {
+            char why[64];
+            snprintf(why, sizeof why, "longer than %zu bytes", LPX_BATCH_MAX_LINE);
+            in->n_lines++;
+            st = add_reject(in, &rej_cap, NULL, lineno, why);
+            continue;
+        }
         size_t k = 0;
         while (k < n && (line[k] == ' ' || line[k] == '\t' || line[k] == '\r'))
             k++;

@@ -11,6 +11,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* A longer line is rejected (and skipped without being held in memory). */
+#define LPX_BATCH_MAX_LINE ((size_t)64 << 20)
+/* Stop strings a request may give (in-process generation takes this many). */
+#define LPX_BATCH_MAX_STOP 16
+
 typedef struct lpx_batch_task {
     char *id;     /* custom_id */
     int64_t line; /* 1-based line in the input */

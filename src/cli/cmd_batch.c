@@ -438,12 +438,15 @@ static bool engine_submit(job *j, slot *s, const cJSON *b) {
     r.sampling.seed = (int64_t)num(b, "seed", 0);
     const cJSON *ie = cJSON_GetObjectItemCaseSensitive(b, "ignore_eos");
     r.ignore_eos = cJSON_IsTrue(ie);
-    const char *stops[16];
+    const char *stops[LPX_BATCH_MAX_STOP]; /* the input check allows no more */
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(b, "stop"), *sv;
-    if (cJSON_IsString(stop))
+    if (cJSON_IsString(stop)) {
         stops[r.n_stop++] = stop->valuestring;
-    else
-        cJSON_ArrayForEach(sv, stop) if (r.n_stop < 16) stops[r.n_stop++] = sv->valuestring;
+    } else {
+        cJSON_ArrayForEach(sv, stop) {
+            if (r.n_stop < LPX_BATCH_MAX_STOP) stops[r.n_stop++] = sv->valuestring;
+        }
+    }
     r.stop = stops;
     lpx_chat_message *msgs = NULL;
     size_t n_msgs = 0;

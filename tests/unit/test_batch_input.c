@@ -1,0 +1,67 @@
+/* Batch input checks: numeric ranges (an out-of-range double must not reach
+ * an int cast), too many stop strings, an over-long line rejected without
+ * losing the lines after it. */
+#include "batch/input.h"
+#include "test.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char path[] = "/tmp/lpx-batch-input-XXXXXX";
+
+static const lpx_batch_reject *reject_on(const lpx_batch_input *in, int64_t line) {
+    for (size_t i = 0; i < in->n_rejects; i++)
+        if (in->rejects[i].line == line) return &in->rejects[i];
+    return NULL;
+}
+
+int main(void) {
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    static const char *const lines[] = {
+        "{\"id\":\"ok\",\"prompt\":\"hi\",\"max_tokens\":5,\"seed\":7,\"top_k\":0}",
+        "{\"id\":\"big\",\"prompt\":\"hi\",\"max_tokens\":1e12}",
+        "{\"id\":\"neg\",\"prompt\":\"hi\",\"max_tokens\":-3}",
+        "{\"id\":\"frac\",\"prompt\":\"hi\",\"max_tokens\":2.5}",
+        "{\"id\":\"k\",\"prompt\":\"hi\",\"top_k\":-1}",
+        "{\"id\":\"s\",\"prompt\":\"hi\",\"seed\":1e300}",
+        "{\"id\":\"t\",\"prompt\":\"hi\",\"temperature\":-0.5,\"top_p\":0.9}",
+        "{\"id\":\"st\",\"prompt\":\"hi\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\","
+        "\"8\","
+        "\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+        "{\"id\":\"st16\",\"prompt\":\"hi\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\","
+        "\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\"]}",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        fprintf(f, "%s\n", lines[i]);
+    /* line 10: one byte over the limit; line 11 must still be read */
+    fputs("{\"id\":\"long\",\"prompt\":\"", f);
+    for (size_t i = 0; i < LPX_BATCH_MAX_LINE + 1 - 25; i++)
+        fputc('x', f);
+    fputs("\"}\n", f);
+    fputs("{\"id\":\"after\",\"prompt\":\"hi\"}\n", f);
+    fclose(f);
+
+    lpx_batch_input in;
+    CHECK(lpx_batch_input_read(path, &in) == LPX_OK);
+    CHECK(in.n_lines == 11);
+    const char *ok_ids[] = {"ok", "t", "st16", "after"};
+    CHECK(in.n_tasks == 4);
+    for (size_t i = 0; i < in.n_tasks && i < 4; i++)
+        CHECK(!strcmp(in.tasks[i].id, ok_ids[i]));
+    const lpx_batch_reject *r;
+    CHECK((r = reject_on(&in, 2)) && !strcmp(r->id, "big") &&
+          strstr(r->reason, "max_tokens must be a whole number from 1 to 2147483647"));
+    CHECK((r = reject_on(&in, 3)) && strstr(r->reason, "max_tokens must be a whole number"));
+    CHECK((r = reject_on(&in, 4)) && strstr(r->reason, "max_tokens must be a whole number"));
+    CHECK((r = reject_on(&in, 5)) && strstr(r->reason, "top_k must be a whole number from 0"));
+    CHECK((r = reject_on(&in, 6)) && strstr(r->reason, "seed must be a whole number"));
+    CHECK((r = reject_on(&in, 8)) && strstr(r->reason, "stop takes at most 16 strings"));
+    CHECK((r = reject_on(&in, 10)) && r->id == NULL && strstr(r->reason, "longer than 67108864"));
+    CHECK(in.n_rejects == 7);
+    lpx_batch_input_free(&in);
+    unlink(path);
+    TEST_DONE();
+}
