@@ -306,6 +306,27 @@ def test_empty_missing_unwritable(tmp_path, lpx_bin, smollm2):
     assert r.returncode == 2 and "-m MODEL or --server" in r.stderr
 
 
+def test_engine_timeout_retried_then_failed(tmp_path, lpx_bin, smollm2):
+    """In-process --timeout cancels the request in the engine; a timeout is
+    transient, so it is retried, and recorded as a failure when retries run
+    out. 2000 tokens with ignore_eos cannot finish inside 0.2 s on any CPU."""
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, [{"id": "slow", "prompt": "Tell me a story.", "max_tokens": 2000,
+                       "ignore_eos": True}])
+    out = tmp_path / "out"
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(out), "-m", smollm2, "--timeout", "0.2",
+              "--retries", "1")
+    assert r.returncode == 1, r.stderr
+    fails = read_jsonl(out / "failures.jsonl")
+    assert [(f["custom_id"], f["attempts"]) for f in fails] == [("slow", 2)]
+    assert fails[0]["error"] == "timeout"
+    log = (out / "run.log").read_text()
+    assert "timeout: slow attempt 1" in log and "attempt 1 of slow failed: timeout; retrying" in log
+    assert "timeout: slow attempt 2" in log and "failed slow after 2 attempt(s): timeout" in log
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["succeeded"], s["failed"], s["remaining"]) == (0, 1, 0)
+
+
 # ---- --server mode against a scripted server ---------------------------------
 
 class Script(http.server.BaseHTTPRequestHandler):
