@@ -2,6 +2,7 @@
 #include "bench/bench_report.h"
 
 #include "base/error.h"
+#include "bench/bench_html.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -153,142 +154,7 @@ lpx_status bench_write_json(const char *path, const bench_point *p, size_t n, co
     return ok ? LPX_OK : lpx_errorf(LPX_ERR_IO, "%s: write failed", path);
 }
 
-/* ---- HTML/SVG ---------------------------------------------------------------- */
-
-#define W 560
-#define H 260
-#define ML 60 /* left margin: y tick labels */
-#define MB 40 /* bottom margin: x ticks and label */
-#define MT 28
-
-static const char *COLORS[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"};
-
-static void esc(FILE *f, const char *s) {
-    for (; *s; s++) {
-        if (*s == '<')
-            fputs("&lt;", f);
-        else if (*s == '>')
-            fputs("&gt;", f);
-        else if (*s == '&')
-            fputs("&amp;", f);
-        else if (*s == '"')
-            fputs("&quot;", f);
-        else
-            fputc(*s, f);
-    }
-}
-
-typedef struct axes {
-    double x0, x1, y0, y1;
-} axes;
-
-static double sx(const axes *a, double x) {
-    return ML + (x - a->x0) / (a->x1 - a->x0) * (W - ML - 10);
-}
-static double sy(const axes *a, double y) {
-    return H - MB - (y - a->y0) / (a->y1 - a->y0) * (H - MB - MT);
-}
-
-static void frame(FILE *f, const char *title, const char *xl, const char *yl, axes *a) {
-    if (!(a->x1 > a->x0)) a->x1 = a->x0 + 1;
-    if (!(a->y1 > a->y0)) a->y1 = a->y0 + 1;
-    fprintf(f,
-            "<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
-            "viewBox=\"0 0 %d %d\">\n",
-            W, H, W, H);
-    fprintf(f, "<text x=\"%d\" y=\"18\" font-size=\"14\" font-weight=\"bold\">", ML);
-    esc(f, title);
-    fprintf(f, "</text>\n");
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", ML, H - MB,
-            W - 10, H - MB);
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"#333\"/>\n", ML, MT, ML,
-            H - MB);
-    for (int i = 0; i <= 4; i++) {
-        double xv = a->x0 + (a->x1 - a->x0) * i / 4, yv = a->y0 + (a->y1 - a->y0) * i / 4;
-        fprintf(f,
-                "<text x=\"%.1f\" y=\"%d\" font-size=\"10\" text-anchor=\"middle\">%.3g</text>\n",
-                sx(a, xv), H - MB + 14, xv);
-        fprintf(f, "<text x=\"%d\" y=\"%.1f\" font-size=\"10\" text-anchor=\"end\">%.3g</text>\n",
-                ML - 4, sy(a, yv) + 3, yv);
-        fprintf(f, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#eee\"/>\n", ML + 1,
-                sy(a, yv), W - 10, sy(a, yv));
-    }
-    fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\">", (ML + W) / 2,
-            H - 6);
-    esc(f, xl);
-    fprintf(f,
-            "</text>\n<text x=\"12\" y=\"%d\" font-size=\"11\" text-anchor=\"middle\" "
-            "transform=\"rotate(-90 12 %d)\">",
-            (H - MB + MT) / 2, (H - MB + MT) / 2);
-    esc(f, yl);
-    fprintf(f, "</text>\n");
-}
-
-/* A histogram of v[n] (values in ms) with 20 bins. */
-static void histogram(FILE *f, const char *title, const double *v, size_t n) {
-    enum { BINS = 20 };
-    double lo = INFINITY, hi = -INFINITY;
-    for (size_t i = 0; i < n; i++) {
-        lo = fmin(lo, v[i]);
-        hi = fmax(hi, v[i]);
-    }
-    if (n == 0) lo = 0, hi = 1;
-    if (hi <= lo) hi = lo + 1e-3;
-    int cnt[BINS] = {0}, top = 1;
-    for (size_t i = 0; i < n; i++) {
-        int b = (int)((v[i] - lo) / (hi - lo) * BINS);
-        b = b < 0 ? 0 : b >= BINS ? BINS - 1 : b;
-        if (++cnt[b] > top) top = cnt[b];
-    }
-    axes a = {lo, hi, 0, top};
-    frame(f, title, "ms", "count", &a);
-    double bw = (W - ML - 10) / (double)BINS;
-    for (int b = 0; b < BINS; b++)
-        if (cnt[b])
-            fprintf(f,
-                    "<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-                    "fill=\"%s\"/>\n",
-                    ML + b * bw + 1, sy(&a, cnt[b]), bw - 2, sy(&a, 0) - sy(&a, cnt[b]), COLORS[0]);
-    fprintf(f, "</svg>\n");
-}
-
-typedef struct series {
-    const char *name;
-    const double *x, *y;
-    size_t n;
-} series;
-
-static void lines(FILE *f, const char *title, const char *xl, const char *yl, const series *s,
-                  size_t ns, bool dots) {
-    axes a = {INFINITY, -INFINITY, 0, -INFINITY};
-    for (size_t k = 0; k < ns; k++)
-        for (size_t i = 0; i < s[k].n; i++) {
-            a.x0 = fmin(a.x0, s[k].x[i]);
-            a.x1 = fmax(a.x1, s[k].x[i]);
-            a.y1 = fmax(a.y1, s[k].y[i] * 1.1);
-            a.y0 = fmin(a.y0, s[k].y[i]);
-        }
-    if (!isfinite(a.x0)) a.x0 = 0, a.x1 = 1, a.y1 = 1;
-    frame(f, title, xl, yl, &a);
-    for (size_t k = 0; k < ns; k++) {
-        const char *col = COLORS[k % 6];
-        fprintf(f,
-                "<polyline class=\"line\" fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"",
-                col);
-        for (size_t i = 0; i < s[k].n; i++)
-            fprintf(f, "%.1f,%.1f ", sx(&a, s[k].x[i]), sy(&a, s[k].y[i]));
-        fprintf(f, "\"/>\n");
-        if (dots)
-            for (size_t i = 0; i < s[k].n; i++)
-                fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\"/>\n",
-                        sx(&a, s[k].x[i]), sy(&a, s[k].y[i]), col);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" font-size=\"10\" fill=\"%s\" text-anchor=\"end\">",
-                W - 12, MT + 12 * (int)(k + 1), col);
-        esc(f, s[k].name);
-        fprintf(f, "</text>\n");
-    }
-    fprintf(f, "</svg>\n");
-}
+/* ---- HTML ---------------------------------------------------------------------- */
 
 static void summary_table(FILE *f, const bench_summary *s) {
     fprintf(f,
@@ -336,10 +202,10 @@ static lpx_status point_html(FILE *f, const bench_point *p) {
     fprintf(f, "<h2>max concurrency %s</h2>\n", conc);
     summary_table(f, &p->sum);
     fprintf(f, "<div class=\"charts\">\n");
-    histogram(f, "TTFT distribution", ttft, a);
-    histogram(f, "TPOT distribution", tpot, b);
-    histogram(f, "ITL distribution", itl, c);
-    histogram(f, "E2E latency distribution", e2e, a);
+    bench_svg_histogram(f, "TTFT distribution", "ms", ttft, a);
+    bench_svg_histogram(f, "TPOT distribution", "ms", tpot, b);
+    bench_svg_histogram(f, "ITL distribution", "ms", itl, c);
+    bench_svg_histogram(f, "E2E latency distribution", "ms", e2e, a);
     /* Output tokens per time bucket: each token chunk counted at its arrival. */
     enum { NB = 30 };
     double dur = p->run.duration > 0 ? p->run.duration : 1, bx[NB], by[NB];
@@ -354,12 +220,12 @@ static lpx_status point_html(FILE *f, const bench_point *p) {
             by[bi < 0 ? 0 : bi >= NB ? NB - 1 : bi] += NB / dur;
         }
     }
-    series ts = {"output tokens/s", bx, by, NB};
-    lines(f, "Throughput over time", "s since start", "tokens/s", &ts, 1, false);
+    bench_series ts = {"output tokens/s", bx, by, NB};
+    bench_svg_lines(f, "Throughput over time", "s since start", "tokens/s", &ts, 1, false);
     /* GPU gauges: one line per series. */
     if (r->n_samples) {
         double *gx = malloc(2 * r->n_samples * sizeof *gx);
-        series *gs = calloc(r->n_samples, sizeof *gs);
+        bench_series *gs = calloc(r->n_samples, sizeof *gs);
         if (!gx || !gs) {
             free(gx);
             free(gs);
@@ -384,7 +250,8 @@ static lpx_status point_html(FILE *f, const bench_point *p) {
                 }
             ns++;
         }
-        lines(f, "Server GPU metrics (lpx:gpu_*)", "s since start", "value", gs, ns, true);
+        bench_svg_lines(f, "Server GPU metrics (lpx:gpu_*)", "s since start", "value", gs, ns,
+                        true);
         free(gx);
         free(gs);
     }
@@ -396,19 +263,13 @@ static lpx_status point_html(FILE *f, const bench_point *p) {
 lpx_status bench_write_html(const char *path, const bench_point *p, size_t n, const bench_meta *m) {
     FILE *f = fopen(path, "w");
     if (!f) return lpx_errorf(LPX_ERR_IO, "%s: cannot write", path);
-    fprintf(
-        f,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>lpx bench serve</title>\n"
-        "<style>body{font-family:sans-serif;margin:20px;color:#222}"
-        "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-        "text-align:right}.charts{display:flex;flex-wrap:wrap;gap:10px}"
-        "svg{background:#fafafa;border:1px solid #ddd}</style></head><body>\n");
-    fprintf(f, "<h1>lpx bench serve</h1>\n<p>server <code>");
-    esc(f, m->url);
+    bench_html_begin(f, "lpx bench serve");
+    fprintf(f, "<p>server <code>");
+    bench_html_escape(f, m->url);
     fprintf(f, "</code>, model <code>");
-    esc(f, m->model);
+    bench_html_escape(f, m->model);
     fprintf(f, "</code>, endpoint <code>");
-    esc(f, m->endpoint);
+    bench_html_escape(f, m->endpoint);
     fprintf(f, "</code>%s</p>\n",
             m->approx_prompts ? " (prompt lengths approximate: the server has no /tokenize)" : "");
     if (n > 1) {
@@ -424,16 +285,16 @@ lpx_status bench_write_html(const char *path, const bench_point *p, size_t n, co
             y1[i] = p[i].sum.e2e.median * 1e3;
             y2[i] = p[i].sum.ttft.median * 1e3;
         }
-        series s[2] = {{"median E2E latency", x, y1, n}, {"median TTFT", x, y2, n}};
-        lines(f, "Latency vs throughput (one point per sweep value)", "output tokens/s", "ms", s, 2,
-              true);
+        bench_series s[2] = {{"median E2E latency", x, y1, n}, {"median TTFT", x, y2, n}};
+        bench_svg_lines(f, "Latency vs throughput (one point per sweep value)", "output tokens/s",
+                        "ms", s, 2, true);
         free(x);
         fprintf(f, "</div>\n");
     }
     lpx_status st = LPX_OK;
     for (size_t i = 0; i < n && st == LPX_OK; i++)
         st = point_html(f, &p[i]);
-    fprintf(f, "</body></html>\n");
+    bench_html_end(f);
     if (fclose(f) != 0 && st == LPX_OK) st = lpx_errorf(LPX_ERR_IO, "%s: write failed", path);
     return st;
 }

@@ -5,6 +5,7 @@
  * throttle reasons are read before and after; a throttled run is flagged. */
 #include "backend/backend.h"
 #include "base/error.h"
+#include "bench/bench_engine_report.h"
 #include "bench/bench_serve.h"
 #include "cli/commands.h"
 #include "lpx.h"
@@ -25,7 +26,9 @@
 
 static void usage(FILE *f) {
     fprintf(f, "usage: lpx bench -m MODEL [-p 512] [-n 128] [-c 128] [-b 1,16,64,256] [-r 5]\n"
-               "                 [-o md|json|csv] [--device cpu|cuda|cuda:N]\n\n"
+               "                 [-o md|json|csv] [--device cpu|cuda|cuda:N] [--report OUT.html]\n"
+               "       lpx bench serve --url URL ...   (load generator for a server; see\n"
+               "                                        lpx bench serve --help)\n\n"
                "Runs the backend directly on random token ids and prints, per test, tokens/s\n"
                "(median of r repetitions after one warm-up, ± standard deviation), ms per step\n"
                "and the %% of the bandwidth floor: (weight bytes + KV bytes read per step) over\n"
@@ -38,6 +41,8 @@ static void usage(FILE *f) {
                "  -r N                timed repetitions (default 5)\n"
                "  -o md|json|csv      output format (default md)\n"
                "  --device DEV        cpu, cuda or cuda:N (default cuda when a GPU is usable)\n"
+               "  --report OUT.html   also write the table, clocks and charts of tok/s per test\n"
+               "                      and batch size as one self-contained HTML file\n"
                "  -h, --help          this help\n");
 }
 
@@ -253,24 +258,37 @@ static bool throttled(const clocks *c) {
     return c->ok && c->throttle != LPX_TEL_NA && (c->throttle & bad);
 }
 
-static void print_results(const char *fmt, const char *model, const char *device, const char *gpu,
-                          double bw, const result *rs, int n, const clocks *before,
-                          const clocks *after) {
-    const bool thr = throttled(before) || throttled(after);
+/* The figures of one test, as printed and as the HTML report shows them. */
+static bench_engine_row to_row(const result *r) {
+    bench_engine_row o = {.test = r->name, .batch = r->batch};
+    o.prefill = strncmp(r->name, "pp", 2) == 0; /* run_pp's name */
+    o.tok_s = r->tokens_per_rep / r->med_s;
+    o.tok_s_sd = o.tok_s * r->sd_s / r->med_s;
+    o.ms_per_step = r->med_s * 1e3 / r->steps_per_rep;
+    o.floor_ms_per_step = r->floor_s * 1e3 / r->steps_per_rep;
+    o.pct_of_floor = 100.0 * r->floor_s / r->med_s;
+    return o;
+}
+
+static bench_engine_clocks report_clocks(const clocks *c) {
+    return (bench_engine_clocks){c->ok, c->sm, c->mem, c->text};
+}
+
+static void print_results(const char *fmt, const bench_engine_meta *m, const bench_engine_row *rs,
+                          int n) {
     if (!strcmp(fmt, "json")) {
         printf("{\"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
                "\"read_bandwidth_GBps\": %.1f, \"sm_mhz_before\": %d, \"sm_mhz_after\": %d, "
                "\"mem_mhz_before\": %d, \"mem_mhz_after\": %d, \"throttled\": %s, \"tests\": [",
-               model, device, gpu, bw / 1e9, before->sm, after->sm, before->mem, after->mem,
-               thr ? "true" : "false");
+               m->model, m->device, m->gpu, m->read_bandwidth / 1e9, m->before.sm_mhz,
+               m->after.sm_mhz, m->before.mem_mhz, m->after.mem_mhz,
+               m->throttled ? "true" : "false");
         for (int i = 0; i < n; i++) {
-            const result *r = &rs[i];
+            const bench_engine_row *r = &rs[i];
             printf("%s{\"test\": \"%s\", \"batch\": %d, \"tok_s\": %.2f, \"tok_s_sd\": %.2f, "
                    "\"ms_per_step\": %.4f, \"floor_ms_per_step\": %.4f, \"pct_of_floor\": %.1f}",
-                   i ? ", " : "", r->name, r->batch, r->tokens_per_rep / r->med_s,
-                   r->tokens_per_rep / r->med_s * (r->sd_s / r->med_s),
-                   r->med_s * 1e3 / r->steps_per_rep, r->floor_s * 1e3 / r->steps_per_rep,
-                   100.0 * r->floor_s / r->med_s);
+                   i ? ", " : "", r->test, r->batch, r->tok_s, r->tok_s_sd, r->ms_per_step,
+                   r->floor_ms_per_step, r->pct_of_floor);
         }
         printf("]}\n");
         return;
@@ -282,22 +300,21 @@ static void print_results(const char *fmt, const char *model, const char *device
         printf("model: %s\ndevice: %s (%s), read bandwidth %.1f GB/s\n\n"
                "| test | tok/s | ± sd | ms/step | floor ms/step | %% of floor |\n"
                "| --- | ---: | ---: | ---: | ---: | ---: |\n",
-               model, device, gpu, bw / 1e9);
+               m->model, m->device, m->gpu, m->read_bandwidth / 1e9);
     for (int i = 0; i < n; i++) {
-        const result *r = &rs[i];
-        const double tps = r->tokens_per_rep / r->med_s;
-        const double sd = tps * r->sd_s / r->med_s, ms = r->med_s * 1e3 / r->steps_per_rep;
-        const double fl = r->floor_s * 1e3 / r->steps_per_rep, pct = 100.0 * r->floor_s / r->med_s;
+        const bench_engine_row *r = &rs[i];
         if (csv)
-            printf("%s,%d,%.2f,%.2f,%.4f,%.4f,%.1f\n", r->name, r->batch, tps, sd, ms, fl, pct);
+            printf("%s,%d,%.2f,%.2f,%.4f,%.4f,%.1f\n", r->test, r->batch, r->tok_s, r->tok_s_sd,
+                   r->ms_per_step, r->floor_ms_per_step, r->pct_of_floor);
         else
-            printf("| %s | %.1f | %.1f | %.3f | %.3f | %.1f |\n", r->name, tps, sd, ms, fl, pct);
+            printf("| %s | %.1f | %.1f | %.3f | %.3f | %.1f |\n", r->test, r->tok_s, r->tok_s_sd,
+                   r->ms_per_step, r->floor_ms_per_step, r->pct_of_floor);
     }
     if (!csv) {
-        if (before->ok)
-            printf("\nclocks SM/mem MHz: before %d/%d [%s], after %d/%d [%s]%s\n", before->sm,
-                   before->mem, before->text, after->sm, after->mem, after->text,
-                   thr ? "  ** THROTTLED: not a result **" : "");
+        if (m->before.ok)
+            printf("\nclocks SM/mem MHz: before %d/%d [%s], after %d/%d [%s]%s\n", m->before.sm_mhz,
+                   m->before.mem_mhz, m->before.throttle, m->after.sm_mhz, m->after.mem_mhz,
+                   m->after.throttle, m->throttled ? "  ** THROTTLED: not a result **" : "");
         else
             printf("\nclocks: not available (no NVML)\n");
     }
@@ -305,7 +322,7 @@ static void print_results(const char *fmt, const char *model, const char *device
 
 int cmd_bench(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "serve") == 0) return bench_serve_main(argc - 1, argv + 1);
-    const char *model = NULL, *fmt = "md", *device = NULL;
+    const char *model = NULL, *fmt = "md", *device = NULL, *report = NULL;
     int p = 512, n = 128, ctx = 128, reps = 5, batches[MAX_BATCHES] = {1, 16, 64, 256}, nb = 4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -333,6 +350,8 @@ int cmd_bench(int argc, char **argv) {
             fmt = argv[++i];
         } else if (!strcmp(a, "--device") && has) {
             device = argv[++i];
+        } else if (!strcmp(a, "--report") && has) {
+            report = argv[++i];
         } else {
             fprintf(stderr, "lpx bench: unknown or incomplete option '%s' (see --help)\n", a);
             return 2;
@@ -419,7 +438,22 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < nb; i++)
         if (run_decode(&b, batches[i], ctx, n, reps, max_tokens, &rs[nr++]) != LPX_OK) goto fail;
     read_clocks(cuda ? tel : NULL, ordinal, &after);
-    print_results(fmt, model, ops->name, gpu, b.bandwidth, rs, nr, &before, &after);
+    bench_engine_row rows[MAX_BATCHES + 1];
+    for (int i = 0; i < nr; i++)
+        rows[i] = to_row(&rs[i]);
+    const bench_engine_meta meta = {.model = model,
+                                    .device = ops->name,
+                                    .gpu = gpu,
+                                    .read_bandwidth = b.bandwidth,
+                                    .p = p,
+                                    .n = n,
+                                    .ctx = ctx,
+                                    .reps = reps,
+                                    .before = report_clocks(&before),
+                                    .after = report_clocks(&after),
+                                    .throttled = throttled(&before) || throttled(&after)};
+    print_results(fmt, &meta, rows, nr);
+    if (report && bench_engine_write_html(report, &meta, rows, nr) != LPX_OK) goto fail;
     rc = 0;
     goto done;
 fail:

@@ -4,8 +4,6 @@ that streams fixed token chunks with known timing, implements /tokenize, /detoke
 The tests against lpx serve itself are in test_bench_serve_lpx.py."""
 import http.server
 import json
-import os
-import pathlib
 import socket
 import subprocess
 import threading
@@ -14,8 +12,7 @@ import time
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-ARTIFACTS = ROOT / "tests" / "artifacts"
+from report_helpers import assert_self_contained, charts, chromium
 
 TOKEN_GAP = 0.004  # s between streamed tokens
 
@@ -84,6 +81,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         mode = st["mode"]
         if mode == "500" or (mode == "500-odd" and n % 2 == 1):
             self.send_json(500, {"error": {"message": "injected failure"}})
+            return
+        if mode == "429-odd" and n % 2 == 1:
+            self.send_json(429, {"error": {"message": "rate limited"}})
             return
         if mode == "stall":
             time.sleep(3)
@@ -227,6 +227,13 @@ def test_server_errors_counted(lpx_bin, fake):
     assert r.returncode == 1
     assert field(r.stdout, "Failed requests:") == 4
     assert "no request succeeded" in r.stderr
+    # A 4xx: counted and reported the same way.
+    fake.state["mode"], fake.state["requests"] = "429-odd", 0
+    r = bench(lpx_bin, fake.url, "--num-prompts", "4", "--input-len", "4", "--output-len", "3")
+    assert r.returncode == 0, r.stderr
+    assert field(r.stdout, "Successful requests:") == 2
+    assert field(r.stdout, "Failed requests:") == 2
+    assert "HTTP 429" in r.stdout and "rate limited" in r.stdout
 
 
 def test_timeouts_counted(lpx_bin, fake):
@@ -274,37 +281,17 @@ def test_sweep_and_report(lpx_bin, fake, tmp_path):
     for run in runs:
         assert run["completed"] == 6
         check_stats(run)
-    text = html.read_text()
-    assert "<script" not in text and "http://" not in text.replace("http://www.w3.org/2000/svg", "") \
-        .replace(fake.url, "")
+    assert_self_contained(html.read_text(), [fake.url])
     render_in_chromium(html)
 
 
 def render_in_chromium(html):
     """Opens the report in headless Chromium; the charts must have drawn shapes."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,2400"):
-        opts.add_argument(a)
-    opts.binary_location = "/usr/bin/chromium"
-    drv = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
-    try:
-        drv.get(html.resolve().as_uri())
-        charts = drv.find_elements("css selector", "svg.chart")
+    with chromium(html, "bench_serve_report.png") as drv:
+        got = charts(drv)
         # sweep curve + per run: 4 histograms, throughput, GPU metrics
-        assert len(charts) == 1 + 2 * 6
-        for c in charts:
-            assert c.size["width"] > 100 and c.size["height"] > 100
-        bars = drv.execute_script(
-            "return Array.from(document.querySelectorAll('rect.bar'))"
-            ".filter(r => r.getBBox().height > 0).length")
-        lines = drv.execute_script(
-            "return Array.from(document.querySelectorAll('polyline.line'))"
-            ".filter(p => p.getTotalLength() > 0).length")
-        assert bars >= 8 and lines >= 5
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        drv.save_screenshot(str(ARTIFACTS / "bench_serve_report.png"))
-    finally:
-        drv.quit()
+        assert len(got) == 1 + 2 * 6
+        for c in got:
+            assert c["width"] > 100 and c["height"] > 100, c
+        assert sum(h > 0 for c in got for h in c["bars"]) >= 8
+        assert sum(n > 0 for c in got for n in c["lines"]) >= 5
