@@ -33,6 +33,9 @@
  * is not taken for a stalled one. */
 #define IDLE_S 30
 #define KEEPALIVE_MS 10000
+/* After --shutdown-timeout, how long the ended requests may take to send their
+ * error before their connections are closed. */
+#define DRAIN_GRACE_MS 10000
 
 struct lpx_server {
     const lpx_model *m;
@@ -169,11 +172,19 @@ typedef struct sse_ctx {
     lpx_job *job; /* a reference of its own */
     int fd;
     double t0, t_sent;
+    bool timed_out; /* the job was cancelled with the timeout error */
 } sse_ctx;
 
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     sse_ctx *x = cls;
     for (;;) {
+        /* Checked on every call, not only when a slice passed without bytes: a
+         * running stream has new bytes on nearly every call and would never time out. */
+        if (!x->timed_out && timed_out(x->s, x->t0)) {
+            lpx_srv_error e;
+            lpx_job_cancel(x->job, timeout_error(x->s, &e));
+            x->timed_out = true;
+        }
         bool end;
         size_t n = lpx_job_read(x->job, buf, max, SLICE_MS, &end);
         double now = lpx_now_ms();
@@ -192,8 +203,6 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
             lpx_job_cancel(x->job, NULL);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        lpx_srv_error e;
-        if (timed_out(x->s, x->t0)) lpx_job_cancel(x->job, timeout_error(x->s, &e));
     }
 }
 
@@ -644,8 +653,12 @@ void lpx_server_drain(lpx_server *s, double timeout_s) {
     for (lpx_job *j = s->jobs; j; j = j->next)
         lpx_job_cancel(j, &e);
     pthread_mutex_unlock(&s->mu);
-    /* Let the connections send the error before they are closed. */
-    for (int i = 0; i < 100; i++) {
+    /* Let the connections send the error before they are closed: the engine ends
+     * the jobs at its next step, then each connection writes its last bytes. That
+     * is milliseconds, but on a loaded machine can take seconds; only a client that
+     * stopped reading keeps the process waiting this whole grace. */
+    end = lpx_now_ms() + DRAIN_GRACE_MS;
+    while (lpx_now_ms() < end) {
         pthread_mutex_lock(&s->mu);
         bool idle = s->jobs == NULL;
         pthread_mutex_unlock(&s->mu);

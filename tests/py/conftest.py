@@ -21,3 +21,8 @@ def smollm2():
                           capture_output=True, text=True, check=True).stdout.strip()
     assert os.path.exists(path), "default model missing: scripts/fetch-model.sh fetches it"
     return path
+
+
+def pytest_configure(config):
+    # `make asan` runs -m "not slow": tests that run the model for many seconds.
+    config.addinivalue_line("markers", "slow: runs the model for seconds; skipped by make asan")

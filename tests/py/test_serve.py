@@ -252,8 +252,8 @@ def test_disconnect_mid_stream_frees_everything(srv):
         while got < 3:
             got += bool(next(lines))
         assert srv.metrics()["lpx:num_requests_running"] == 1
-    # The client is gone: its request must end and free its KV within a second.
-    m = srv.wait_idle(1.0)
+    # The client is gone: its request must end and free its KV.
+    m = srv.wait_idle()
     assert m["lpx:num_requests_running"] == 0 and m["lpx:kv_cache_usage_perc"] == 0
 
 
@@ -268,7 +268,7 @@ def test_disconnect_non_streaming_frees_everything(srv):
         while srv.metrics()["lpx:num_requests_running"] == 0 and time.monotonic() < end:
             time.sleep(0.02)
         assert srv.metrics()["lpx:num_requests_running"] == 1
-    m = srv.wait_idle(1.0)
+    m = srv.wait_idle()
     assert m["lpx:num_requests_running"] == 0 and m["lpx:kv_cache_usage_perc"] == 0
 
 
@@ -323,25 +323,32 @@ def test_metrics_parse(srv, client):
 
 
 def test_request_log_lines(srv, client):
-    complete(client, max_tokens=1)
-    time.sleep(0.1)
-    line = [l for l in srv.log if "POST /v1/completions 200" in l][-1]
-    assert "prompt=" in line and "gen=1" in line and "ms" in line
+    complete(client, max_tokens=5)  # no other test here asks for 5 tokens
+    # The line is written when the connection's response is done, maybe after the
+    # client has it.
+    ours = lambda: [l for l in srv.log if "POST /v1/completions 200" in l and "gen=5 " in l]
+    end = time.monotonic() + 60
+    while not ours():
+        assert time.monotonic() < end, "".join(srv.log[-5:])  # only against a hang
+        time.sleep(0.02)
+    assert "prompt=" in ours()[-1] and "ms" in ours()[-1]
 
 
 # ---- overload, timeout, shutdown ---------------------------------------------------------
+# None of these depends on how fast the machine is: a generation of LONG_TOKENS takes
+# seconds even at the bandwidth floor of the fastest CPU (each token reads all weights),
+# and every wait is for an event, with a deadline only against a hang.
 
 
 @pytest.fixture(scope="module")
 def small(lpx_bin, smollm2):
-    s = Server(lpx_bin, smollm2, "--max-num-seqs", "1", "--max-queue", "1", "--max-model-len", "2048",
-               "--request-timeout", "3")
+    s = Server(lpx_bin, smollm2, "--max-num-seqs", "1", "--max-queue", "1", "--max-model-len", "2048")
     yield s
     s.stop()
 
 
-# Long enough to outlast --request-timeout 3 s even on an idle fast CPU.
-LONG_GEN = {"prompt": PROMPT, "max_tokens": 1500, "ignore_eos": True}
+LONG_TOKENS = 2000  # with the prompt, just under --max-model-len 2048
+LONG_GEN = {"prompt": PROMPT, "max_tokens": LONG_TOKENS, "ignore_eos": True}
 
 
 def open_stream(srv, body):
@@ -349,10 +356,11 @@ def open_stream(srv, body):
     accepted, retrying on 503 as Retry-After asks (a request that ended just
     before may still be counted for a moment)."""
     c = httpx.Client(timeout=60)
-    for _ in range(20):
+    end = time.monotonic() + 60
+    while True:
         r = c.send(c.build_request("POST", srv.url + "/v1/completions",
                                    json=dict(body, stream=True)), stream=True)
-        if r.status_code != 503:
+        if r.status_code != 503 or time.monotonic() > end:
             break
         r.close()
         time.sleep(0.1)
@@ -360,8 +368,21 @@ def open_stream(srv, body):
     return c, r
 
 
+def wait_until(cond, what):
+    """Polls until cond() holds (a deadline only against a hang)."""
+    end = time.monotonic() + 60
+    while not cond():
+        assert time.monotonic() < end, what
+        time.sleep(0.02)
+
+
+def running(srv):
+    return srv.metrics()["lpx:num_requests_running"]
+
+
 def test_queue_full(small):
     a = open_stream(small, LONG_GEN)  # runs (--max-num-seqs 1)
+    wait_until(lambda: running(small) == 1, "the first stream never ran")
     b = open_stream(small, LONG_GEN)  # waits (--max-queue 1)
     try:
         r = small.post("/v1/completions", {"prompt": "x", "max_tokens": 1})
@@ -371,32 +392,62 @@ def test_queue_full(small):
         for c, r in (a, b):
             r.close()
             c.close()
-    m = small.wait_idle(1.0)
+    m = small.wait_idle()
     assert m["lpx:num_requests_running"] == 0 and m["lpx:kv_cache_usage_perc"] == 0
     # Accepting again once the ended requests are counted out.
-    for _ in range(20):
-        if small.post("/v1/completions", {"prompt": "x", "max_tokens": 1}).status_code == 200:
-            break
+    end = time.monotonic() + 60
+    while small.post("/v1/completions", {"prompt": "x", "max_tokens": 1}).status_code != 200:
+        assert time.monotonic() < end, "still refusing after the queue emptied"
         time.sleep(0.1)
-    else:
-        raise AssertionError("still refusing after the queue emptied")
 
 
-@pytest.mark.xfail(strict=False, reason="timing-dependent: in the full CI run the queued stream "
-                   "sometimes ends without its request_timeout error event; under investigation")
-def test_request_timeout(small):
-    # 1500 tokens take far longer than --request-timeout 3 s on a CPU; the
-    # second request spends its time in the queue.
-    with ThreadPoolExecutor(2) as pool:
-        plain = pool.submit(small.post, "/v1/completions", LONG_GEN)
-        c, r = open_stream(small, LONG_GEN)
-        events = [l for l in r.iter_lines() if l]
-        c.close()
-        plain = plain.result()
+@pytest.fixture(scope="module")
+def timeout_srv(lpx_bin, smollm2):
+    s = Server(lpx_bin, smollm2, "--max-num-seqs", "1", "--max-model-len", "2048",
+               "--request-timeout", "1")
+    yield s
+    s.stop()
+
+
+def stream_events(c, r, lines):
+    events = [l for l in lines if l]
+    r.close()
+    c.close()
+    return events
+
+
+def assert_timed_out(plain, events):
     assert plain.status_code == 504 and plain.json()["error"]["type"] == "timeout_error"
     assert events[-1] == "data: [DONE]"
     assert json.loads(events[-2][6:])["error"]["code"] == "request_timeout"
-    m = small.wait_idle(1.0)
+
+
+def test_request_timeout_running_stream(timeout_srv):
+    # The stream runs and sends tokens all the time (it once never timed out:
+    # the check was only reached when no token came for 100 ms); the
+    # non-streaming request waits in the queue. Both outlast --request-timeout 1.
+    c, r = open_stream(timeout_srv, LONG_GEN)
+    lines = r.iter_lines()
+    # Its first data event: a token (it runs) or, on a very slow machine, already the
+    # timeout error; the outcome asserted below is the same either way.
+    first = next(l for l in lines if l.startswith("data: "))
+    plain = timeout_srv.post("/v1/completions", LONG_GEN)
+    events = [first] + stream_events(c, r, lines)
+    assert_timed_out(plain, events)
+    m = timeout_srv.wait_idle()
+    assert m["lpx:num_requests_running"] == 0 and m["lpx:kv_cache_usage_perc"] == 0
+
+
+def test_request_timeout_queued_stream(timeout_srv):
+    # The non-streaming request runs; the stream spends its time in the queue.
+    with ThreadPoolExecutor(1) as pool:
+        plain = pool.submit(timeout_srv.post, "/v1/completions", LONG_GEN)
+        wait_until(lambda: plain.done() or running(timeout_srv) == 1, "the request never ran")
+        c, r = open_stream(timeout_srv, LONG_GEN)
+        events = stream_events(c, r, r.iter_lines())
+        plain = plain.result()
+    assert_timed_out(plain, events)
+    m = timeout_srv.wait_idle()
     assert m["lpx:num_requests_running"] == 0 and m["lpx:kv_cache_usage_perc"] == 0
 
 
@@ -408,8 +459,10 @@ def test_health_while_loading(lpx_bin, smollm2):
     try:
         line = p.stderr.readline()
         url = "http://" + line.split("http://")[1].split()[0]
-        seen = []
+        seen, end = [], time.monotonic() + 120
         while not seen or seen[-1][0] != 200:
+            assert time.monotonic() < end, seen[-3:]  # only against a hang
+            time.sleep(0.01)  # leave the CPU to the loading server
             r = httpx.get(url + "/health")
             seen.append((r.status_code, r.json()["status"]))
             if r.status_code == 503:
@@ -423,11 +476,13 @@ def test_health_while_loading(lpx_bin, smollm2):
         p.wait()
 
 
+@pytest.mark.slow  # generates 480 tokens to the end
 def test_sigterm_drains(lpx_bin, smollm2):
     s = Server(lpx_bin, smollm2, "--shutdown-timeout", "60")
     try:
-        # Long enough to be still running while /health and a new request are tried.
-        body = {"prompt": PROMPT, "max_tokens": 200, "ignore_eos": True, "stream": True,
+        # Long enough to be still running while /health and a new request are tried:
+        # as long as --max-model-len 512 allows.
+        body = {"prompt": PROMPT, "max_tokens": 480, "ignore_eos": True, "stream": True,
                 "temperature": 0}
         with httpx.stream("POST", s.url + "/v1/completions", json=body, timeout=60) as r:
             lines = r.iter_lines()

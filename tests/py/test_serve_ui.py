@@ -53,21 +53,30 @@ def test_ui_chat_streams_and_dashboard_updates(srv, browser):
     browser.find_element(By.ID, "max-tokens").clear()
     browser.find_element(By.ID, "max-tokens").send_keys("24")
     browser.find_element(By.ID, "prompt").send_keys("Name three colors.")
+    # Every text the reply shows while it is marked streaming, recorded by the page
+    # itself (polling from here could miss a short stream on a fast machine).
+    browser.execute_script("""
+        window.partials = [];
+        new MutationObserver(() => {
+            const m = document.querySelector('.msg.assistant.streaming');
+            if (m && m.textContent) window.partials.push(m.textContent);
+        }).observe(document.getElementById('messages'),
+                   {subtree: true, childList: true, characterData: true});""")
     browser.find_element(By.ID, "send").click()
 
-    # Streamed: the reply is visible while it is still being written ...
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant.streaming")
-               and d.find_element(By.CSS_SELECTOR, ".msg.assistant").text.strip())
-    partial = browser.find_element(By.CSS_SELECTOR, ".msg.assistant").text
-    # ... and complete at the end.
+    # Streamed: the reply is visible while it is still being written, and complete
+    # at the end.
     wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.assistant.done"))
     reply = browser.find_element(By.CSS_SELECTOR, ".msg.assistant")
     assert "error" not in reply.get_attribute("class")
-    assert reply.text.startswith(partial.strip()[:1]) and len(reply.text) >= len(partial.strip())
+    partials = browser.execute_script("return window.partials")
+    final = browser.execute_script("return arguments[0].textContent", reply)
+    assert partials and all(final.startswith(p) for p in partials)
+    assert any(len(p) < len(final) for p in partials), partials  # text before the end
 
-    # The dashboard polled /metrics again and shows the finished request.
+    # The dashboard polls /metrics again and shows the finished request.
     count = lambda d: int(d.find_element(By.ID, "dash-updated").get_attribute("data-count"))
-    assert count(browser) > before
+    wait.until(lambda d: count(d) > before)
     done_at = count(browser)
     wait.until(lambda d: count(d) > done_at + 1)
     assert float(browser.find_element(By.ID, "dash-done").text) >= 1
