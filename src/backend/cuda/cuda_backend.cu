@@ -5,11 +5,13 @@
  * host issues three calls per step: copy inputs, launch graph, copy logits. */
 #include "attention.cuh"
 #include "common.cuh"
+#include "decode1.h"
 #include "elementwise.cuh"
 #include "flash_prefill.cuh"
 #include "matmul.cuh"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -79,6 +81,16 @@ typedef struct cuda_backend {
     bool use_graphs;
     int n_buckets;
     cudaGraphExec_t graphs[MAX_BUCKETS];
+
+    /* the persistent batch-1 decode kernel (decode1.cu); d1_blocks 0: not used */
+    int d1_blocks;
+    int d1_widest;  /* longest vector staged in shared memory (d, n_heads*hd, d_ff) */
+    d1_params d1;
+    int32_t *d1_in_host, *d1_in_dev; /* token, position, slot, block table row (pinned / device) */
+    /* LPX_CUDA_D1_TRACE: per-phase times of block 0 summed over steps (ns) */
+    unsigned long long *d1_trace_host;
+    double d1_phase_ns[7]; /* work of phases qkv, attention, o, gate/up, down; barrier wait; lm_head */
+    int d1_traced;
 } cuda_backend;
 
 /* --- host-side conversion ------------------------------------------------ */
@@ -374,10 +386,44 @@ static lpx_status capture_decode_graph(cuda_backend *b, int k) {
     return LPX_OK;
 }
 
+/* Adds the phase times of the last persistent step (block 0's view: its own work
+ * per phase, and its wait at each barrier for the slowest block). */
+static lpx_status decode1_trace_add(cuda_backend *b) {
+    const int L = b->cfg.n_layers, nk = 5 * L;
+    unsigned long long *t = b->d1_trace_host;
+    LPX_CUDA_TRY(cudaMemcpy(t, b->d1.trace, sizeof(unsigned long long) * (2 + 2 * nk),
+                            cudaMemcpyDeviceToHost));
+    for (int k = 0; k < nk; k++) {
+        b->d1_phase_ns[k % 5] += (double)(t[1 + 2 * k] - t[2 * k]);
+        b->d1_phase_ns[5] += (double)(t[2 + 2 * k] - t[1 + 2 * k]);
+    }
+    b->d1_phase_ns[6] += (double)(t[1 + 2 * nk] - t[2 * nk]);
+    b->d1_traced++;
+    return LPX_OK;
+}
+
 static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logits) {
     cuda_backend *b = (cuda_backend *)base;
     const int V = b->cfg.vocab_size;
     LPX_CUDA_TRY(cudaSetDevice(b->device));
+    if (b->d1_blocks > 0 && bt->n_tokens == 1 && bt->n_seqs == 1 && bt->n_logits == 1) {
+        int used_blocks = 0;
+        LPX_TRY(pack_batch(b, bt, 1, &used_blocks));
+        /* one small copy: the three inputs and the used part of the block table */
+        int32_t *in = b->d1_in_host;
+        in[0] = in_part(b, b->in_host, IN_TOK)[0];
+        in[1] = in_part(b, b->in_host, IN_POS)[0];
+        in[2] = in_part(b, b->in_host, IN_SLOT)[0];
+        memcpy(in + 3, in_part(b, b->in_host, IN_BT), sizeof(int32_t) * used_blocks);
+        LPX_CUDA_TRY(cudaMemcpyAsync(b->d1_in_dev, in, sizeof(int32_t) * (3 + used_blocks),
+                                     cudaMemcpyHostToDevice, b->stream));
+        LPX_TRY(decode1(&b->d1, b->cfg.head_dim, b->d1_widest, b->d1_blocks, b->stream));
+        LPX_CUDA_TRY(cudaMemcpyAsync(logits, b->logits, sizeof(float) * V, cudaMemcpyDeviceToHost,
+                                     b->stream));
+        LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
+        if (b->d1.trace) LPX_TRY(decode1_trace_add(b));
+        return LPX_OK;
+    }
     bool decode = b->use_graphs && bt->n_tokens == bt->n_seqs && bt->n_logits == bt->n_tokens &&
                   bucket_of(bt->n_tokens) < b->n_buckets;
     for (int i = 0; decode && i < bt->n_logits; i++) decode = bt->logit_rows[i] == i;
@@ -419,11 +465,24 @@ static void cuda_destroy(lpx_backend *base) {
     cuda_backend *b = (cuda_backend *)base;
     if (!b) return;
     cudaSetDevice(b->device);
+    if (b->d1_traced > 0) {
+        const double n = b->d1_traced, L = b->cfg.n_layers;
+        fprintf(stderr,
+                "lpx cuda: persistent decode, %d steps, block 0, us per layer: qkv %.2f, "
+                "attention %.2f, o %.2f, gate/up %.2f, down %.2f, barrier waits %.2f; lm_head "
+                "%.2f us per step\n",
+                b->d1_traced, b->d1_phase_ns[0] / n / L / 1e3, b->d1_phase_ns[1] / n / L / 1e3,
+                b->d1_phase_ns[2] / n / L / 1e3, b->d1_phase_ns[3] / n / L / 1e3,
+                b->d1_phase_ns[4] / n / L / 1e3, b->d1_phase_ns[5] / n / L / 1e3,
+                b->d1_phase_ns[6] / n / 1e3);
+    }
+    free(b->d1_trace_host);
     for (int k = 0; k < MAX_BUCKETS; k++)
         if (b->graphs[k]) cudaGraphExecDestroy(b->graphs[k]);
     if (b->mc.blas) cublasDestroy(b->mc.blas);
     for (int i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
     if (b->in_host) cudaFreeHost(b->in_host);
+    if (b->d1_in_host) cudaFreeHost(b->d1_in_host);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b->allocs);
     free(b->layers);
@@ -452,6 +511,98 @@ static size_t part_rows(int cap, int n_kv, int n_sms) {
         if (r > m) m = r;
     }
     return m;
+}
+
+/* Prepares the persistent batch-1 decode kernel (decode1.cu) when LPX_CUDA_MEGA=1
+ * asks for it (opt-in: slower than the graphs so far, docs/PERF.md) and the GPU and
+ * the model allow it (cooperative launch, one block per SM, shared memory). */
+static lpx_status decode1_setup(cuda_backend *b, const cudaDeviceProp *prop) {
+    const lpx_config *c = &b->cfg;
+    const char *env = getenv("LPX_CUDA_MEGA");
+    if (!env || strcmp(env, "1") || !prop->cooperativeLaunch) return LPX_OK;
+    const int hd = c->head_dim, d = c->d_model, qd = c->n_heads * hd;
+    int widest = d > qd ? d : qd;
+    if (c->d_ff > widest) widest = c->d_ff;
+    int per_sm = 0;
+    LPX_TRY(decode1_init(hd, widest, &per_sm));
+    if (per_sm < 1 || c->n_heads / c->n_kv_heads > D1_MAX_GROUP) return LPX_OK;
+    d1_params *p = &b->d1;
+    const int n_blocks = prop->multiProcessorCount, G = c->n_heads / c->n_kv_heads;
+    p->max_splits = n_blocks / c->n_kv_heads;
+    if (p->max_splits > D1_MAX_SPLITS) p->max_splits = D1_MAX_SPLITS;
+    if (p->max_splits < 1) return LPX_OK;
+
+    d1_layer *hl = (d1_layer *)calloc((size_t)c->n_layers, sizeof(d1_layer));
+    if (!hl) return lpx_errorf(LPX_ERR_NOMEM, "cuda: out of host memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        const cuda_layer *L = &b->layers[l];
+        hl[l].attn_norm = L->attn_norm;
+        hl[l].ffn_norm = L->ffn_norm;
+        hl[l].bqkv = L->bqkv;
+        hl[l].q_norm = L->q_norm;
+        hl[l].k_norm = L->k_norm;
+        hl[l].wqkv = L->wqkv;
+        hl[l].wo = L->wo;
+        hl[l].wgu = L->wgu;
+        hl[l].wdown = L->wdown;
+    }
+    void *dl = NULL;
+    lpx_status s = dalloc(b, &dl, sizeof(d1_layer) * c->n_layers);
+    if (s == LPX_OK && cudaMemcpy(dl, hl, sizeof(d1_layer) * c->n_layers, cudaMemcpyHostToDevice))
+        s = lpx_errorf(LPX_ERR_DEVICE, "cuda: upload of the layer table failed");
+    free(hl);
+    LPX_TRY(s);
+    const size_t parts = (size_t)c->n_kv_heads * p->max_splits * G;
+    LPX_TRY(dalloc(b, (void **)&p->part_o, parts * hd * sizeof(float)));
+    LPX_TRY(dalloc(b, (void **)&p->part_ml, parts * 2 * sizeof(float)));
+    LPX_TRY(dalloc(b, (void **)&p->done, c->n_kv_heads * sizeof(int)));
+    LPX_CUDA_TRY(cudaMemset(p->done, 0, c->n_kv_heads * sizeof(int)));
+    LPX_TRY(dalloc(b, (void **)&p->bar, sizeof(unsigned)));
+    LPX_CUDA_TRY(cudaMemset(p->bar, 0, sizeof(unsigned)));
+
+    p->layers = (const d1_layer *)dl;
+    p->tok_embd = b->tok_embd;
+    p->lm_head = b->lm_head;
+    p->out_norm = b->out_norm;
+    p->inv_freq = b->inv_freq;
+    p->kv = b->kv;
+    const size_t in_bytes = sizeof(int32_t) * (3 + (size_t)b->max_blocks);
+    LPX_CUDA_TRY(cudaMallocHost((void **)&b->d1_in_host, in_bytes));
+    LPX_TRY(dalloc(b, (void **)&b->d1_in_dev, in_bytes));
+    p->token = b->d1_in_dev;
+    p->pos = b->d1_in_dev + 1;
+    p->slot = b->d1_in_dev + 2;
+    p->block_table = b->d1_in_dev + 3;
+    p->x = b->x;
+    p->qkv = b->qkv;
+    p->attn = b->attn;
+    p->act = b->act;
+    p->logits = b->logits;
+    p->g.n_heads = b->geom.n_heads;
+    p->g.n_kv = b->geom.n_kv;
+    p->g.head_dim = b->geom.head_dim;
+    p->g.block_size = b->geom.block_size;
+    p->g.block_stride = b->geom.block_stride;
+    p->n_layers = c->n_layers;
+    p->d = d;
+    p->qd = qd;
+    p->qkv_rows = b->qkv_rows;
+    p->d_ff = c->d_ff;
+    p->vocab = c->vocab_size;
+    p->window = c->sliding_window;
+    p->interleaved = c->rope_interleaved;
+    p->eps = c->rms_norm_eps;
+    p->scale = 1.0f / sqrtf((float)hd);
+    env = getenv("LPX_CUDA_D1_TRACE");
+    if (env && strcmp(env, "0")) {
+        const size_t n = 2 + 10 * (size_t)c->n_layers;
+        b->d1_trace_host = (unsigned long long *)calloc(n, sizeof(unsigned long long));
+        if (!b->d1_trace_host) return lpx_errorf(LPX_ERR_NOMEM, "cuda: out of host memory");
+        LPX_TRY(dalloc(b, (void **)&p->trace, n * sizeof(unsigned long long)));
+    }
+    b->d1_widest = widest;
+    b->d1_blocks = n_blocks;
+    return LPX_OK;
 }
 
 static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const lpx_backend_opts *o) {
@@ -621,6 +772,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     LPX_TRY(dalloc(b, (void **)&b->done, T * c->n_kv_heads * sizeof(int)));
     LPX_CUDA_TRY(cudaMemset(b->done, 0, T * c->n_kv_heads * sizeof(int)));
     LPX_TRY(dalloc(b, (void **)&b->logits, (size_t)b->logit_cap * c->vocab_size * 4));
+    LPX_TRY(decode1_setup(b, &prop));
     LPX_CUDA_TRY(cudaDeviceSynchronize());
     return LPX_OK;
 }
