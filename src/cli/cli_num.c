@@ -2,13 +2,14 @@
 #include "cli/cli_num.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 
 bool lpx_cli_double(const char *s, double lo, double hi, double *out) {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi)) return false;
+    if (errno || end == s || *end || !isfinite(v) || !(v >= lo && v <= hi)) return false;
     *out = v;
     return true;
 }

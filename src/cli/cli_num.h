@@ -1,6 +1,7 @@
 /* Strict numbers for command-line options: the whole string is the number
- * (no trailing text, no overflow) and it lies in [lo, hi]; false otherwise,
- * with *out untouched. One copy for every subcommand. */
+ * (no trailing text, no overflow, finite) and it lies in [lo, hi]; false
+ * otherwise, with *out untouched. One copy for every subcommand (opts.h's
+ * matchers parse with these). */
 #ifndef LPX_CLI_NUM_H
 #define LPX_CLI_NUM_H
 

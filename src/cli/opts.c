@@ -1,10 +1,9 @@
 #include "cli/opts.h"
 
-#include <errno.h>
-#include <math.h>
+#include "cli/cli_num.h"
+
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static void usage_error(lpx_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -49,29 +48,21 @@ bool lpx_opts_str(lpx_opts *o, const char *name, const char **out) {
 bool lpx_opts_num(lpx_opts *o, const char *name, double lo, double hi, double *out) {
     const char *v = value(o, name);
     if (!v) return false;
-    char *end;
-    errno = 0;
-    double d = strtod(v, &end);
-    if (end == v || *end || errno || !isfinite(d) || d < lo || d > hi) {
+    if (!lpx_cli_double(v, lo, hi, out)) {
         usage_error(o, "%s needs a number from %g to %g (got '%s')", name, lo, hi, v);
         return false;
     }
-    *out = d;
     return true;
 }
 
 bool lpx_opts_int(lpx_opts *o, const char *name, int64_t lo, int64_t hi, int64_t *out) {
     const char *v = value(o, name);
     if (!v) return false;
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (end == v || *end || errno || n < lo || n > hi) {
+    if (!lpx_cli_i64(v, lo, hi, out)) {
         usage_error(o, "%s needs a whole number from %lld to %lld (got '%s')", name, (long long)lo,
                     (long long)hi, v);
         return false;
     }
-    *out = n;
     return true;
 }
 
