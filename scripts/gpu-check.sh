@@ -181,6 +181,26 @@ raise SystemExit(0 if e.max() < 1e-3 else 1)"
     check "long: cuda mixed vs cpu" compare "$d/long.mixed.f32" "$d/long.mixed.cpu.f32" 49152 3e-2 "long mixed~cpu"
     grep -E "^long " "$out/checks.log" | tail -3 >>"$summary"
 
+    # device sampling (sampling.cuh): the CUDA sampler's token equals the host
+    # sampler's on the same logits, for greedy, penalties, temperature, min_p,
+    # top_k, top_p; then lpx run with device sampling vs host sampling on the same
+    # GPU (must be identical) and vs the CPU backend (greedy)
+    check "device sampling = host sampler on the same logits (test_sample_op)" \
+        env LPX_TEST_DEVICE="$dev" LPX_MODEL="$smol" "$root/$build/test_sample_op"
+    grep -E "step_sample" "$out/checks.log" | tail -3 >>"$summary"
+    run_text() { "$lpx" run -m "$smol" -p "The capital of France is" -n 32 --ignore-eos "$@" 2>>"$out/checks.log"; }
+    seeded="--temp 0.8 --top-k 50 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 -s 7"
+    for mode in greedy seeded; do
+        args=""; [ "$mode" = seeded ] && args="$seeded"
+        # shellcheck disable=SC2086
+        t_dev=$(run_text --device "$dev" $args); t_host=$(LPX_DEVICE_SAMPLING=0 run_text --device "$dev" $args)
+        printf '%s device: %q\n%s host:   %q\n' "$mode" "$t_dev" "$mode" "$t_host" >>"$out/run.log"
+        check "lpx run $mode: device sampling = host sampling" test -n "$t_dev" -a "$t_dev" = "$t_host"
+        [ "$mode" = greedy ] && g_dev="$t_dev"
+    done
+    t_cpu=$(run_text --device cpu); printf 'greedy cpu:    %q\n' "$t_cpu" >>"$out/run.log"
+    check "lpx run greedy: $dev = cpu" test -n "$t_cpu" -a "$g_dev" = "$t_cpu"
+
     # memory checker on a short run (prefill and decode paths) and on chunked steps
     # that mix prefill with decode
     [ "$dev" = cuda ] && check "compute-sanitizer memcheck (prefill)" compute-sanitizer --tool memcheck --error-exitcode 9 \
@@ -190,6 +210,8 @@ raise SystemExit(0 if e.max() < 1e-3 else 1)"
     [ "$dev" = cuda ] && check "compute-sanitizer memcheck (chunked, mixed)" compute-sanitizer --tool memcheck \
         --error-exitcode 9 "$lpx" logits -m "$smol" --ids "$(long_ids 150 49152)" --ids "$ids_smol" \
         --device cuda --chunk 61,1 -o "$out/tmp/ms3.f32"
+    [ "$dev" = cuda ] && check "compute-sanitizer memcheck (device sampling)" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$lpx" run -m "$smol" -p "The capital of France is" -n 4 $seeded --device cuda
     rm -f "$d"/long*.f32
 fi
 

@@ -31,8 +31,10 @@ static void usage(FILE *f) {
                "                                        lpx bench serve --help)\n\n"
                "Runs the backend directly on random token ids and prints, per test, tokens/s\n"
                "(median of r repetitions after one warm-up, ± standard deviation), ms per step\n"
-               "and the %% of the bandwidth floor: (weight bytes + KV bytes read per step) over\n"
-               "the read bandwidth measured at start.\n\n"
+               "(a decode step ends in greedy sampling on the device, as the engine's do, so\n"
+               "only token ids come back) and the %% of the bandwidth floor: (weight bytes +\n"
+               "KV bytes read per step) over the read bandwidth measured at start.\n"
+               "LPX_DEVICE_SAMPLING=0 copies every decode step's logits to the host instead.\n\n"
                "  -m, --model MODEL   .gguf file or Hugging Face model directory\n"
                "  -p N                prompt tokens of the prefill test ppN (0: skip)\n"
                "  -n N                decode steps per test (tg and batched)\n"
@@ -74,6 +76,9 @@ typedef struct bench {
     int bs, max_blocks;
     int32_t *ids, *pos, *seq_start, *seq_len, *table, *rows;
     float *logits;
+    lpx_sample_row *greedy; /* [max batch] decode steps sample greedily */
+    int32_t *sampled;       /* [max batch] */
+    bool device_sampling;   /* off with LPX_DEVICE_SAMPLING=0: logits to the host */
     double weight_bytes, kv_bytes_per_token, bandwidth;
     uint64_t rng;
 } bench;
@@ -127,6 +132,10 @@ static lpx_status decode_step(bench *b, int B, int len) {
     b->seq_start[B] = B;
     lpx_batch bt = {B,          b->ids,   b->pos,        B, b->seq_start,
                     b->seq_len, b->table, b->max_blocks, B, b->rows};
+    if (b->device_sampling) {
+        lpx_sample_batch sb = {.rows = b->greedy};
+        return b->ops->step_sample(b->be, &bt, &sb, b->sampled);
+    }
     return b->ops->step(b->be, &bt, b->logits);
 }
 
@@ -409,10 +418,17 @@ int cmd_bench(int argc, char **argv) {
     b.seq_len = malloc(cap * sizeof(int32_t));
     b.table = malloc((size_t)maxB * b.max_blocks * sizeof(int32_t));
     b.logits = malloc(cap * (size_t)m->cfg.vocab_size * sizeof(float));
-    if (!b.ids || !b.pos || !b.rows || !b.seq_start || !b.seq_len || !b.table || !b.logits) {
+    b.greedy = calloc((size_t)maxB, sizeof *b.greedy);
+    b.sampled = malloc((size_t)maxB * sizeof *b.sampled);
+    if (!b.ids || !b.pos || !b.rows || !b.seq_start || !b.seq_len || !b.table || !b.logits ||
+        !b.greedy || !b.sampled) {
         fprintf(stderr, "lpx bench: out of memory\n");
         goto done;
     }
+    const char *env = getenv("LPX_DEVICE_SAMPLING");
+    b.device_sampling = ops->step_sample && !(env && !strcmp(env, "0"));
+    for (int i = 0; i < maxB; i++)
+        b.greedy[i].p = (lpx_sampling_params){.top_p = 1, .repetition_penalty = 1};
     if (lpx_model_info_get(m, &info) != LPX_OK) goto fail;
     if (cuda) {
 #ifdef LPX_HAVE_CUDA
@@ -468,6 +484,8 @@ done:
     free(b.seq_len);
     free(b.table);
     free(b.logits);
+    free(b.greedy);
+    free(b.sampled);
     lpx_model_close(m);
     return rc;
 }

@@ -74,6 +74,8 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
     pthread_mutex_init(&e->step_mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->next_id = 1;
+    const char *env = getenv("LPX_DEVICE_SAMPLING");
+    e->device_sampling = !(env && !strcmp(env, "0"));
 
     lpx_status st = lpx_kv_pool_init(&e->pool, c->n_blocks, c->block_size);
     if (st == LPX_OK) st = lpx_sampler_init(&e->sampler, e->vocab);
@@ -85,6 +87,8 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
         e->b_start = alloc_array((size_t)c->max_num_seqs + 1, sizeof(int32_t), &ok);
         e->b_len = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
         e->b_rows = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
+        e->sampled = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
+        e->s_rows = alloc_array((size_t)c->max_num_seqs, sizeof(lpx_sample_row), &ok);
         size_t cells;
         ok = ok && lpx_mul_size((size_t)c->max_num_seqs, stride, &cells);
         e->b_table = ok ? alloc_array(cells, sizeof(int32_t), &ok) : NULL;
@@ -395,13 +399,29 @@ static bool is_stop_token(const lpx_engine *e, const lpx_seq *s, int32_t tok) {
     return false;
 }
 
-/* Samples the next token of s from its logits row and reports it. */
-static lpx_status advance(lpx_engine *e, lpx_seq *s, float *logits) {
+/* Appends the token counts of s (for its penalties) to e->seen at *n_seen;
+ * false when out of memory. */
+static bool append_counts(lpx_engine *e, const lpx_seq *s, int32_t *n_seen) {
+    int64_t need = (int64_t)*n_seen + s->n_tokens;
+    if (need > e->seen_cap) {
+        int64_t cap = e->seen_cap ? e->seen_cap : 1024;
+        while (cap < need)
+            cap *= 2;
+        if (cap > INT32_MAX) return false;
+        lpx_token_count *v = realloc(e->seen, (size_t)cap * sizeof *v);
+        if (!v) return false;
+        e->seen = v;
+        e->seen_cap = (int32_t)cap;
+    }
+    *n_seen += lpx_token_counts(&e->sampler, s->tokens, s->n_prompt, s->tokens + s->n_prompt,
+                                s->n_tokens - s->n_prompt, e->seen + *n_seen);
+    return true;
+}
+
+/* Reports the token tok sampled for s (with its logprobs when asked). */
+static lpx_status advance(lpx_engine *e, lpx_seq *s, int32_t tok, const lpx_token_logprob *top,
+                          float lp) {
     int32_t n_out = s->n_tokens - s->n_prompt;
-    lpx_token_logprob top[LPX_MAX_LOGPROBS];
-    float lp = 0;
-    int32_t tok = lpx_sample(&e->sampler, &s->sp, s->seed, n_out, logits, s->tokens, s->n_prompt,
-                             s->tokens + s->n_prompt, n_out, top, &lp);
     if (s->n_tokens == s->cap) {
         int32_t cap = s->cap * 2 > s->limit ? s->limit : s->cap * 2;
         int32_t *t = realloc(s->tokens, (size_t)cap * sizeof *t);
@@ -532,7 +552,26 @@ static lpx_status step_once(lpx_engine *e, bool *busy) {
             .n_logits = n_rows,
             .logit_rows = e->b_rows,
         };
-        st = e->cfg.ops->step(e->be, &b, e->logits);
+        /* Rows sample on the device unless one needs the logits (logprobs). */
+        bool dev = e->device_sampling && e->cfg.ops->step_sample;
+        int32_t n_seen = 0;
+        for (int32_t i = 0, row = 0; dev && i < q->n; i++) {
+            lpx_seq *s = q->v[i];
+            if (s->n_computed + s->n_new < s->n_tokens) continue;
+            lpx_sample_row *r = &e->s_rows[row++];
+            *r = (lpx_sample_row){.p = s->sp, .seed = s->seed,
+                                  .index = s->n_tokens - s->n_prompt, .seen_start = n_seen};
+            if (s->sp.logprobs > 0) dev = false;
+            if (dev && lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n_seen))
+                st = lpx_errorf(LPX_ERR_NOMEM, "engine: token counts: out of memory");
+            r->n_seen = n_seen - r->seen_start;
+        }
+        if (st == LPX_OK && dev) {
+            lpx_sample_batch sb = {.rows = e->s_rows, .seen = e->seen, .n_seen = n_seen};
+            st = e->cfg.ops->step_sample(e->be, &b, &sb, e->sampled);
+        } else if (st == LPX_OK) {
+            st = e->cfg.ops->step(e->be, &b, e->logits);
+        }
         if (st != LPX_OK) {
             /* The step's sequences cannot go on (their cache is unknown); others can. */
             char msg[512];
@@ -546,10 +585,24 @@ static lpx_status step_once(lpx_engine *e, bool *busy) {
         for (int32_t i = 0; i < q->n; i++) {
             lpx_seq *s = q->v[i];
             s->n_computed += s->n_new;
-            if (s->n_computed == s->n_tokens) {
-                lpx_status st2 = advance(e, s, e->logits + (size_t)row++ * e->vocab);
-                if (st == LPX_OK) st = st2;
+            if (s->n_computed < s->n_tokens) continue;
+            lpx_token_logprob top[LPX_MAX_LOGPROBS];
+            float lp = 0;
+            int32_t tok;
+            if (dev) {
+                tok = e->sampled[row++];
+            } else {
+                int32_t n = 0;
+                if (lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n)) {
+                    finish_alone(e, s, LPX_FINISH_ERROR, "out of memory");
+                    row++;
+                    continue;
+                }
+                tok = lpx_sample(&e->sampler, &s->sp, s->seed, s->n_tokens - s->n_prompt,
+                                 e->logits + (size_t)row++ * e->vocab, e->seen, n, top, &lp);
             }
+            lpx_status st2 = advance(e, s, tok, top, lp);
+            if (st == LPX_OK) st = st2;
         }
         pthread_mutex_lock(&e->mu);
         e->st.n_steps++;
@@ -660,6 +713,9 @@ void lpx_engine_destroy(lpx_engine *e) {
     free(e->b_len);
     free(e->b_table);
     free(e->b_rows);
+    free(e->sampled);
+    free(e->s_rows);
+    free(e->seen);
     free(e->logits);
     free(e->text);
     free(e->piece);

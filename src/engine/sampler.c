@@ -1,6 +1,7 @@
 #include "engine/sampler.h"
 
 #include "base/error.h"
+#include "engine/sample_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -8,8 +9,9 @@
 
 lpx_status lpx_sampler_init(lpx_sampler *s, int32_t vocab) {
     memset(s, 0, sizeof *s);
-    if (vocab <= 0)
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "sampler: vocab %d: expected > 0", vocab);
+    if (vocab <= 0 || vocab > LPX_SAMPLE_MAX_VOCAB)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "sampler: vocab %d: expected 1..%d", vocab,
+                          LPX_SAMPLE_MAX_VOCAB);
     s->vocab = vocab;
     s->w = malloc((size_t)vocab * sizeof *s->w);
     s->count = calloc((size_t)vocab, sizeof *s->count);
@@ -53,49 +55,44 @@ lpx_status lpx_sampling_validate(const lpx_sampling_params *p) {
     return LPX_OK;
 }
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
+bool lpx_sampling_penalized(const lpx_sampling_params *p) {
+    return p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f ||
+           p->frequency_penalty != 0.0f;
 }
 
-double lpx_sample_uniform(uint64_t seed, int64_t index) {
-    uint64_t x = splitmix64(splitmix64(seed) ^ (uint64_t)index);
-    return (double)(x >> 11) * (1.0 / 9007199254740992.0); /* 53 bits */
-}
-
-static void apply_penalties(lpx_sampler *s, const lpx_sampling_params *p, float *logits,
-                            const int32_t *prompt, int32_t n_prompt, const int32_t *output,
-                            int32_t n_output) {
-    if (p->repetition_penalty != 1.0f) {
-        float r = p->repetition_penalty;
-        for (int pass = 0; pass < 2; pass++) {
-            const int32_t *ids = pass ? output : prompt;
-            int32_t n = pass ? n_output : n_prompt;
-            for (int32_t i = 0; i < n; i++) {
-                int32_t t = ids[i];
-                if (s->seen[t]) continue;
-                s->seen[t] = 1;
-                logits[t] = logits[t] < 0 ? logits[t] * r : logits[t] / r;
-            }
-        }
-        for (int pass = 0; pass < 2; pass++) {
-            const int32_t *ids = pass ? output : prompt;
-            int32_t n = pass ? n_output : n_prompt;
-            for (int32_t i = 0; i < n; i++)
-                s->seen[ids[i]] = 0;
+int32_t lpx_token_counts(lpx_sampler *s, const int32_t *prompt, int32_t n_prompt,
+                         const int32_t *output, int32_t n_output, lpx_token_count *out) {
+    for (int32_t i = 0; i < n_output; i++)
+        s->count[output[i]]++;
+    int32_t n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const int32_t *ids = pass ? output : prompt;
+        int32_t m = pass ? n_output : n_prompt;
+        for (int32_t i = 0; i < m; i++) {
+            int32_t t = ids[i];
+            if (s->seen[t]) continue;
+            s->seen[t] = 1;
+            out[n++] = (lpx_token_count){t, s->count[t]};
         }
     }
-    if (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) {
-        for (int32_t i = 0; i < n_output; i++)
-            s->count[output[i]]++;
-        for (int32_t i = 0; i < n_output; i++) {
-            int32_t t = output[i];
-            if (!s->count[t]) continue; /* already applied for this id */
-            logits[t] -= p->frequency_penalty * (float)s->count[t] + p->presence_penalty;
-            s->count[t] = 0;
-        }
+    for (int32_t i = 0; i < n; i++) {
+        s->seen[out[i].id] = 0;
+        s->count[out[i].id] = 0;
+    }
+    return n;
+}
+
+void lpx_apply_penalties(const lpx_sampling_params *p, float *logits, const lpx_token_count *seen,
+                         int32_t n_seen) {
+    const bool rep = p->repetition_penalty != 1.0f;
+    const bool freq = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    const float r = p->repetition_penalty;
+    for (int32_t i = 0; i < n_seen; i++) {
+        float l = logits[seen[i].id];
+        if (rep) l = l < 0 ? l * r : l / r;
+        if (freq && seen[i].n_out > 0)
+            l -= p->frequency_penalty * (float)seen[i].n_out + p->presence_penalty;
+        logits[seen[i].id] = l;
     }
 }
 
@@ -136,15 +133,15 @@ static void select_top(struct lpx_cand *c, int32_t n, int32_t k) {
 }
 
 /* Moves elements with w >= t to the front; returns their count and mass. */
-static int32_t partition_at(struct lpx_cand *c, int32_t n, float t, double *mass) {
+static int32_t partition_at(struct lpx_cand *c, int32_t n, float t, uint64_t *mass) {
     int32_t m = 0;
-    double sum = 0;
+    uint64_t sum = 0;
     for (int32_t i = 0; i < n; i++)
         if (c[i].w >= t) {
             struct lpx_cand x = c[i];
             c[i] = c[m];
             c[m++] = x;
-            sum += x.w;
+            sum += lpx_sample_fix(x.w);
         }
     *mass = sum;
     return m;
@@ -155,13 +152,13 @@ static int32_t partition_at(struct lpx_cand *c, int32_t n, float t, double *mass
  * falling threshold are sorted, which is exact: everything below the
  * threshold ranks after everything above it. */
 static int32_t apply_top_p(struct lpx_cand *c, int32_t n, float top_p) {
-    double total = 0;
+    uint64_t total = 0;
     for (int32_t i = 0; i < n; i++)
-        total += c[i].w;
-    double want = (double)top_p * total;
+        total += lpx_sample_fix(c[i].w);
+    const uint64_t want = lpx_sample_top_p_want(top_p, total);
     int32_t m = n;
     for (float t = 1e-3f; t > 1e-30f; t *= 1e-3f) {
-        double mass;
+        uint64_t mass;
         int32_t k = partition_at(c, n, t, &mass);
         if (mass >= want) {
             m = k;
@@ -169,9 +166,9 @@ static int32_t apply_top_p(struct lpx_cand *c, int32_t n, float top_p) {
         }
     }
     qsort(c, (size_t)m, sizeof *c, cand_cmp);
-    double cum = 0;
+    uint64_t cum = 0;
     for (int32_t i = 0; i < m; i++) {
-        cum += c[i].w;
+        cum += lpx_sample_fix(c[i].w);
         if (cum >= want) return i + 1;
     }
     return m;
@@ -195,11 +192,49 @@ static void top_logprobs(const float *logits, int32_t vocab, double lse, int32_t
         top[i].logprob = (float)(top[i].logprob - lse);
 }
 
-int32_t lpx_sample(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, int64_t index,
-                   float *logits, const int32_t *prompt, int32_t n_prompt, const int32_t *output,
-                   int32_t n_output, lpx_token_logprob *top, float *chosen_lp) {
+/* The seeded draw from s->w (see sampler.h). */
+static int32_t draw(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, int64_t index) {
     const int32_t V = s->vocab;
-    apply_penalties(s, p, logits, prompt, n_prompt, output, n_output);
+    const float *w = s->w;
+    const bool filter = p->min_p > 0 || (p->top_k > 0 && p->top_k < V) || p->top_p < 1;
+    struct lpx_cand *c = s->cand;
+    int32_t n = 0;
+    if (filter) {
+        for (int32_t t = 0; t < V; t++) /* w[best] == 1, so min_p is relative to the max */
+            if (w[t] >= p->min_p) c[n++] = (struct lpx_cand){w[t], t};
+        if (p->top_k > 0 && p->top_k < n) {
+            select_top(c, n, p->top_k);
+            n = p->top_k;
+        }
+        if (p->top_p < 1) n = apply_top_p(c, n, p->top_p);
+        for (int32_t i = 0; i < n; i++)
+            s->seen[c[i].id] = 1;
+    }
+    uint64_t mass = 0;
+    for (int32_t t = 0; t < V; t++)
+        if (!filter || s->seen[t]) mass += lpx_sample_fix(w[t]);
+    /* The best token (weight 2^40) is always kept, so target < mass is reached. */
+    const uint64_t target = lpx_sample_target(lpx_sample_bits(seed, index), mass);
+    int32_t chosen = 0;
+    uint64_t cum = 0;
+    for (int32_t t = 0; t < V; t++)
+        if (!filter || s->seen[t]) {
+            cum += lpx_sample_fix(w[t]);
+            if (cum > target) {
+                chosen = t;
+                break;
+            }
+        }
+    for (int32_t i = 0; i < n; i++)
+        s->seen[c[i].id] = 0;
+    return chosen;
+}
+
+int32_t lpx_sample(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, int64_t index,
+                   float *logits, const lpx_token_count *seen, int32_t n_seen,
+                   lpx_token_logprob *top, float *chosen_lp) {
+    const int32_t V = s->vocab;
+    lpx_apply_penalties(p, logits, seen, n_seen);
     bool greedy = p->temperature < 1e-5f;
     if (!greedy && p->temperature != 1.0f)
         for (int32_t t = 0; t < V; t++)
@@ -208,48 +243,16 @@ int32_t lpx_sample(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, 
     int32_t best = 0;
     for (int32_t t = 1; t < V; t++)
         if (logits[t] > logits[best]) best = t;
+    if (greedy && p->logprobs <= 0) return best;
     float max = logits[best];
-    double total = 0;
     for (int32_t t = 0; t < V; t++)
-        total += s->w[t] = expf(logits[t] - max);
-    double lse = max + log(total);
-
-    int32_t chosen = best;
-    if (!greedy) {
-        double u = lpx_sample_uniform(seed, index);
-        bool filter = p->min_p > 0 || (p->top_k > 0 && p->top_k < V) || p->top_p < 1;
-        if (!filter) {
-            double target = u * total, cum = 0;
-            for (int32_t t = 0; t < V; t++) {
-                cum += s->w[t];
-                if (s->w[t] > 0) chosen = t;
-                if (cum > target) break;
-            }
-        } else {
-            struct lpx_cand *c = s->cand;
-            int32_t n = 0;
-            for (int32_t t = 0; t < V; t++) /* w[best] == 1, so min_p is relative to the max */
-                if (s->w[t] >= p->min_p) c[n++] = (struct lpx_cand){s->w[t], t};
-            if (p->top_k > 0 && p->top_k < n) {
-                select_top(c, n, p->top_k);
-                n = p->top_k;
-            }
-            if (p->top_p < 1) n = apply_top_p(c, n, p->top_p);
-            double mass = 0;
-            for (int32_t i = 0; i < n; i++)
-                mass += c[i].w;
-            double target = u * mass, cum = 0;
-            chosen = c[n - 1].id;
-            for (int32_t i = 0; i < n; i++) {
-                cum += c[i].w;
-                if (cum > target) {
-                    chosen = c[i].id;
-                    break;
-                }
-            }
-        }
-    }
+        s->w[t] = lpx_exp_neg(logits[t] - max);
+    int32_t chosen = greedy ? best : draw(s, p, seed, index);
     if (p->logprobs > 0) {
+        double total = 0;
+        for (int32_t t = 0; t < V; t++)
+            total += s->w[t];
+        double lse = max + log(total);
         top_logprobs(logits, V, lse, p->logprobs, top);
         *chosen_lp = (float)(logits[chosen] - lse);
     }

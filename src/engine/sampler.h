@@ -1,12 +1,21 @@
 /* Token sampler: penalties, temperature, min_p, top_k, top_p and a seeded draw
  * (the order and semantics are lpx_sampling_params' in lpx.h). Deterministic:
  * the draw for output token i of a request uses only (seed, i), never the
- * batch or the step, so preemption and batching cannot change a result. */
+ * batch or the step, so preemption and batching cannot change a result. The
+ * arithmetic (sample_math.h) is shared with the CUDA sampler, which draws the
+ * same token from the same logits.
+ *
+ * The draw: weights w = exp(logit - max) as fixed-point integers; the kept set
+ * is the min_p, then top_k, then top_p filter over the ranking (w descending,
+ * then id ascending); the token is the first kept id, in id order, at which the
+ * running sum of weights exceeds floor(u * kept mass), u from (seed, index). */
 #ifndef LPX_ENGINE_SAMPLER_H
 #define LPX_ENGINE_SAMPLER_H
 
+#include "backend/backend.h"
 #include "lpx.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define LPX_MAX_LOGPROBS 20
@@ -29,16 +38,27 @@ void lpx_sampler_free(lpx_sampler *s);
 /* Checks ranges; the message names the parameter and its allowed range. */
 lpx_status lpx_sampling_validate(const lpx_sampling_params *p);
 
-/* Uniform double in [0, 1) from (seed, index): splitmix64 of both. */
-double lpx_sample_uniform(uint64_t seed, int64_t index);
+/* Whether p has a penalty, i.e. needs the request's token counts. */
+bool lpx_sampling_penalized(const lpx_sampling_params *p);
+
+/* The distinct tokens of prompt and output, each with its count in the
+ * output, into out (room for n_prompt + n_output); returns how many. */
+int32_t lpx_token_counts(lpx_sampler *s, const int32_t *prompt, int32_t n_prompt,
+                         const int32_t *output, int32_t n_output, lpx_token_count *out);
+
+/* Applies p's penalties to logits [vocab] (vLLM's order: repetition over
+ * every seen token, then frequency and presence over output tokens). */
+void lpx_apply_penalties(const lpx_sampling_params *p, float *logits, const lpx_token_count *seen,
+                         int32_t n_seen);
 
 /* Picks the next token from logits [vocab] (modified in place: penalties and
- * temperature are applied). prompt/output are the request's tokens so far;
- * index is the output index of the token being drawn. When p->logprobs > 0,
- * top[0..p->logprobs) receives the most likely tokens and *chosen_lp the
- * chosen token's log-probability (see lpx_event in lpx.h). */
+ * temperature are applied). seen: the request's token counts
+ * (lpx_token_counts; may be empty when p has no penalty); index: the output
+ * index of the token being drawn. When p->logprobs > 0, top[0..p->logprobs)
+ * receives the most likely tokens and *chosen_lp the chosen token's
+ * log-probability (see lpx_event in lpx.h). */
 int32_t lpx_sample(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, int64_t index,
-                   float *logits, const int32_t *prompt, int32_t n_prompt, const int32_t *output,
-                   int32_t n_output, lpx_token_logprob *top, float *chosen_lp);
+                   float *logits, const lpx_token_count *seen, int32_t n_seen,
+                   lpx_token_logprob *top, float *chosen_lp);
 
 #endif

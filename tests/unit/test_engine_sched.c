@@ -85,7 +85,8 @@ static void mock_destroy(lpx_backend *be) {
     free(be);
 }
 
-static const lpx_backend_ops mock_ops = {"mock", mock_create, mock_step, NULL, NULL, mock_destroy};
+static const lpx_backend_ops mock_ops = {"mock", mock_create, mock_step, NULL, NULL, mock_destroy,
+                                         NULL};
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -124,8 +125,9 @@ static int reference(const int32_t *prompt, int n_prompt, const lpx_sampling_par
     float l[VOCAB];
     while (n < max_tokens && n_prompt + n < MAXPOS) {
         context_logits(ctx, n_prompt + n, l);
-        int32_t t = lpx_sample(&s, sp, (uint64_t)sp->seed, n, l, ctx, n_prompt, ctx + n_prompt, n,
-                               NULL, NULL);
+        lpx_token_count seen[MAXPOS];
+        int32_t n_seen = lpx_token_counts(&s, ctx, n_prompt, ctx + n_prompt, n, seen);
+        int32_t t = lpx_sample(&s, sp, (uint64_t)sp->seed, n, l, seen, n_seen, NULL, NULL);
         ctx[n_prompt + n] = out[n] = t;
         n++;
         if (stop_at_eos && t == EOS) break;

@@ -23,7 +23,7 @@ static void histogram(lpx_sampler *s, const lpx_sampling_params *p, const float 
     memset(counts, 0, (size_t)V * sizeof *counts);
     for (int i = 0; i < n; i++) {
         memcpy(l, logits, (size_t)V * sizeof *l);
-        int32_t t = lpx_sample(s, p, (uint64_t)i, 0, l, NULL, 0, NULL, 0, NULL, NULL);
+        int32_t t = lpx_sample(s, p, (uint64_t)i, 0, l, NULL, 0, NULL, NULL);
         counts[t]++;
     }
     free(l);
@@ -38,7 +38,7 @@ int main(void) {
     lpx_sampling_params g = greedy_params();
     float l[6];
     memcpy(l, l6, sizeof l);
-    CHECK(lpx_sample(&s, &g, 0, 0, l, NULL, 0, NULL, 0, NULL, NULL) == 1);
+    CHECK(lpx_sample(&s, &g, 0, 0, l, NULL, 0, NULL, NULL) == 1);
 
     /* Penalties by hand: repetition 2 over prompt {0,2} and output {2,3,3}
      * (positive logits divided, negative multiplied, once per id); presence
@@ -48,7 +48,11 @@ int main(void) {
     g.frequency_penalty = 0.25f;
     memcpy(l, l6, sizeof l);
     int32_t prompt[2] = {0, 2}, out[3] = {2, 3, 3};
-    CHECK(lpx_sample(&s, &g, 0, 3, l, prompt, 2, out, 3, NULL, NULL) == 1);
+    lpx_token_count seen[5];
+    int32_t n_seen = lpx_token_counts(&s, prompt, 2, out, 3, seen);
+    CHECK(n_seen == 3 && seen[0].id == 0 && seen[0].n_out == 0 && seen[1].id == 2 &&
+          seen[1].n_out == 1 && seen[2].id == 3 && seen[2].n_out == 2);
+    CHECK(lpx_sample(&s, &g, 0, 3, l, seen, n_seen, NULL, NULL) == 1);
     CHECK(l[0] == 0.5f);                 /* 1.0 / 2 */
     CHECK(l[1] == 3.0f && l[4] == 3.0f); /* untouched */
     CHECK(l[2] == -4.75f);               /* -2*2 - 0.25*1 - 0.5 */
@@ -56,14 +60,16 @@ int main(void) {
     CHECK(l[5] == -1.0f);
     /* Scratch is left clean: the same call again gives the same result. */
     memcpy(l, l6, sizeof l);
-    lpx_sample(&s, &g, 0, 3, l, prompt, 2, out, 3, NULL, NULL);
+    CHECK(lpx_token_counts(&s, prompt, 2, out, 3, seen) == 3);
+    lpx_sample(&s, &g, 0, 3, l, seen, n_seen, NULL, NULL);
     CHECK(l[2] == -4.75f && l[3] == -0.75f && l[0] == 0.5f);
     /* A penalty that flips the argmax: frequency pushes id 1 below id 4. */
     g = greedy_params();
     g.frequency_penalty = 0.1f;
     memcpy(l, l6, sizeof l);
     int32_t out1[1] = {1};
-    CHECK(lpx_sample(&s, &g, 0, 1, l, NULL, 0, out1, 1, NULL, NULL) == 4);
+    n_seen = lpx_token_counts(&s, NULL, 0, out1, 1, seen);
+    CHECK(lpx_sample(&s, &g, 0, 1, l, seen, n_seen, NULL, NULL) == 4);
     lpx_sampler_free(&s);
 
     /* Distributions on probabilities 0.5, 0.3, 0.15, 0.05. */
@@ -110,7 +116,7 @@ int main(void) {
     memcpy(l, lp, sizeof lp);
     g = greedy_params();
     g.logprobs = 3;
-    CHECK(lpx_sample(&s, &g, 0, 0, l, NULL, 0, NULL, 0, top, &chosen_lp) == 0);
+    CHECK(lpx_sample(&s, &g, 0, 0, l, NULL, 0, top, &chosen_lp) == 0);
     CHECK(top[0].id == 0 && top[1].id == 1 && top[2].id == 2);
     CHECK(near(top[0].logprob, logf(0.5f), 1e-5) && near(top[2].logprob, logf(0.15f), 1e-5));
     CHECK(near(chosen_lp, logf(0.5f), 1e-5));
@@ -132,8 +138,7 @@ int main(void) {
         k1.temperature = 0.3f + trial * 0.1f;
         k1.top_k = 1;
         memcpy(work, big, V * sizeof *big);
-        CHECK(lpx_sample(&s, &k1, (uint64_t)trial * 77, trial, work, NULL, 0, NULL, 0, NULL,
-                         NULL) == best);
+        CHECK(lpx_sample(&s, &k1, (uint64_t)trial * 77, trial, work, NULL, 0, NULL, NULL) == best);
     }
     /* Full-sort reference for top_p 0.6 at temperature 1. */
     for (int i = 0; i < V; i++)
@@ -173,7 +178,7 @@ int main(void) {
     char *hit = calloc(V, 1);
     for (int i = 0; i < 2000; i++) {
         memcpy(work, big, V * sizeof *big);
-        int32_t t = lpx_sample(&s, &tp, 99, i, work, NULL, 0, NULL, 0, NULL, NULL);
+        int32_t t = lpx_sample(&s, &tp, 99, i, work, NULL, 0, NULL, NULL);
         outside += !allowed[t];
         distinct += !hit[t];
         hit[t] = 1;
@@ -184,11 +189,11 @@ int main(void) {
     int same = 0;
     for (int i = 0; i < 50; i++) {
         memcpy(work, big, V * sizeof *big);
-        int32_t a = lpx_sample(&s, &tp, 5, i, work, NULL, 0, NULL, 0, NULL, NULL);
+        int32_t a = lpx_sample(&s, &tp, 5, i, work, NULL, 0, NULL, NULL);
         memcpy(work, big, V * sizeof *big);
-        int32_t b = lpx_sample(&s, &tp, 5, i, work, NULL, 0, NULL, 0, NULL, NULL);
+        int32_t b = lpx_sample(&s, &tp, 5, i, work, NULL, 0, NULL, NULL);
         memcpy(work, big, V * sizeof *big);
-        int32_t d = lpx_sample(&s, &tp, 6, i, work, NULL, 0, NULL, 0, NULL, NULL);
+        int32_t d = lpx_sample(&s, &tp, 6, i, work, NULL, 0, NULL, NULL);
         CHECK(a == b);
         same += a == d;
     }

@@ -13,6 +13,7 @@
 #include "base/checked.h"
 #include "base/error.h"
 #include "base/threadpool.h"
+#include "engine/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,6 +50,11 @@ typedef struct cpu_backend {
     float *rowbuf;    /* [n_threads][CPU_MATMUL_ROWBUF(max cols)] dequantized weight rows */
     float *scores;    /* [n_threads][ctx_cap] attention weights */
     int32_t *tok_seq; /* [T] sequence index of each token */
+
+    /* step_sample: the host sampler over logits kept here */
+    lpx_sampler sampler;
+    float *sample_logits; /* [sample_rows][vocab] */
+    int32_t sample_rows;
 } cpu_backend;
 
 /* ---- creation ----------------------------------------------------------- */
@@ -198,6 +204,8 @@ static void cpu_destroy(lpx_backend *base) {
     free(b->rowbuf);
     free(b->scores);
     free(b->tok_seq);
+    lpx_sampler_free(&b->sampler);
+    free(b->sample_logits);
     free(b);
 }
 
@@ -490,6 +498,36 @@ static lpx_status cpu_step(lpx_backend *base, const lpx_batch *bt, float *logits
     return LPX_OK;
 }
 
+/* step_sample on the host: the step's logits, then the host sampler, so the
+ * engine's device-sampling path runs (and is tested) without a GPU. */
+static lpx_status cpu_step_sample(lpx_backend *base, const lpx_batch *bt,
+                                  const lpx_sample_batch *sb, int32_t *tokens) {
+    cpu_backend *b = (cpu_backend *)base;
+    const int32_t V = base->model->cfg.vocab_size;
+    LPX_TRY(lpx_sample_batch_check(sb, bt->n_logits, V));
+    if (!b->sampler.vocab) LPX_TRY(lpx_sampler_init(&b->sampler, V));
+    if (bt->n_logits > b->sample_rows) {
+        size_t bytes;
+        if (!lpx_mul_size((size_t)bt->n_logits * sizeof(float), (size_t)V, &bytes))
+            return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: %d logits rows overflow", bt->n_logits);
+        float *l = realloc(b->sample_logits, bytes);
+        if (!l)
+            return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: %d logits rows: out of memory",
+                              bt->n_logits);
+        b->sample_logits = l;
+        b->sample_rows = bt->n_logits;
+    }
+    LPX_TRY(cpu_step(base, bt, b->sample_logits));
+    for (int32_t i = 0; i < bt->n_logits; i++) {
+        const lpx_sample_row *r = &sb->rows[i];
+        const bool pen = lpx_sampling_penalized(&r->p);
+        tokens[i] = lpx_sample(&b->sampler, &r->p, r->seed, r->index,
+                               b->sample_logits + (size_t)i * V, pen ? sb->seen + r->seen_start : NULL,
+                               pen ? r->n_seen : 0, NULL, NULL);
+    }
+    return LPX_OK;
+}
+
 static lpx_status cpu_copy_block(lpx_backend *base, int32_t src, int32_t dst) {
     cpu_backend *b = (cpu_backend *)base;
     if (src < 0 || dst < 0 || src >= base->opts.n_blocks || dst >= base->opts.n_blocks)
@@ -512,4 +550,5 @@ const lpx_backend_ops lpx_cpu_backend_ops = {
     .copy_block = cpu_copy_block,
     .memory_used = cpu_memory_used,
     .destroy = cpu_destroy,
+    .step_sample = cpu_step_sample,
 };

@@ -9,6 +9,7 @@
 #include "elementwise.cuh"
 #include "flash_prefill.cuh"
 #include "matmul.cuh"
+#include "sampling.cuh"
 
 #include <math.h>
 #include <stdio.h>
@@ -77,6 +78,13 @@ typedef struct cuda_backend {
     float *part_ml; /* (T, n_heads, S, 2) */
     int *done;      /* (tok_cap, n_kv) split counters of the attention kernel */
     float *logits;  /* (logit_cap, vocab) */
+
+    /* step_sample (sampling.cuh): rows and token counts in, token ids out, pinned
+     * on the host; allocated at the first call */
+    lpx_sample_row *srow_host, *srow_dev;  /* (tok_cap) */
+    int32_t *tok_host, *tok_dev;           /* (tok_cap) */
+    lpx_token_count *seen_host, *seen_dev; /* (seen_cap), grown on demand */
+    int seen_cap;
 
     bool use_graphs;
     int n_buckets;
@@ -402,9 +410,24 @@ static lpx_status decode1_trace_add(cuda_backend *b) {
     return LPX_OK;
 }
 
-static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logits) {
-    cuda_backend *b = (cuda_backend *)base;
+/* Hands logits rows r0 .. r0+n (in b->logits) to the caller: copied to the host,
+ * or, with tokens (step_sample), sampled here so only token ids are copied. */
+static lpx_status emit_rows(cuda_backend *b, int r0, int n, float *logits, bool sample) {
     const int V = b->cfg.vocab_size;
+    if (sample) {
+        LPX_TRY(sample_rows(b->logits, V, n, b->srow_dev + r0, b->seen_dev, b->tok_dev + r0,
+                            b->stream));
+        LPX_CUDA_TRY(cudaMemcpyAsync(b->tok_host + r0, b->tok_dev + r0, sizeof(int32_t) * n,
+                                     cudaMemcpyDeviceToHost, b->stream));
+    } else {
+        LPX_CUDA_TRY(cudaMemcpyAsync(logits + (size_t)r0 * V, b->logits, sizeof(float) * V * n,
+                                     cudaMemcpyDeviceToHost, b->stream));
+    }
+    return LPX_OK;
+}
+
+/* One step; its logits rows go to logits (host), or with sample to tok_host. */
+static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, bool sample) {
     LPX_CUDA_TRY(cudaSetDevice(b->device));
     if (b->d1_blocks > 0 && bt->n_tokens == 1 && bt->n_seqs == 1 && bt->n_logits == 1) {
         int used_blocks = 0;
@@ -418,8 +441,7 @@ static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logit
         LPX_CUDA_TRY(cudaMemcpyAsync(b->d1_in_dev, in, sizeof(int32_t) * (3 + used_blocks),
                                      cudaMemcpyHostToDevice, b->stream));
         LPX_TRY(decode1(&b->d1, b->cfg.head_dim, b->d1_widest, b->d1_blocks, b->stream));
-        LPX_CUDA_TRY(cudaMemcpyAsync(logits, b->logits, sizeof(float) * V, cudaMemcpyDeviceToHost,
-                                     b->stream));
+        LPX_TRY(emit_rows(b, 0, 1, logits, sample));
         LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
         if (b->d1.trace) LPX_TRY(decode1_trace_add(b));
         return LPX_OK;
@@ -442,20 +464,68 @@ static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logit
     if (decode) {
         if (!b->graphs[k]) LPX_TRY(capture_decode_graph(b, k));
         LPX_CUDA_TRY(cudaGraphLaunch(b->graphs[k], b->stream));
-        if (bt->n_logits > 0)
-            LPX_CUDA_TRY(cudaMemcpyAsync(logits, b->logits, sizeof(float) * V * bt->n_logits,
-                                         cudaMemcpyDeviceToHost, b->stream));
+        if (bt->n_logits > 0) LPX_TRY(emit_rows(b, 0, bt->n_logits, logits, sample));
     } else {
         LPX_TRY(forward_layers(b, bt->n_tokens, n_tiles));
         for (int r0 = 0; r0 < bt->n_logits; r0 += b->logit_cap) {
             const int n = bt->n_logits - r0 < b->logit_cap ? bt->n_logits - r0 : b->logit_cap;
             LPX_TRY(forward_logits(b, in_part(b, b->in_dev, IN_ROWS) + r0, n));
-            LPX_CUDA_TRY(cudaMemcpyAsync(logits + (size_t)r0 * V, b->logits,
-                                         sizeof(float) * V * n, cudaMemcpyDeviceToHost,
-                                         b->stream));
+            LPX_TRY(emit_rows(b, r0, n, logits, sample));
         }
     }
     LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
+    return LPX_OK;
+}
+
+static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logits) {
+    return run_step((cuda_backend *)base, bt, logits, false);
+}
+
+/* Grows the pinned host buffer of token counts and its device twin to n. */
+static lpx_status grow_seen(cuda_backend *b, int n) {
+    if (n <= b->seen_cap) return LPX_OK;
+    int c = b->seen_cap ? b->seen_cap : 4096;
+    while (c < n) c = c > INT32_MAX / 2 ? n : 2 * c;
+    if (b->seen_host) cudaFreeHost(b->seen_host);
+    cudaFree(b->seen_dev);
+    b->seen_host = b->seen_dev = NULL;
+    b->seen_cap = 0;
+    LPX_CUDA_TRY(cudaMallocHost((void **)&b->seen_host, (size_t)c * sizeof(lpx_token_count)));
+    LPX_CUDA_TRY(cudaMalloc((void **)&b->seen_dev, (size_t)c * sizeof(lpx_token_count)));
+    b->seen_cap = c;
+    return LPX_OK;
+}
+
+static lpx_status cuda_step_sample(lpx_backend *base, const lpx_batch *bt,
+                                   const lpx_sample_batch *sb, int32_t *tokens) {
+    cuda_backend *b = (cuda_backend *)base;
+    const int n = bt->n_logits;
+    LPX_TRY(lpx_sample_batch_check(sb, n, b->cfg.vocab_size));
+    if (n < 0 || n > bt->n_tokens || n > b->tok_cap)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: %d logits rows for %d tokens (at most %d)",
+                          n, bt->n_tokens, b->tok_cap);
+    LPX_CUDA_TRY(cudaSetDevice(b->device));
+    if (!b->srow_host) { /* a row per token at most */
+        const size_t T = (size_t)b->tok_cap;
+        LPX_CUDA_TRY(cudaMallocHost((void **)&b->srow_host, T * sizeof(lpx_sample_row)));
+        LPX_CUDA_TRY(cudaMallocHost((void **)&b->tok_host, T * sizeof(int32_t)));
+        LPX_TRY(dalloc(b, (void **)&b->srow_dev, T * sizeof(lpx_sample_row)));
+        LPX_TRY(dalloc(b, (void **)&b->tok_dev, T * sizeof(int32_t)));
+    }
+    LPX_TRY(grow_seen(b, sb->n_seen));
+    if (n > 0) {
+        memcpy(b->srow_host, sb->rows, sizeof(lpx_sample_row) * n);
+        LPX_CUDA_TRY(cudaMemcpyAsync(b->srow_dev, b->srow_host, sizeof(lpx_sample_row) * n,
+                                     cudaMemcpyHostToDevice, b->stream));
+    }
+    if (sb->n_seen > 0) {
+        memcpy(b->seen_host, sb->seen, sizeof(lpx_token_count) * sb->n_seen);
+        LPX_CUDA_TRY(cudaMemcpyAsync(b->seen_dev, b->seen_host,
+                                     sizeof(lpx_token_count) * sb->n_seen,
+                                     cudaMemcpyHostToDevice, b->stream));
+    }
+    LPX_TRY(run_step(b, bt, NULL, true));
+    memcpy(tokens, b->tok_host, sizeof(int32_t) * n);
     return LPX_OK;
 }
 
@@ -483,6 +553,10 @@ static void cuda_destroy(lpx_backend *base) {
     for (int i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
     if (b->in_host) cudaFreeHost(b->in_host);
     if (b->d1_in_host) cudaFreeHost(b->d1_in_host);
+    if (b->srow_host) cudaFreeHost(b->srow_host);
+    if (b->tok_host) cudaFreeHost(b->tok_host);
+    if (b->seen_host) cudaFreeHost(b->seen_host);
+    cudaFree(b->seen_dev);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b->allocs);
     free(b->layers);
@@ -814,4 +888,5 @@ static size_t cuda_memory_used(const lpx_backend *base) {
 
 extern "C" const lpx_backend_ops lpx_cuda_backend_ops = {
     "cuda", cuda_create, cuda_step, cuda_copy_block, cuda_memory_used, cuda_destroy,
+    cuda_step_sample,
 };
