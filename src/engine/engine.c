@@ -559,8 +559,10 @@ static lpx_status step_once(lpx_engine *e, bool *busy) {
             lpx_seq *s = q->v[i];
             if (s->n_computed + s->n_new < s->n_tokens) continue;
             lpx_sample_row *r = &e->s_rows[row++];
-            *r = (lpx_sample_row){.p = s->sp, .seed = s->seed,
-                                  .index = s->n_tokens - s->n_prompt, .seen_start = n_seen};
+            *r = (lpx_sample_row){.p = s->sp,
+                                  .seed = s->seed,
+                                  .index = s->n_tokens - s->n_prompt,
+                                  .seen_start = n_seen};
             if (s->sp.logprobs > 0) dev = false;
             if (dev && lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n_seen))
                 st = lpx_errorf(LPX_ERR_NOMEM, "engine: token counts: out of memory");

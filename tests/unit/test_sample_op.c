@@ -21,7 +21,10 @@ enum { NSEQ = 16, PROMPT = 8, ROUNDS = 8, GEN = 6, NREQ = 4 };
 
 static const lpx_sampling_params settings[] = {
     {.temperature = 0, .top_p = 1, .repetition_penalty = 1},
-    {.temperature = 0, .top_p = 1, .repetition_penalty = 1.3f, .presence_penalty = 0.5f,
+    {.temperature = 0,
+     .top_p = 1,
+     .repetition_penalty = 1.3f,
+     .presence_penalty = 0.5f,
      .frequency_penalty = 0.3f},
     {.temperature = 1, .top_p = 1, .repetition_penalty = 1},
     {.temperature = 0.7f, .top_p = 0.9f, .repetition_penalty = 1},
@@ -32,7 +35,11 @@ static const lpx_sampling_params settings[] = {
     {.temperature = 2, .top_k = 1000, .top_p = 0.8f, .repetition_penalty = 1},
     {.temperature = 1, .top_p = 1, .min_p = 0.2f, .repetition_penalty = 0.8f},
     {.temperature = 0.3f, .top_k = 1, .top_p = 1, .repetition_penalty = 1},
-    {.temperature = 5, .top_k = 20000, .top_p = 0.5f, .min_p = 0.001f, .repetition_penalty = 1,
+    {.temperature = 5,
+     .top_k = 20000,
+     .top_p = 0.5f,
+     .min_p = 0.001f,
+     .repetition_penalty = 1,
      .frequency_penalty = 1},
 };
 enum { NSET = sizeof settings / sizeof settings[0] };
@@ -67,7 +74,8 @@ static void backend_level(const lpx_model *m, const char *device) {
         start[s] = s * PROMPT;
         len[s] = PROMPT;
         rows[s] = s * PROMPT + PROMPT - 1;
-        for (int b = 0; b < maxb; b++) table[s * maxb + b] = s * maxb + b;
+        for (int b = 0; b < maxb; b++)
+            table[s * maxb + b] = s * maxb + b;
         for (int t = 0; t < PROMPT; t++) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
             ids[s * PROMPT + t] = (int32_t)((x >> 33) % 2000) + 20;
@@ -119,9 +127,9 @@ static void backend_level(const lpx_model *m, const char *device) {
         for (int s = 0; s < NSEQ; s++) {
             memcpy(work, logits + (size_t)s * V, (size_t)V * sizeof *work);
             const bool pen = lpx_sampling_penalized(&srow[s].p);
-            int32_t want = lpx_sample(&sm, &srow[s].p, srow[s].seed, srow[s].index, work,
-                                      pen ? seen + seen_at[s] : NULL, pen ? n_seen[s] : 0, NULL,
-                                      NULL);
+            int32_t want =
+                lpx_sample(&sm, &srow[s].p, srow[s].seed, srow[s].index, work,
+                           pen ? seen + seen_at[s] : NULL, pen ? n_seen[s] : 0, NULL, NULL);
             compared++;
             if (want != got[s]) {
                 mismatches++;
@@ -139,11 +147,13 @@ static void backend_level(const lpx_model *m, const char *device) {
             srow[s] = (lpx_sample_row){.p = settings[k ? 3 : 0], .seed = (uint64_t)s};
         lpx_sample_batch sb = {srow, seen, n_all};
         double t0 = now_ms();
-        for (int i = 0; i < 5; i++) CHECK(ops->step_sample(be, &dec, &sb, got) == LPX_OK);
+        for (int i = 0; i < 5; i++)
+            CHECK(ops->step_sample(be, &dec, &sb, got) == LPX_OK);
         double t1 = now_ms();
-        for (int i = 0; i < 5; i++) CHECK(ops->step(be, &dec, logits) == LPX_OK);
-        printf("%s, %d rows %s: step_sample %.3f ms, step (logits to host) %.3f ms\n", device,
-               NSEQ, k ? "top_p 0.9" : "greedy", (t1 - t0) / 5, (now_ms() - t1) / 5);
+        for (int i = 0; i < 5; i++)
+            CHECK(ops->step(be, &dec, logits) == LPX_OK);
+        printf("%s, %d rows %s: step_sample %.3f ms, step (logits to host) %.3f ms\n", device, NSEQ,
+               k ? "top_p 0.9" : "greedy", (t1 - t0) / 5, (now_ms() - t1) / 5);
     }
     lpx_sampler_free(&sm);
     free(logits);

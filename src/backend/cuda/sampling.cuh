@@ -31,12 +31,14 @@ extern "C" {
 static __device__ __forceinline__ uint64_t block_sum_u64(uint64_t v) {
     __shared__ uint64_t part[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
     __syncthreads(); /* part[] may still be read by a previous call */
     if (lane == 0) part[warp] = v;
     __syncthreads();
     uint64_t s = 0;
-    for (int i = 0; i < nw; i++) s += part[i];
+    for (int i = 0; i < nw; i++)
+        s += part[i];
     return s;
 }
 
@@ -100,10 +102,11 @@ static __device__ uint64_t kept_sum(const float *w, int V, float min_p, uint64_t
  * token at which the ranking's running count/mass first reaches want). Keys are
  * (w bits << 32) | (V-1-id) with w <= 1, so bits 62-63 and the id bits at and
  * above the vocabulary's width are always 0 and are not searched. */
-static __device__ uint64_t select_key(const float *w, int V, float min_p, uint64_t lo,
-                                      bool by_mass, uint64_t want) {
+static __device__ uint64_t select_key(const float *w, int V, float min_p, uint64_t lo, bool by_mass,
+                                      uint64_t want) {
     int id_bits = 0;
-    while ((1ll << id_bits) < V) id_bits++;
+    while ((1ll << id_bits) < V)
+        id_bits++;
     uint64_t ans = 0;
     for (int bit = 61; bit >= 0; bit--) {
         if (bit < 32 && bit >= id_bits) continue;
@@ -129,8 +132,7 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
             const lpx_token_count c = seen[row.seen_start + i];
             float v = l[c.id];
             if (rep)
-                v = v < 0 ? __fmul_rn(v, p.repetition_penalty)
-                          : __fdiv_rn(v, p.repetition_penalty);
+                v = v < 0 ? __fmul_rn(v, p.repetition_penalty) : __fdiv_rn(v, p.repetition_penalty);
             if (freq && c.n_out > 0)
                 v = __fsub_rn(v, __fadd_rn(__fmul_rn(p.frequency_penalty, (float)c.n_out),
                                            p.presence_penalty));
@@ -152,13 +154,13 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
         if (threadIdx.x == 0) out[blockIdx.x] = bi;
         return;
     }
-    for (int t = threadIdx.x; t < V; t += blockDim.x) l[t] = lpx_exp_neg(__fsub_rn(l[t], bv));
+    for (int t = threadIdx.x; t < V; t += blockDim.x)
+        l[t] = lpx_exp_neg(__fsub_rn(l[t], bv));
     __syncthreads();
 
     const float *w = l; /* (V) weights, w[bi] == 1 */
     uint64_t K = 0;
-    if (p.top_k > 0 && p.top_k < V &&
-        (uint64_t)p.top_k < kept_sum(w, V, p.min_p, 0, false))
+    if (p.top_k > 0 && p.top_k < V && (uint64_t)p.top_k < kept_sum(w, V, p.min_p, 0, false))
         K = select_key(w, V, p.min_p, 0, false, (uint64_t)p.top_k);
     if (p.top_p < 1.0f) {
         const uint64_t want = lpx_sample_top_p_want(p.top_p, kept_sum(w, V, p.min_p, K, true));
