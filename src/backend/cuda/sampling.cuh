@@ -8,8 +8,9 @@
  *
  * The kept set of min_p/top_k/top_p is {t : w[t] >= min_p, key(t) >= K}: K, the
  * rank key of the last kept token, is found bit by bit (the largest K whose kept
- * count, or mass, still reaches top_k, or top_p of the total), one pass over the
- * row per bit; the draw is a block-wide prefix sum in id order. */
+ * count, or mass, still reaches top_k, or top_p of the total), over the row until
+ * the undecided tokens fit in shared memory, then over those; the draw is a
+ * block-wide prefix sum in id order. */
 #ifndef LPX_BACKEND_CUDA_SAMPLING_CUH
 #define LPX_BACKEND_CUDA_SAMPLING_CUH
 
@@ -98,20 +99,93 @@ static __device__ uint64_t kept_sum(const float *w, int V, float min_p, uint64_t
     return block_sum_u64(s);
 }
 
+/* Sums of three values over the block; every thread gets them. */
+static __device__ __forceinline__ void block_sum3_u64(uint64_t *a, uint64_t *b, uint64_t *c) {
+    __shared__ uint64_t part[3][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) {
+        *a += __shfl_xor_sync(0xffffffffu, *a, o);
+        *b += __shfl_xor_sync(0xffffffffu, *b, o);
+        *c += __shfl_xor_sync(0xffffffffu, *c, o);
+    }
+    __syncthreads(); /* part[] may still be read by a previous call */
+    if (lane == 0) part[0][warp] = *a, part[1][warp] = *b, part[2][warp] = *c;
+    __syncthreads();
+    *a = *b = *c = 0;
+    for (int i = 0; i < nw; i++)
+        *a += part[0][i], *b += part[1][i], *c += part[2][i];
+}
+
+#define SELECT_CAP 2048 /* window tokens kept in shared memory */
+
 /* The largest key K >= lo whose kept sum still reaches want (the rank key of the
- * token at which the ranking's running count/mass first reaches want). Keys are
+ * token at which the ranking's running count/mass first reaches want), decided
+ * bit by bit. The answer stays inside a window [ans, hi) of keys; the kept sum
+ * of the keys at or above hi is carried in `above`, so a pass only sums the
+ * window, and once the window holds at most SELECT_CAP tokens they are copied
+ * to shared memory and the remaining bits pass over that copy only. Keys are
  * (w bits << 32) | (V-1-id) with w <= 1, so bits 62-63 and the id bits at and
  * above the vocabulary's width are always 0 and are not searched. */
 static __device__ uint64_t select_key(const float *w, int V, float min_p, uint64_t lo, bool by_mass,
                                       uint64_t want) {
+    __shared__ uint64_t ckey[SELECT_CAP], cval[SELECT_CAP];
+    __shared__ int n_copy;
     int id_bits = 0;
     while ((1ll << id_bits) < V)
         id_bits++;
-    uint64_t ans = 0;
+    uint64_t ans = 0, hi = 1ull << 62, above = 0;
+    int n = -1; /* tokens in ckey/cval; -1: not copied yet */
     for (int bit = 61; bit >= 0; bit--) {
         if (bit < 32 && bit >= id_bits) continue;
         const uint64_t trial = ans | (1ull << bit);
-        if (kept_sum(w, V, min_p, trial > lo ? trial : lo, by_mass) >= want) ans = trial;
+        uint64_t s = 0, ct = 0, cw = 0; /* sum and count at or above trial, count in window */
+        if (n < 0) {
+            for (int t = threadIdx.x; t < V; t += blockDim.x) {
+                const float x = w[t];
+                if (!(x >= min_p)) continue;
+                const uint64_t k = lpx_sample_key(x, t, V);
+                if (k < lo || k < ans || k >= hi) continue;
+                cw++;
+                if (k >= trial) {
+                    s += by_mass ? lpx_sample_fix(x) : 1;
+                    ct++;
+                }
+            }
+        } else {
+            for (int i = threadIdx.x; i < n; i += blockDim.x) {
+                const uint64_t k = ckey[i];
+                if (k < ans || k >= hi) continue;
+                cw++;
+                if (k >= trial) {
+                    s += cval[i];
+                    ct++;
+                }
+            }
+        }
+        block_sum3_u64(&s, &ct, &cw);
+        if (above + s >= want) {
+            ans = trial;
+            cw = ct;
+        } else {
+            above += s;
+            hi = trial;
+            cw -= ct;
+        }
+        if (n < 0 && cw <= SELECT_CAP) {
+            if (threadIdx.x == 0) n_copy = 0;
+            __syncthreads();
+            for (int t = threadIdx.x; t < V; t += blockDim.x) {
+                const float x = w[t];
+                if (!(x >= min_p)) continue;
+                const uint64_t k = lpx_sample_key(x, t, V);
+                if (k < lo || k < ans || k >= hi) continue;
+                const int i = atomicAdd(&n_copy, 1);
+                ckey[i] = k;
+                cval[i] = by_mass ? lpx_sample_fix(x) : 1;
+            }
+            __syncthreads();
+            n = n_copy;
+        }
     }
     return ans > lo ? ans : lo;
 }
