@@ -146,10 +146,30 @@ static int64_t g_mem_clock(const lpx_gpu_sample *g) {
     return g->mem_clock_mhz;
 }
 
-char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char *model,
+/* The text format's label-value escapes: backslash, double quote and newline;
+ * a served model name may hold any of them. NULL when out of memory. */
+static char *escape_label(const char *v) {
+    size_t n = strlen(v);
+    if (n > (SIZE_MAX - 1) / 2) return NULL;
+    char *e = malloc(2 * n + 1), *o = e;
+    if (!e) return NULL;
+    for (const char *c = v; *c; c++) {
+        if (*c == '\\' || *c == '"' || *c == '\n') *o++ = '\\';
+        *o++ = *c == '\n' ? 'n' : *c;
+    }
+    *o = '\0';
+    return e;
+}
+
+char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char *model_name,
                          const lpx_gpu_sample *gpus, int n_gpus) {
+    char *model = escape_label(model_name);
+    if (!model) return NULL;
     buf b = {.cap = 16384};
-    if (!(b.p = malloc(b.cap))) return NULL;
+    if (!(b.p = malloc(b.cap))) {
+        free(model);
+        return NULL;
+    }
     b.p[0] = '\0';
     gauge(&b, "num_requests_running", "Requests in the running batch.", model,
           (double)st->n_running);
@@ -199,6 +219,7 @@ char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char 
     gpu_gauge(&b, "gpu_power_watts", "GPU power draw.", model, gpus, n_gpus, 1e-3, g_power);
     gpu_gauge(&b, "gpu_sm_clock_mhz", "GPU SM clock.", model, gpus, n_gpus, 1, g_sm_clock);
     gpu_gauge(&b, "gpu_memory_clock_mhz", "GPU memory clock.", model, gpus, n_gpus, 1, g_mem_clock);
+    free(model);
     if (b.failed) {
         free(b.p);
         return NULL;

@@ -206,6 +206,12 @@ static void test_metrics_text(void) {
         g[i].sm_clock_mhz = 1980;
         g[i].mem_clock_mhz = LPX_TEL_NA;
     }
+    /* a served name with the text format's special characters stays one label value */
+    t = lpx_metrics_render(&m, &st, "a\"b\\c\nd", NULL, 0);
+    CHECK(t != NULL);
+    CHECK(strstr(t, "lpx:num_requests_running{model_name=\"a\\\"b\\\\c\\nd\"} 2\n") != NULL);
+    free(t);
+
     t = lpx_metrics_render(&m, &st, "m", g, 2);
     CHECK(strstr(t, "lpx:gpu_utilization_perc{gpu=\"1\",model_name=\"m\"} 51\n") != NULL);
     CHECK(strstr(t, "lpx:gpu_power_watts{gpu=\"0\",model_name=\"m\"} 250.5") != NULL);
