@@ -1,6 +1,7 @@
 /* lpx bench serve statistics: numpy's linear percentile on small hand-checked lists,
  * and the whole summary of a recorded trace (tests/fixtures/bench/trace.json, written
  * by lpx bench serve --json against the Python SSE server of test_bench_serve.py). */
+#include "base/readall.h"
 #include "bench/bench_stats.h"
 #include "test.h"
 
@@ -12,22 +13,6 @@
 
 static int near(double a, double b) {
     return fabs(a - b) <= 1e-12 + 1e-9 * fabs(b);
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
 }
 
 static void test_percentiles(void) {
@@ -52,8 +37,10 @@ static void test_percentiles(void) {
 }
 
 static void test_trace(void) {
-    char *text = slurp(LPX_SOURCE_DIR "/tests/fixtures/bench/trace.json");
-    CHECK(text != NULL);
+    char *text = NULL;
+    size_t n_text;
+    CHECK(lpx_read_file(LPX_SOURCE_DIR "/tests/fixtures/bench/trace.json", 1 << 20, &text,
+                        &n_text) == LPX_OK);
     if (!text) return;
     cJSON *j = cJSON_Parse(text);
     cJSON *rs = cJSON_GetObjectItem(j, "requests");

@@ -5,6 +5,7 @@
  * tests/py/test_run.py.) Short prompts and outputs: the CPU backend decodes
  * SmolLM2 at a few tokens/s on CI's cores. The model comes from
  * scripts/fetch-model.sh (make test fetches it first). */
+#include "base/readall.h"
 #include "engine/engine.h"
 #include "test.h"
 
@@ -29,19 +30,6 @@ static void on_event(const lpx_event *ev, void *user) {
 static int32_t prompts[N_PROMPTS][MAX_IDS];
 static const char *device = "cpu"; /* LPX_TEST_DEVICE: the same checks on another backend */
 static int n_prompt[N_PROMPTS];
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) n = 0;
-    if (b) b[n] = '\0';
-    fclose(f);
-    return b;
-}
 
 /* Runs prompts first .. first+n-1 together; sp NULL = greedy. */
 static void run(const lpx_model *m, int first, int n, int64_t kv_bytes,
@@ -109,7 +97,10 @@ int main(void) {
         CHECK(0);
         TEST_DONE();
     }
-    char *json = slurp(LPX_SOURCE_DIR "/tests/fixtures/smollm2/greedy.json");
+    char *json = NULL;
+    size_t n_json;
+    CHECK(lpx_read_file(LPX_SOURCE_DIR "/tests/fixtures/smollm2/greedy.json", 1 << 20, &json,
+                        &n_json) == LPX_OK);
     cJSON *root = json ? cJSON_Parse(json) : NULL;
     cJSON *ps = cJSON_GetObjectItem(root, "prompts");
     int n_fix = cJSON_GetArraySize(ps);
