@@ -2,6 +2,7 @@
 #ifndef LPX_TEST_H
 #define LPX_TEST_H
 #include <stdio.h>
+#include <stdlib.h>
 
 static int test_failures, test_checks;
 #define CHECK(cond)                                                                                \
@@ -17,4 +18,18 @@ static int test_failures, test_checks;
         printf("%d checks, %d failed\n", test_checks, test_failures);                              \
         return test_failures ? 1 : 0;                                                              \
     } while (0)
+
+/* The real SmolLM2 model of the model tests: $LPX_MODEL, else where
+ * scripts/fetch-model.sh puts it ($LPX_CACHE or ~/.cache/lpx). */
+static inline const char *test_model_path(char *buf, size_t n) {
+    const char *path = getenv("LPX_MODEL");
+    if (path) return path;
+    const char *cache = getenv("LPX_CACHE");
+    if (cache)
+        snprintf(buf, n, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else
+        snprintf(buf, n, "%s/.cache/lpx/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 getenv("HOME") ? getenv("HOME") : ".");
+    return buf;
+}
 #endif

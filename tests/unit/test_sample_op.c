@@ -210,17 +210,8 @@ static void run_engine(const lpx_model *m, const char *device, int k, out *res) 
 
 int main(void) {
     const char *device = getenv("LPX_TEST_DEVICE") ? getenv("LPX_TEST_DEVICE") : "cpu";
-    const char *path = getenv("LPX_MODEL");
     char def[4096];
-    if (!path) {
-        const char *cache = getenv("LPX_CACHE");
-        if (cache)
-            snprintf(def, sizeof def, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-        else
-            snprintf(def, sizeof def, "%s/.cache/lpx/SmolLM2-135M-Instruct.Q4_1.gguf",
-                     getenv("HOME") ? getenv("HOME") : ".");
-        path = def;
-    }
+    const char *path = test_model_path(def, sizeof def);
     lpx_model *m;
     if (lpx_model_open(path, &m) != LPX_OK) {
         fprintf(stderr, "%s (scripts/fetch-model.sh fetches the model)\n", lpx_last_error());
