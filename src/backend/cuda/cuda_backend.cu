@@ -99,7 +99,31 @@ typedef struct cuda_backend {
     unsigned long long *d1_trace_host;
     double d1_phase_ns[7]; /* work of phases qkv, attention, o, gate/up, down; barrier wait; lm_head */
     int d1_traced;
+
+    /* profiling knobs (docs/PERF.md, "Where a batch-1 step goes"): LPX_CUDA_SKIP
+     * leaves ops out of the step (wrong output, for timing differences only);
+     * LPX_CUDA_TIMING=1 times each decode graph on the GPU with events */
+    unsigned skip;
+    cudaEvent_t ev[2];
+    double graph_ms;
+    int graph_steps;
 } cuda_backend;
+
+enum { SK_EMBED = 1, SK_QKV = 2, SK_ROPE = 4, SK_ATTN = 8, SK_O = 16, SK_GU = 32, SK_DOWN = 64,
+       SK_HEAD = 128, SK_SAMPLE = 256 };
+
+/* LPX_CUDA_SKIP: a comma list of embed, qkv, rope, attn, o, gu, down, head, sample. */
+static unsigned parse_skip(const char *env) {
+    static const char *names[] = {"embed", "qkv", "rope", "attn", "o", "gu", "down", "head", "sample"};
+    unsigned m = 0;
+    for (const char *p = env; p && *p;) {
+        const size_t n = strcspn(p, ",");
+        for (unsigned i = 0; i < sizeof names / sizeof *names; i++)
+            if (strlen(names[i]) == n && !strncmp(p, names[i], n)) m |= 1u << i;
+        p += n + (p[n] == ',');
+    }
+    return m;
+}
 
 /* --- host-side conversion ------------------------------------------------ */
 
@@ -255,16 +279,21 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     const int d = c->d_model, qd = c->n_heads * c->head_dim;
     int32_t *in = b->in_dev;
     const int S = attn_splits(T, c->n_kv_heads, b->mc.n_sms);
-    LPX_TRY(embed(b->x, b->tok_embd, in_part(b, in, IN_TOK), T, d, st));
+    const unsigned sk = b->skip;
+    if (!(sk & SK_EMBED)) LPX_TRY(embed(b->x, b->tok_embd, in_part(b, in, IN_TOK), T, d, st));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         const float eps = c->rms_norm_eps;
-        LPX_TRY(matmul(&b->mc, b->qkv, NULL, NULL, L->wqkv, b->x, L->attn_norm, b->h, eps, T,
-                       b->qkv_rows, d, false, st));
-        LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
+        if (!(sk & SK_QKV))
+            LPX_TRY(matmul(&b->mc, b->qkv, NULL, NULL, L->wqkv, b->x, L->attn_norm, b->h, eps, T,
+                           b->qkv_rows, d, false, st));
+        if (!(sk & SK_ROPE))
+            LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
                          in_part(b, in, IN_POS), in_part(b, in, IN_SLOT), T, b->geom, l,
                          c->rms_norm_eps, c->rope_interleaved, st));
-        if (n_tiles > 0)
+        if (sk & SK_ATTN)
+            ;
+        else if (n_tiles > 0)
             LPX_TRY(flash_prefill(b->attn, b->q, b->kv, in_part(b, in, IN_TILES), n_tiles,
                                   in_part(b, in, IN_SEQ), in_part(b, in, IN_POS),
                                   in_part(b, in, IN_BT), b->max_blocks, b->geom, l,
@@ -274,12 +303,15 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
                               in_part(b, in, IN_SEQ), in_part(b, in, IN_POS),
                               in_part(b, in, IN_BT), b->max_blocks, S, b->geom, l,
                               c->sliding_window, st));
-        LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd, true,
-                       st));
-        LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
-                       2 * c->d_ff, d, false, st));
-        LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d, c->d_ff,
-                       true, st));
+        if (!(sk & SK_O))
+            LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
+                           true, st));
+        if (!(sk & SK_GU))
+            LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
+                           2 * c->d_ff, d, false, st));
+        if (!(sk & SK_DOWN))
+            LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d,
+                           c->d_ff, true, st));
     }
     return LPX_OK;
 }
@@ -287,6 +319,7 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
 /* Logits (n, vocab) into b->logits for the token rows listed at rows (device). */
 static lpx_status forward_logits(cuda_backend *b, const int32_t *rows, int n) {
     const lpx_config *c = &b->cfg;
+    if (b->skip & SK_HEAD) return LPX_OK;
     LPX_TRY(rmsnorm(b->h, b->x, b->out_norm, rows, n, c->d_model, c->rms_norm_eps, b->stream));
     return matmul(&b->mc, b->logits, NULL, NULL, b->lm_head, b->h, NULL, NULL, 0.0f, n,
                   c->vocab_size, c->d_model, false, b->stream);
@@ -415,7 +448,8 @@ static lpx_status decode1_trace_add(cuda_backend *b) {
 static lpx_status emit_rows(cuda_backend *b, int r0, int n, float *logits, bool sample) {
     const int V = b->cfg.vocab_size;
     if (sample) {
-        LPX_TRY(sample_rows(b->logits, V, n, b->srow_dev + r0, b->seen_dev, b->tok_dev + r0,
+        if (!(b->skip & SK_SAMPLE))
+            LPX_TRY(sample_rows(b->logits, V, n, b->srow_dev + r0, b->seen_dev, b->tok_dev + r0,
                             b->stream));
         LPX_CUDA_TRY(cudaMemcpyAsync(b->tok_host + r0, b->tok_dev + r0, sizeof(int32_t) * n,
                                      cudaMemcpyDeviceToHost, b->stream));
@@ -463,7 +497,9 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
     LPX_TRY(upload_inputs(b, bt->n_seqs, used_blocks));
     if (decode) {
         if (!b->graphs[k]) LPX_TRY(capture_decode_graph(b, k));
+        if (b->ev[0]) LPX_CUDA_TRY(cudaEventRecord(b->ev[0], b->stream));
         LPX_CUDA_TRY(cudaGraphLaunch(b->graphs[k], b->stream));
+        if (b->ev[0]) LPX_CUDA_TRY(cudaEventRecord(b->ev[1], b->stream));
         if (bt->n_logits > 0) LPX_TRY(emit_rows(b, 0, bt->n_logits, logits, sample));
     } else {
         LPX_TRY(forward_layers(b, bt->n_tokens, n_tiles));
@@ -474,6 +510,12 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
         }
     }
     LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
+    if (decode && b->ev[0] && k == 0) {
+        float ms = 0.0f;
+        LPX_CUDA_TRY(cudaEventElapsedTime(&ms, b->ev[0], b->ev[1]));
+        b->graph_ms += ms;
+        b->graph_steps++;
+    }
     return LPX_OK;
 }
 
@@ -546,6 +588,11 @@ static void cuda_destroy(lpx_backend *base) {
                 b->d1_phase_ns[4] / n / L / 1e3, b->d1_phase_ns[5] / n / L / 1e3,
                 b->d1_phase_ns[6] / n / 1e3);
     }
+    if (b->graph_steps > 0)
+        fprintf(stderr, "lpx cuda: batch-1 decode graph, %d steps, %.2f us per step on the GPU\n",
+                b->graph_steps, 1e3 * b->graph_ms / b->graph_steps);
+    for (int i = 0; i < 2; i++)
+        if (b->ev[i]) cudaEventDestroy(b->ev[i]);
     free(b->d1_trace_host);
     for (int k = 0; k < MAX_BUCKETS; k++)
         if (b->graphs[k]) cudaGraphExecDestroy(b->graphs[k]);
@@ -719,6 +766,10 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     b->use_graphs = !(env && !strcmp(env, "0"));
     env = getenv("LPX_CUDA_PDL");
     g_use_pdl = !(env && !strcmp(env, "0"));
+    b->skip = parse_skip(getenv("LPX_CUDA_SKIP"));
+    env = getenv("LPX_CUDA_TIMING");
+    if (env && !strcmp(env, "1"))
+        for (int i = 0; i < 2; i++) LPX_CUDA_TRY(cudaEventCreate(&b->ev[i]));
     LPX_TRY(matvec_init());
     LPX_TRY(attention_init());
     LPX_TRY(flash_prefill_init());
