@@ -12,6 +12,13 @@
 
 #define MV_WARPS 8        /* warps per block */
 #define MV_MAX_TOKENS 8   /* above this, cuBLAS */
+#define MV2_ROWS 4        /* rows a warp of matvec_tma_kernel computes at once */
+#define MV2_PIECES 4      /* bulk copies (each with its mbarrier) a block of it issues */
+/* Dynamic shared memory of a matvec_tma_kernel block (weight slice and staged x):
+ * two blocks (this kernel's and the next one's under PDL), with their static
+ * shared memory and the 1 KB the system reserves a block, fit the 228 KB of an
+ * H100/H200 SM. */
+#define MV2_SMEM_MAX (110 * 1024)
 
 // ----------------------------------------------------------------------------
 // CUDA kernels
@@ -122,6 +129,192 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     }
 }
 
+
+/* Shared-memory barriers and bulk copies (sm_90 PTX) for matvec_tma_kernel. An
+ * mbarrier here is used for one phase per launch: one arrival (the issuing
+ * thread's expect_tx) plus the bytes its copy delivers. */
+static __device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+static __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+/* Makes the initialised mbarriers visible to the async proxy (the bulk copies). */
+static __device__ __forceinline__ void mbar_fence_init(void) {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+/* bytes (a multiple of 16) from global src to shared dst, both 16-byte aligned;
+ * completes bytes of bar's transaction count on arrival. */
+static __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
+                                                 uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                 "%2, [%3];" ::"r"(dst),
+                 "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\t"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* The same product with the block's whole weight slice in flight before
+ * grid_wait(): block b owns rows [b*rpb, b*rpb + rpb), one contiguous range of W,
+ * that one thread requests as up to MV2_PIECES bulk copies (TMA, no registers)
+ * into shared memory, each completing its own mbarrier. So the weights of a whole
+ * kernel stream while its predecessor still runs (matvec_kernel had only its
+ * first 16 KB a block in flight there), and every SM holds about one block of each
+ * of the two kernels PDL keeps in flight. After grid_wait() the block stages x
+ * (with norm_w: the RMSNorm of the float residual stream, the same arithmetic as
+ * matvec_kernel) and each warp computes MV2_ROWS rows at once from shared memory
+ * (16-byte reads by consecutive lanes, conflict-free; one x load serves all those
+ * rows) as soon as the piece that holds them has landed. Few rows a block (o,
+ * down): ks warps split each group of rows by columns. act and accumulate as in
+ * matvec_kernel; rpb is even with act, so gate/up pairs stay in one group. */
+template <int B>
+__global__ void __launch_bounds__(MV_WARPS * 32, 2)
+    matvec_tma_kernel(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,
+                      const void *__restrict__ x, const float *__restrict__ norm_w, int rows,
+                      int cols, int rpb, int accumulate, float eps) {
+    extern __shared__ __align__(128) uint4 mv2_smem[];
+    __shared__ __align__(8) uint64_t bars[MV2_PIECES];
+    __shared__ float red[MV_WARPS][MV2_ROWS][B];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = blockIdx.x * rpb, nrows = min(rpb, rows - r0);
+    const int cols8 = cols / 8;
+    const int ng = (nrows + MV2_ROWS - 1) / MV2_ROWS; /* row groups */
+    const int np = min(MV2_PIECES, ng);               /* piece p: groups [p*ng/np, (p+1)*ng/np) */
+    const uint4 *ws = mv2_smem;                       /* (nrows, cols8): the slice */
+    uint4 *xs = mv2_smem + (size_t)rpb * cols8;       /* (B, cols8): x as bf16 */
+    if (threadIdx.x == 0) {
+        for (int p = 0; p < np; p++) mbar_init(smem_addr(&bars[p]), 1);
+        mbar_fence_init();
+        for (int p = 0; p < np; p++) {
+            const int rs = p * ng / np * MV2_ROWS;
+            const int re = min((p + 1) * ng / np * MV2_ROWS, nrows);
+            const uint32_t bytes = (uint32_t)(re - rs) * (uint32_t)cols * 2u;
+            mbar_expect_tx(smem_addr(&bars[p]), bytes);
+            bulk_load(smem_addr(ws + (size_t)rs * cols8), W + (size_t)(r0 + rs) * cols, bytes,
+                      smem_addr(&bars[p]));
+        }
+    }
+    __syncthreads(); /* the mbarriers are initialised before anyone waits on them */
+    grid_wait();
+    grid_launch_next();
+    if (norm_w) {
+        const float *xf = reinterpret_cast<const float *>(x);
+        bf16 *xb = reinterpret_cast<bf16 *>(xs);
+        for (int b = 0; b < B; b++) {
+            float ss = 0.0f;
+            for (int i = threadIdx.x; i < cols; i += blockDim.x)
+                ss += xf[(size_t)b * cols + i] * xf[(size_t)b * cols + i];
+            const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
+            for (int i = threadIdx.x; i < cols; i += blockDim.x)
+                xb[b * cols + i] = f2bf(xf[(size_t)b * cols + i] * inv * norm_w[i]);
+        }
+    } else {
+        const uint4 *xv = reinterpret_cast<const uint4 *>(x);
+        for (int i = threadIdx.x; i < B * cols8; i += blockDim.x) xs[i] = xv[i];
+    }
+    __syncthreads();
+
+    int ks = 1; /* warps per row group: 1 when there are 8 groups or more */
+    while (ks < MV_WARPS && ng * ks * 2 <= MV_WARPS) ks *= 2;
+    const int kp = warp % ks;
+    for (int g = warp / ks; g < ng; g += MV_WARPS / ks) {
+        int p = 0;
+        while ((p + 1) * ng / np <= g) p++;
+        mbar_wait(smem_addr(&bars[p]), 0);
+        const uint4 *wr[MV2_ROWS]; /* rows past the slice repeat its last row, unused */
+#pragma unroll
+        for (int j = 0; j < MV2_ROWS; j++)
+            wr[j] = ws + (size_t)min(g * MV2_ROWS + j, nrows - 1) * cols8;
+        float acc[MV2_ROWS][B];
+#pragma unroll
+        for (int j = 0; j < MV2_ROWS; j++)
+#pragma unroll
+            for (int b = 0; b < B; b++) acc[j][b] = 0.0f;
+        for (int i = kp * 32 + lane; i < cols8; i += 32 * ks) {
+            uint4 xv[B];
+#pragma unroll
+            for (int b = 0; b < B; b++) xv[b] = xs[b * cols8 + i];
+#pragma unroll
+            for (int j = 0; j < MV2_ROWS; j++) {
+                const uint4 w = wr[j][i];
+#pragma unroll
+                for (int b = 0; b < B; b++) acc[j][b] += dot8(w, xv[b]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < MV2_ROWS; j++)
+#pragma unroll
+            for (int b = 0; b < B; b++) acc[j][b] = warp_sum(acc[j][b]);
+        if (ks > 1) { /* partial sums: reduced below */
+            if (lane == 0)
+#pragma unroll
+                for (int j = 0; j < MV2_ROWS; j++)
+#pragma unroll
+                    for (int b = 0; b < B; b++) red[warp][j][b] = acc[j][b];
+        } else if (!act) { /* lane j*B + b writes row j, token b */
+#pragma unroll
+            for (int j = 0; j < MV2_ROWS; j++)
+#pragma unroll
+                for (int b = 0; b < B; b++)
+                    if (lane == j * B + b && g * MV2_ROWS + j < nrows) {
+                        float *dst = y + (size_t)b * rows + r0 + g * MV2_ROWS + j;
+                        *dst = accumulate ? *dst + acc[j][b] : acc[j][b];
+                    }
+        } else {
+#pragma unroll
+            for (int j = 0; j < MV2_ROWS; j += 2)
+#pragma unroll
+                for (int b = 0; b < B; b++)
+                    if (lane == j / 2 * B + b && g * MV2_ROWS + j + 1 < nrows) {
+                        const float gt = acc[j][b], up = acc[j + 1][b];
+                        act[(size_t)b * (rows / 2) + (r0 + g * MV2_ROWS + j) / 2] =
+                            f2bf(gt / (1.0f + expf(-gt)) * up);
+                    }
+        }
+    }
+    if (ks == 1) return; /* ks is the same in every thread of the block */
+    __syncthreads();
+    const int t = threadIdx.x;
+    if (!act) {
+        if (t < ng * MV2_ROWS * B) {
+            const int g = t / (MV2_ROWS * B), j = t / B % MV2_ROWS, b = t % B;
+            const int row = g * MV2_ROWS + j;
+            if (row < nrows) {
+                float s = 0.0f;
+                for (int k = 0; k < ks; k++) s += red[g * ks + k][j][b];
+                float *dst = y + (size_t)b * rows + r0 + row;
+                *dst = accumulate ? *dst + s : s;
+            }
+        }
+    } else if (t < ng * (MV2_ROWS / 2) * B) {
+        const int g = t / (MV2_ROWS / 2 * B), j = 2 * (t / B % (MV2_ROWS / 2)), b = t % B;
+        const int row = g * MV2_ROWS + j;
+        if (row + 1 < nrows) {
+            float gt = 0.0f, up = 0.0f;
+            for (int k = 0; k < ks; k++) {
+                gt += red[g * ks + k][j][b];
+                up += red[g * ks + k][j + 1][b];
+            }
+            act[(size_t)b * (rows / 2) + (r0 + row) / 2] = f2bf(gt / (1.0f + expf(-gt)) * up);
+        }
+    }
+}
+
 // ----------------------------------------------------------------------------
 // kernel launchers
 
@@ -155,11 +348,48 @@ static cudaError_t matvec_launch(float *y, bf16 *act, const bf16 *W, const void 
                   (size_t)xs, st, y, act, W, x, norm_w, xs, rows, cols, ks, (int)accumulate, eps);
 }
 
-/* Lets every matvec instantiation take MV_SMEM_MAX of shared memory. */
+/* Set once per process from LPX_CUDA_MV (=old: every matvec on matvec_kernel). */
+static bool g_mv_old = false;
+
+/* Rows a block of matvec_tma_kernel owns: ceil(rows / blocks) for one, two or four
+ * blocks per SM, the first whose slice plus staged x (T tokens) fits MV2_SMEM_MAX;
+ * 0 where none does (the lm_head, long x): matvec_kernel then. */
+static int matvec_tma_rows(int T, int rows, int cols, int n_sms, bool pairs, const bf16 *W) {
+    if (g_mv_old || ((uintptr_t)W & 15) || cols % 8) return 0;
+    const int64_t xs = (int64_t)T * cols * 2, row_bytes = (int64_t)cols * 2;
+    for (int64_t m = 1; m <= 4; m *= 2) {
+        int64_t rpb = ((int64_t)rows + m * n_sms - 1) / (m * n_sms);
+        if (pairs) rpb += rpb & 1;
+        if (xs + rpb * row_bytes <= MV2_SMEM_MAX) return (int)rpb;
+    }
+    return 0;
+}
+
+/* matvec_tma_kernel where matvec_tma_rows allows it, else matvec_kernel. */
+template <int B>
+static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
+                              const float *norm_w, int rows, int cols, int n_sms, bool accumulate,
+                              float eps, cudaStream_t st) {
+    const int rpb = matvec_tma_rows(B, rows, cols, n_sms, act != NULL, W);
+    if (rpb == 0)
+        return matvec_launch<B>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, eps, st);
+    const size_t smem = ((size_t)rpb + B) * (size_t)cols * sizeof(bf16);
+    return launch(matvec_tma_kernel<B>, dim3(ceil_div(rows, rpb)), dim3(MV_WARPS * 32), smem, st,
+                  y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps);
+}
+
+/* Lets every matvec instantiation take its shared memory (MV_SMEM_MAX,
+ * MV2_SMEM_MAX); matvec_tma_kernel prefers the largest shared-memory carveout, so
+ * that an SM can hold two of its blocks. */
 static lpx_status matvec_init(void) {
 #define MV_ATTR(B)                                                                                 \
     LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_kernel<B>,                                            \
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM_MAX))
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM_MAX));  \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<B>,                                        \
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, MV2_SMEM_MAX)); \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<B>,                                        \
+                                      cudaFuncAttributePreferredSharedMemoryCarveout,              \
+                                      cudaSharedmemCarveoutMaxShared))
     MV_ATTR(1); MV_ATTR(2); MV_ATTR(3); MV_ATTR(4); MV_ATTR(5); MV_ATTR(6); MV_ATTR(7); MV_ATTR(8);
 #undef MV_ATTR
     return LPX_OK;
@@ -185,17 +415,17 @@ static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, c
         norm_w = NULL;
     }
     if (T <= MV_MAX_TOKENS) {
-        const int ks = mc->n_sms;
+        const int ns = mc->n_sms;
         cudaError_t e;
         switch (T) {
-        case 1: e = matvec_launch<1>(y, act, W, x, norm_w, rows, cols, ks, accumulate, eps, st); break;
-        case 2: e = matvec_launch<2>(y, act, W, x, norm_w, rows, cols, ks, accumulate, eps, st); break;
-        case 3: e = matvec_launch<3>(y, act, W, x, norm_w, rows, cols, ks, accumulate, eps, st); break;
-        case 4: e = matvec_launch<4>(y, act, W, x, norm_w, rows, cols, ks, accumulate, eps, st); break;
-        case 5: e = matvec_launch<5>(y, act, W, x, norm_w, rows, cols, ks, accumulate, eps, st); break;
-        case 6: e = matvec_launch<6>(y, act, W, x, norm_w, rows, cols, ks, accumulate, eps, st); break;
-        case 7: e = matvec_launch<7>(y, act, W, x, norm_w, rows, cols, ks, accumulate, eps, st); break;
-        default: e = matvec_launch<8>(y, act, W, x, norm_w, rows, cols, ks, accumulate, eps, st); break;
+        case 1: e = matvec_any<1>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
+        case 2: e = matvec_any<2>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
+        case 3: e = matvec_any<3>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
+        case 4: e = matvec_any<4>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
+        case 5: e = matvec_any<5>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
+        case 6: e = matvec_any<6>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
+        case 7: e = matvec_any<7>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
+        default: e = matvec_any<8>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
         }
         LPX_CUDA_TRY(e);
         return LPX_OK;

@@ -1,0 +1,454 @@
+/* Workshop check of the batch-1..8 matrix-vector kernels (src/backend/cuda/matmul.cuh):
+ * matvec_tma_kernel (weight slice prefetched into shared memory by bulk copies before
+ * griddepcontrol.wait) against matvec_kernel (LPX_CUDA_MV=old) and a float64 host
+ * reference, through matmul() as the backend calls it.
+ * 1. correctness: the four projections of a layer (qkv with the fused RMSNorm, o
+ *    accumulating into the residual, gate/up with RMSNorm and silu·mul, down
+ *    accumulating) of Qwen3-0.6B, Llama-3.2-1B and Qwen2.5-0.5B for 1, 2, 4 and 8
+ *    tokens, plus odd shapes (rows not a multiple of a block's rows, a last block
+ *    with one row group, cols % 256 != 0, fewer rows than SMs) also with a smaller
+ *    SM count (more rows a block, several row groups a warp, uneven pieces).
+ *    Error of an output: |got - ref| / RMS over the token's outputs of ref (for the
+ *    bf16 silu·mul output, less 2^-7 |ref| for its rounding); FAIL above 1e-3.
+ *    Outputs not accumulated into are poisoned with NaN first.
+ * 2. timing: the model's layers x (qkv, o, gate/up, down) captured in one CUDA graph
+ *    with programmatic dependent launch (as the backend does), distinct weights per
+ *    layer (more than L2 holds), median of 200 replays; then each projection alone,
+ *    100 back-to-back launches (cycling over the layers' weights) in one graph.
+ * Usage: matvec_check [--quick] [--no-pdl]   (--quick: correctness only)
+ * Exit 1 on any FAIL or CUDA error. Build: bench/cuda/build-matvec-check.sh OUTDIR. */
+#include "backend/cuda/matmul.cuh"
+
+#include <algorithm>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#define CK(x)                                                                                      \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define LK(x)                                                                                      \
+    do {                                                                                           \
+        if ((x) != LPX_OK) {                                                                       \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, lpx_last_error());         \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand(void) { /* [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+static uint16_t f2bf_h(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f_h(uint16_t v) {
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+struct op_spec {
+    const char *name;
+    int rows, cols;
+    bool norm, act, accum;
+};
+struct model_spec {
+    const char *name;
+    int d, qd, kvd, ff, layers;
+};
+
+static void model_ops(const model_spec &m, op_spec ops[4]) {
+    ops[0] = {"qkv", m.qd + 2 * m.kvd, m.d, true, false, false};
+    ops[1] = {"o", m.d, m.qd, false, false, true};
+    ops[2] = {"gate/up", 2 * m.ff, m.d, true, true, false};
+    ops[3] = {"down", m.d, m.ff, false, false, true};
+}
+
+static const float EPS = 1e-6f;
+
+/* Which kernel matmul() picks, as text. */
+static void describe(char *buf, size_t n, const op_spec &op, int T, int n_sms) {
+    const bool saved = g_mv_old;
+    g_mv_old = false;
+    const int rpb = T <= MV_MAX_TOKENS ? matvec_tma_rows(T, op.rows, op.cols, n_sms, op.act,
+                                                         (const bf16 *)(uintptr_t)256)
+                                       : 0;
+    g_mv_old = saved;
+    if (rpb)
+        snprintf(buf, n, "tma %3d rows x %4d blk %6.1f KB", rpb, ceil_div(op.rows, rpb),
+                 ((double)rpb + T) * op.cols * 2 / 1024.0);
+    else
+        snprintf(buf, n, "old (slice does not fit)");
+}
+
+/* Runs op through matmul() with the new selection and with LPX_CUDA_MV=old, checks
+ * both against float64; returns false on FAIL. */
+static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
+    const int rows = op.rows, cols = op.cols;
+    std::vector<uint16_t> W((size_t)rows * cols);
+    for (auto &v : W) v = f2bf_h(frand());
+    std::vector<float> xf((size_t)T * cols), nw(cols), y0((size_t)T * rows);
+    std::vector<uint16_t> xb((size_t)T * cols);
+    for (auto &v : xf) v = 2.0f * frand();
+    for (auto &v : xb) v = f2bf_h(frand());
+    for (auto &v : nw) v = 1.0f + 0.5f * frand();
+    for (auto &v : y0) v = frand();
+
+    /* reference input as the kernels see it: bf16 x, or bf16 of the normalised row */
+    std::vector<double> xr((size_t)T * cols);
+    for (int b = 0; b < T; b++) {
+        if (op.norm) {
+            double ss = 0;
+            for (int i = 0; i < cols; i++) ss += (double)xf[(size_t)b * cols + i] * xf[(size_t)b * cols + i];
+            const double inv = 1.0 / sqrt(ss / cols + (double)EPS);
+            for (int i = 0; i < cols; i++)
+                xr[(size_t)b * cols + i] =
+                    bf2f_h(f2bf_h((float)(xf[(size_t)b * cols + i] * inv * nw[i])));
+        } else {
+            for (int i = 0; i < cols; i++) xr[(size_t)b * cols + i] = bf2f_h(xb[(size_t)b * cols + i]);
+        }
+    }
+    std::vector<double> dot((size_t)T * rows), wrow(cols);
+    for (int r = 0; r < rows; r++) {
+        for (int i = 0; i < cols; i++) wrow[i] = bf2f_h(W[(size_t)r * cols + i]);
+        for (int b = 0; b < T; b++) {
+            double s = 0;
+            const double *xp = &xr[(size_t)b * cols];
+            for (int i = 0; i < cols; i++) s += wrow[i] * xp[i];
+            dot[(size_t)b * rows + r] = s;
+        }
+    }
+
+    bf16 *dW, *dxb, *dact, *dh;
+    float *dxf, *dnw, *dy;
+    const int arows = op.act ? rows / 2 : 1;
+    CK(cudaMalloc(&dW, W.size() * 2));
+    CK(cudaMalloc(&dxb, xb.size() * 2));
+    CK(cudaMalloc(&dxf, xf.size() * 4));
+    CK(cudaMalloc(&dnw, nw.size() * 4));
+    CK(cudaMalloc(&dy, y0.size() * 4));
+    CK(cudaMalloc(&dact, (size_t)T * arows * 2));
+    CK(cudaMalloc(&dh, (size_t)T * cols * 2));
+    CK(cudaMemcpy(dW, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dxb, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dxf, xf.data(), xf.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dnw, nw.data(), nw.size() * 4, cudaMemcpyHostToDevice));
+    matmul_ctx mc = {NULL, n_sms};
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+
+    double err[2] = {0, 0}, diff = 0;
+    std::vector<float> got[2];
+    for (int k = 0; k < 2; k++) { /* k 0: default selection, 1: LPX_CUDA_MV=old */
+        if (op.accum)
+            CK(cudaMemcpy(dy, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
+        else
+            CK(cudaMemset(dy, 0xff, y0.size() * 4));
+        CK(cudaMemset(dact, 0xff, (size_t)T * arows * 2));
+        g_mv_old = k == 1;
+        LK(matmul(&mc, op.act ? NULL : dy, op.act ? dact : NULL, NULL, dW,
+                  op.norm ? (const void *)dxf : (const void *)dxb, op.norm ? dnw : NULL, dh, EPS, T,
+                  rows, cols, op.accum, st));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaGetLastError());
+        g_mv_old = false;
+        if (op.act) {
+            std::vector<uint16_t> a((size_t)T * arows);
+            CK(cudaMemcpy(a.data(), dact, a.size() * 2, cudaMemcpyDeviceToHost));
+            got[k].resize(a.size());
+            for (size_t i = 0; i < a.size(); i++) got[k][i] = bf2f_h(a[i]);
+        } else {
+            got[k].resize(y0.size());
+            CK(cudaMemcpy(got[k].data(), dy, y0.size() * 4, cudaMemcpyDeviceToHost));
+        }
+    }
+    for (int b = 0; b < T; b++) {
+        const int n = op.act ? rows / 2 : rows;
+        std::vector<double> ref(n);
+        double ss = 0;
+        for (int r = 0; r < n; r++) {
+            if (op.act) {
+                const double g = dot[(size_t)b * rows + 2 * r], u = dot[(size_t)b * rows + 2 * r + 1];
+                ref[r] = g / (1.0 + exp(-g)) * u;
+                ss += ref[r] * ref[r];
+            } else {
+                ref[r] = dot[(size_t)b * rows + r];
+                ss += ref[r] * ref[r];
+                if (op.accum) ref[r] += y0[(size_t)b * rows + r];
+            }
+        }
+        const double scale = std::max(sqrt(ss / n), 1e-30);
+        for (int r = 0; r < n; r++) {
+            for (int k = 0; k < 2; k++) {
+                const double g = got[k][(size_t)b * n + r];
+                double e = fabs(g - ref[r]);
+                if (op.act) e = std::max(0.0, e - ldexp(fabs(ref[r]), -7));
+                e /= scale;
+                if (!(e <= 1e30)) e = INFINITY; /* NaN: never written */
+                err[k] = std::max(err[k], e);
+            }
+            const double dd = fabs((double)got[0][(size_t)b * n + r] - got[1][(size_t)b * n + r]) / scale;
+            diff = std::max(diff, dd == dd ? dd : INFINITY);
+        }
+    }
+    char sel[64];
+    describe(sel, sizeof sel, op, T, n_sms);
+    const bool ok = err[0] <= 1e-3 && err[1] <= 1e-3;
+    printf("%-13s %-8s T=%d %5dx%-5d sms=%3d  %-32s err new %.1e old %.1e |new-old| %.1e  %s\n",
+           model, op.name, T, rows, cols, n_sms, sel, err[0], err[1], diff, ok ? "ok" : "FAIL");
+    cudaFree(dW);
+    cudaFree(dxb);
+    cudaFree(dxf);
+    cudaFree(dnw);
+    cudaFree(dy);
+    cudaFree(dact);
+    cudaFree(dh);
+    CK(cudaStreamDestroy(st));
+    return ok;
+}
+
+/* Random bf16 in [-scale, scale) from a hash of the index. */
+__global__ void fill_bf16(bf16 *p, size_t n, uint64_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t h = (i + seed) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 32;
+        p[i] = __float2bfloat16(((float)(h >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f) * scale);
+    }
+}
+__global__ void fill_f32(float *p, size_t n, uint64_t seed, float lo, float hi) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t h = (i + seed) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 31;
+        h *= 0x94D049BB133111EBull;
+        h ^= h >> 29;
+        p[i] = lo + (hi - lo) * (float)(h >> 40) * (1.0f / 16777216.0f);
+    }
+}
+
+/* Median µs of one replay of graph ge (reps replays after 10 warm-up ones). */
+static double time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 10; i++) CK(cudaGraphLaunch(ge, st));
+    CK(cudaStreamSynchronize(st));
+    std::vector<float> ts;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(e0, st));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        ts.push_back(ms);
+    }
+    CK(cudaGetLastError());
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    std::sort(ts.begin(), ts.end());
+    return 1000.0 * ts[ts.size() / 2];
+}
+
+struct layer_bufs {
+    bf16 *w[4];
+    float *nw[2];
+};
+
+/* Captures n launches of the chosen ops (mask over qkv, o, gu, down) per layer, or
+ * n launches of one op cycling over the layers, into a graph. */
+static cudaGraphExec_t capture(const model_spec &m, const op_spec ops[4],
+                               const std::vector<layer_bufs> &L, int T, int n_sms, int only,
+                               int n, float *xres, float *qkv, bf16 *attn, bf16 *act, bf16 *h,
+                               cudaStream_t st) {
+    matmul_ctx mc = {NULL, n_sms};
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < n; i++) {
+        const int l = only < 0 ? i : i % m.layers;
+        for (int k = 0; k < 4; k++) {
+            if (only >= 0 && k != only) continue;
+            const op_spec &op = ops[k];
+            switch (k) {
+            case 0:
+                LK(matmul(&mc, qkv, NULL, NULL, L[l].w[0], xres, L[l].nw[0], h, EPS, T, op.rows,
+                          op.cols, false, st));
+                break;
+            case 1:
+                LK(matmul(&mc, xres, NULL, NULL, L[l].w[1], attn, NULL, NULL, EPS, T, op.rows,
+                          op.cols, true, st));
+                break;
+            case 2:
+                LK(matmul(&mc, NULL, act, NULL, L[l].w[2], xres, L[l].nw[1], h, EPS, T, op.rows,
+                          op.cols, false, st));
+                break;
+            default:
+                LK(matmul(&mc, xres, NULL, NULL, L[l].w[3], act, NULL, NULL, EPS, T, op.rows,
+                          op.cols, true, st));
+                break;
+            }
+        }
+    }
+    cudaGraph_t g;
+    CK(cudaStreamEndCapture(st, &g));
+    cudaGraphExec_t ge;
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    CK(cudaGraphDestroy(g));
+    return ge;
+}
+
+static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sms) {
+    op_spec ops[4];
+    model_ops(m, ops);
+    double bytes_op[4], bytes_layer = 0;
+    for (int k = 0; k < 4; k++) {
+        bytes_op[k] = 2.0 * ops[k].rows * ops[k].cols;
+        bytes_layer += bytes_op[k];
+    }
+    printf("\n%s: %d layers, %.1f MB of weights a layer (%.2f GB in all), PDL %s\n", m.name,
+           m.layers, bytes_layer / 1e6, bytes_layer * m.layers / 1e9, g_use_pdl ? "on" : "off");
+    std::vector<layer_bufs> L(m.layers);
+    for (int l = 0; l < m.layers; l++) {
+        for (int k = 0; k < 4; k++) {
+            const size_t n = (size_t)ops[k].rows * ops[k].cols;
+            CK(cudaMalloc(&L[l].w[k], n * 2));
+            fill_bf16<<<1024, 256>>>(L[l].w[k], n, 1000003ull * (l * 4 + k), 0.03f);
+        }
+        for (int k = 0; k < 2; k++) {
+            CK(cudaMalloc(&L[l].nw[k], (size_t)m.d * 4));
+            fill_f32<<<8, 256>>>(L[l].nw[k], m.d, 77 + l * 2 + k, 0.5f, 1.5f);
+        }
+    }
+    const int TM = MV_MAX_TOKENS;
+    float *xres, *qkv;
+    bf16 *attn, *act, *h;
+    CK(cudaMalloc(&xres, (size_t)TM * m.d * 4));
+    CK(cudaMalloc(&qkv, (size_t)TM * ops[0].rows * 4));
+    CK(cudaMalloc(&attn, (size_t)TM * m.qd * 2));
+    CK(cudaMalloc(&act, (size_t)TM * m.ff * 2));
+    CK(cudaMalloc(&h, (size_t)TM * std::max(m.d, m.ff) * 2));
+    fill_f32<<<64, 256>>>(xres, (size_t)TM * m.d, 5, -1.0f, 1.0f);
+    fill_bf16<<<64, 256>>>(attn, (size_t)TM * m.qd, 6, 1.0f);
+    fill_bf16<<<64, 256>>>(act, (size_t)TM * m.ff, 7, 1.0f);
+    CK(cudaDeviceSynchronize());
+    CK(cudaGetLastError());
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    for (int T : Ts) {
+        char sel[4][64];
+        for (int k = 0; k < 4; k++) describe(sel[k], sizeof sel[k], ops[k], T, n_sms);
+        printf("  T=%d   kernels: qkv %s | o %s | gate/up %s | down %s\n", T, sel[0], sel[1],
+               sel[2], sel[3]);
+        double chain[2], alone[2][4];
+        for (int v = 0; v < 2; v++) { /* v 0: old (LPX_CUDA_MV=old), 1: new */
+            g_mv_old = v == 0;
+            /* the residual is rewritten before each measurement: 200 replays of
+             * accumulation may overflow it, harmless to the timing but kept tidy */
+            fill_f32<<<64, 256>>>(xres, (size_t)TM * m.d, 5, -1.0f, 1.0f);
+            CK(cudaDeviceSynchronize());
+            cudaGraphExec_t ge =
+                capture(m, ops, L, T, n_sms, -1, m.layers, xres, qkv, attn, act, h, st);
+            chain[v] = time_graph(ge, st, 200);
+            CK(cudaGraphExecDestroy(ge));
+            for (int k = 0; k < 4; k++) {
+                ge = capture(m, ops, L, T, n_sms, k, 100, xres, qkv, attn, act, h, st);
+                alone[v][k] = time_graph(ge, st, 20) / 100.0;
+                CK(cudaGraphExecDestroy(ge));
+            }
+        }
+        g_mv_old = false;
+        for (int v = 0; v < 2; v++) {
+            const double per = chain[v] / m.layers;
+            printf("    %s: chain %7.1f us = %6.2f us/layer (%4.2f TB/s) | alone us (TB/s): "
+                   "qkv %5.2f (%4.2f)  o %5.2f (%4.2f)  gate/up %5.2f (%4.2f)  down %5.2f (%4.2f)\n",
+                   v ? "new" : "old", chain[v], per, bytes_layer / per / 1e6, alone[v][0],
+                   bytes_op[0] / alone[v][0] / 1e6, alone[v][1], bytes_op[1] / alone[v][1] / 1e6,
+                   alone[v][2], bytes_op[2] / alone[v][2] / 1e6, alone[v][3],
+                   bytes_op[3] / alone[v][3] / 1e6);
+        }
+        printf("    new/old chain: %.3f\n", chain[1] / chain[0]);
+    }
+    CK(cudaStreamDestroy(st));
+    for (auto &l : L) {
+        for (int k = 0; k < 4; k++) CK(cudaFree(l.w[k]));
+        for (int k = 0; k < 2; k++) CK(cudaFree(l.nw[k]));
+    }
+    CK(cudaFree(xres));
+    CK(cudaFree(qkv));
+    CK(cudaFree(attn));
+    CK(cudaFree(act));
+    CK(cudaFree(h));
+}
+
+int main(int argc, char **argv) {
+    bool quick = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = true;
+        else if (!strcmp(argv[i], "--no-pdl")) g_use_pdl = false;
+        else {
+            fprintf(stderr, "usage: matvec_check [--quick] [--no-pdl]\n");
+            return 2;
+        }
+    }
+    int dev = 0;
+    CK(cudaSetDevice(dev));
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, dev));
+    const int n_sms = prop.multiProcessorCount;
+    printf("%s, %d SMs, %zu KB shared memory per SM, L2 %d MB\n", prop.name, n_sms,
+           prop.sharedMemPerMultiprocessor / 1024, prop.l2CacheSize >> 20);
+    LK(matvec_init());
+
+    const model_spec models[3] = {
+        {"Qwen3-0.6B", 1024, 2048, 1024, 3072, 28},
+        {"Llama-3.2-1B", 2048, 2048, 512, 8192, 16},
+        {"Qwen2.5-0.5B", 896, 896, 128, 4864, 24},
+    };
+    int fails = 0, cases = 0;
+    printf("\ncorrectness (error relative to the RMS of the token's outputs; FAIL above 1e-3)\n");
+    for (const auto &m : models) {
+        op_spec ops[4];
+        model_ops(m, ops);
+        for (int k = 0; k < 4; k++)
+            for (int T : {1, 2, 4, 8}) {
+                fails += !check_op(m.name, ops[k], T, n_sms);
+                cases++;
+            }
+    }
+    const op_spec odd[] = {
+        {"qkv", 4100, 1032, true, false, false}, /* last block 4 rows: one group, 8 warps on it */
+        {"o", 1000, 904, false, false, true},
+        {"gate/up", 6002, 904, true, true, false}, /* last block 22 rows: a 2-row group */
+        {"down", 37, 4872, false, false, true},    /* fewer rows than SMs: 1 row a block */
+        {"down", 1001, 3080, false, false, true},
+    };
+    for (const auto &op : odd)
+        for (int sms : {n_sms, 40, 7})
+            for (int T : {1, 3, 5, 8}) {
+                fails += !check_op("odd", op, T, sms);
+                cases++;
+            }
+    printf("%d of %d cases FAIL\n", fails, cases);
+    if (!quick) {
+        for (const auto &m : models) time_model(m, {1, 2, 4, 8}, n_sms);
+    }
+    printf("\n%s\n", fails ? "FAIL" : "PASS");
+    return fails ? 1 : 0;
+}
