@@ -766,8 +766,6 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     b->use_graphs = !(env && !strcmp(env, "0"));
     env = getenv("LPX_CUDA_PDL");
     g_use_pdl = !(env && !strcmp(env, "0"));
-    env = getenv("LPX_CUDA_MV"); /* =old: every matvec on matvec_kernel (A/B comparison) */
-    g_mv_old = env && !strcmp(env, "old");
     b->skip = parse_skip(getenv("LPX_CUDA_SKIP"));
     env = getenv("LPX_CUDA_TIMING");
     if (env && !strcmp(env, "1"))

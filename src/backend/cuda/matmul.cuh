@@ -9,6 +9,8 @@
 #include "elementwise.cuh"
 
 #include <cublas_v2.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define MV_WARPS 8        /* warps per block */
 #define MV_MAX_TOKENS 8   /* above this, cuBLAS */
@@ -348,7 +350,7 @@ static cudaError_t matvec_launch(float *y, bf16 *act, const bf16 *W, const void 
                   (size_t)xs, st, y, act, W, x, norm_w, xs, rows, cols, ks, (int)accumulate, eps);
 }
 
-/* Set once per process from LPX_CUDA_MV (=old: every matvec on matvec_kernel). */
+/* Set once per process from LPX_CUDA_MV by matvec_init (=old: every matvec on matvec_kernel). */
 static bool g_mv_old = false;
 
 /* Rows a block of matvec_tma_kernel owns: ceil(rows / blocks) for one, two or four
@@ -378,10 +380,13 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
                   y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps);
 }
 
-/* Lets every matvec instantiation take its shared memory (MV_SMEM_MAX,
- * MV2_SMEM_MAX); matvec_tma_kernel prefers the largest shared-memory carveout, so
- * that an SM can hold two of its blocks. */
+/* Called once at backend creation: reads LPX_CUDA_MV (=old: every matvec on
+ * matvec_kernel, for A/B comparison) and lets every matvec instantiation take its
+ * shared memory (MV_SMEM_MAX, MV2_SMEM_MAX); matvec_tma_kernel prefers the largest
+ * shared-memory carveout, so that an SM can hold two of its blocks. */
 static lpx_status matvec_init(void) {
+    const char *env = getenv("LPX_CUDA_MV");
+    g_mv_old = env && !strcmp(env, "old");
 #define MV_ATTR(B)                                                                                 \
     LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_kernel<B>,                                            \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM_MAX));  \
