@@ -120,8 +120,9 @@ for m in ${models//,/ }; do
     vocab=$(python3 -c "import json;print(json.load(open('$shapes/$m/config.json'))['vocab_size'])")
     conform "$m" "$shapes/$m" "$(cat "$shapes/$m.ids")" "$vocab" "$shapes/$m.ref.f32"
     if [ "$m" = qwen3-0.6b ]; then # head_dim 128: flash prefill (whole, chunked) vs decode
-        lids=$(long_ids 200 "$vocab") d="$out/tmp"
-        check "$m long (200): cuda prefill runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.f32"
+        # 300 positions: decode attention past 256 keys is split over two blocks
+        lids=$(long_ids 300 "$vocab") d="$out/tmp"
+        check "$m long (300): cuda prefill runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.f32"
         check "$m long: cuda chunked (64) runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.chunk.f32" --chunk 64
         check "$m long: cuda decode runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.dec.f32" --mode decode
         check "$m long: prefill vs decode" compare "$d/qlong.f32" "$d/qlong.dec.f32" "$vocab" 5e-2 "$m long prefill~decode"
@@ -174,12 +175,14 @@ raise SystemExit(0 if e.max() < 1e-3 else 1)"
     check "long: cuda chunked (128) runs" logits "$smol" "$lids" "$dev" "$d/long.chunk.f32" --chunk 128
     check "long: cuda mixed with a decode runs" logits "$smol" "$lids" "$dev" "$d/long.mixed.f32" \
         --ids "$ids_smol" --chunk 97,1
+    check "long: cuda decode runs" logits "$smol" "$lids" "$dev" "$d/long.dec.f32" --mode decode
     check "long: cpu runs" logits "$smol" "$lids" cpu "$d/long.cpu.f32"
     cat "$d/long.cpu.f32" "$d/smollm2-sliced.cpu.f32" >"$d/long.mixed.cpu.f32"
     check "long: cuda vs cpu" compare "$d/long.f32" "$d/long.cpu.f32" 49152 3e-2 "long cuda~cpu"
     check "long: cuda chunked vs cpu" compare "$d/long.chunk.f32" "$d/long.cpu.f32" 49152 3e-2 "long chunked~cpu"
     check "long: cuda mixed vs cpu" compare "$d/long.mixed.f32" "$d/long.mixed.cpu.f32" 49152 3e-2 "long mixed~cpu"
-    grep -E "^long " "$out/checks.log" | tail -3 >>"$summary"
+    check "long: cuda decode (split attention past 256 keys) vs cpu" compare "$d/long.dec.f32" "$d/long.cpu.f32" 49152 3e-2 "long decode~cpu"
+    grep -E "^long " "$out/checks.log" | tail -4 >>"$summary"
 
     # device sampling (sampling.cuh): the CUDA sampler's token equals the host
     # sampler's on the same logits, for greedy, penalties, temperature, min_p,
@@ -207,6 +210,9 @@ raise SystemExit(0 if e.max() < 1e-3 else 1)"
         "$lpx" logits -m "$smol" --ids "$ids_smol" --device cuda -o "$out/tmp/ms.f32"
     [ "$dev" = cuda ] && check "compute-sanitizer memcheck (decode)" compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$lpx" logits -m "$smol" --ids "1,504,3458,28" --ids "1,9690" --device cuda --mode decode -o "$out/tmp/ms2.f32"
+    [ "$dev" = cuda ] && check "compute-sanitizer memcheck (decode past 256 keys)" compute-sanitizer --tool memcheck \
+        --error-exitcode 9 "$lpx" logits -m "$smol" --ids "$(long_ids 270 49152)" --device cuda --mode decode \
+        -o "$out/tmp/ms4.f32"
     [ "$dev" = cuda ] && check "compute-sanitizer memcheck (chunked, mixed)" compute-sanitizer --tool memcheck \
         --error-exitcode 9 "$lpx" logits -m "$smol" --ids "$(long_ids 150 49152)" --ids "$ids_smol" \
         --device cuda --chunk 61,1 -o "$out/tmp/ms3.f32"

@@ -84,151 +84,265 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
     }
 }
 
-#define ATTN_THREADS 128 /* keys per tile: thread j loads key j */
-#define ATTN_WARPS (ATTN_THREADS / 32)
+#define AD_THREADS 256 /* keys per tile: lane j of warp w owns key w*32 + j */
+#define AD_WARPS (AD_THREADS / 32)
+#define AD_LOG2E 1.4426950408889634f
+#define AD_TRACE 10 /* per layer: clock64 at 8 marks, %globaltimer at the first and last */
 
-/* Shared memory of attn_kernel<HD, RMAX>: queries, scores, a V tile, reduce scratch. */
-template <int HD, int RMAX> struct attn_smem {
-    float qs[RMAX][HD];
-    float sc[RMAX][ATTN_THREADS];
-    bf16 vs[ATTN_THREADS][HD];
+/* Shared memory of attn_decode_kernel<HD, RM>. vs holds the tile's value rows, and
+ * at the end each warp's partial outputs (acc, AD_WARPS*RM*HD floats, at most half
+ * of vs). */
+template <int HD, int RM> struct ad_smem {
+    alignas(16) float raw[RM + 2][HD]; /* the token's q rows, k row, v row as projected */
+    alignas(16) float qs[RM][HD];      /* queries after norm and RoPE, times scale·log2 e */
+    alignas(16) bf16 kcur[HD];         /* the token's own key and value, as cached */
+    alignas(16) bf16 vcur[HD];
+    alignas(16) union {
+        bf16 vs[AD_THREADS][HD];
+        float acc[AD_WARPS][RM][HD];
+    } u;
+    float inv[RM + 1]; /* RMSNorm factors of the q rows and the k row */
+    float wm[AD_WARPS][RM], wl[AD_WARPS][RM];
     float mls[ATTN_MAX_SPLITS][2];
     int is_last;
 };
 
-/* Decode (one token per sequence; prefill steps use flash_prefill.cuh). Block per
- * (token, kv head, split); its rows are the query heads of the kv head's group.
- * The token's context is cut into
- * S_eff = min(S, ceil(len / ATTN_THREADS)) splits (blocks beyond exit), so a short
- * context takes one block and no reduce. A split walks its keys a tile of
- * ATTN_THREADS at a time: thread j loads key j whole into registers and its value
- * row into shared memory (cp.async), all in flight together, and scores key j
- * against every row (causal: key > the row's position, or outside the sliding
- * window, scores -inf). Warp w owns rows w, w+4, ...: online softmax over the keys,
- * and output dims lane*HD/32.. of those rows. With S_eff > 1 the last split block
- * (atomic counter) combines the splits: out = Σ e^(m_s-M) o_s / Σ e^(m_s-M) l_s.
- * Padding tokens (sequence -1) get zeros. */
-template <int HD, int RMAX>
-__global__ void __launch_bounds__(ATTN_THREADS)
-    attn_kernel(bf16 *__restrict__ out,          // (T, n_heads*HD)
-                float *__restrict__ part_o,      // (T, n_heads, S, HD)
-                float *__restrict__ part_ml,     // (T, n_heads, S, 2)
-                int *__restrict__ done,          // (T, n_kv) split counters, left at 0
-                const float *__restrict__ q,     // (T, n_heads*HD)
-                const bf16 *__restrict__ kv,
-                const int32_t *__restrict__ tok_seq,     // (T), -1 = padding
-                const int32_t *__restrict__ positions,   // (T)
-                const int32_t *__restrict__ block_table, // (n_seqs, max_blocks)
-                int max_blocks, kv_geom g, int layer, float scale, int window) {
-    constexpr int DPL = HD / 32, RPW = (RMAX + ATTN_WARPS - 1) / ATTN_WARPS; /* rows per warp */
+/* Decode attention (one token per sequence; prefill steps use qkv_rope_kernel and
+ * flash_prefill.cuh), with the token's q/k/v preparation fused in. Block per
+ * (token, kv head, split); its rows are the G <= RM query heads of the kv head's
+ * group (RM, a template bound, keeps unused rows out of the code: a kernel for 8
+ * rows run with G = 2 issued 3× the instructions, latency-bound, docs/PERF.md).
+ * The token's keys [lo, len) are cut into S_eff = min(S, ceil(n / AD_THREADS))
+ * splits (blocks beyond exit), so up to AD_THREADS keys take one block and no
+ * reduce. The block
+ *  1. issues the loads of its first tile (lane j of warp w: key w*32+j whole into
+ *     registers, its value row into shared memory by cp.async), all in flight;
+ *  2. meanwhile turns the token's projections into queries (bias, RMSNorm, RoPE)
+ *     and, in the split that holds the token's own position, its key and value,
+ *     which it writes to the cache (rounded to bf16 as every cached key is);
+ *  3. scores each key against every row (the keys of a split are all visible),
+ *     softmax per warp over its 32 keys (online across tiles), P·V with the warp's
+ *     lanes over the head dims;
+ *  4. combines its warps through shared memory; with S_eff > 1 the last split
+ *     block (atomic counter) combines the splits:
+ *     out = Σ 2^(m_s-M) o_s / Σ 2^(m_s-M) l_s (scores are in log2 units).
+ * Padding tokens (sequence -1) get zeros and write nothing. */
+template <int HD, int RM>
+__global__ void __launch_bounds__(AD_THREADS)
+    attn_decode_kernel(bf16 *__restrict__ out,          // (T, n_heads*HD)
+                       float *__restrict__ part_o,      // (T, n_heads, S, HD)
+                       float *__restrict__ part_ml,     // (T, n_heads, S, 2)
+                       int *__restrict__ done,          // (T, n_kv) split counters, left at 0
+                       bf16 *__restrict__ kv,           // cache
+                       const float *__restrict__ qkv,   // (T, (n_heads+2*n_kv)*HD)
+                       const float *__restrict__ bias,  // (same cols) or NULL
+                       const float *__restrict__ q_norm, // (HD) or NULL
+                       const float *__restrict__ k_norm, // (HD) or NULL
+                       const float *__restrict__ inv_freq, // (HD/2)
+                       const int32_t *__restrict__ tok_seq,     // (T), -1 = padding
+                       const int32_t *__restrict__ positions,   // (T)
+                       const int32_t *__restrict__ slots,       // (T)
+                       const int32_t *__restrict__ block_table, // (n_seqs, max_blocks)
+                       int max_blocks, kv_geom g, int layer, float scale, float eps,
+                       int interleaved, int window,
+                       long long *__restrict__ trace) { // (n_layers, AD_TRACE) or NULL
+    constexpr int DPL = HD / 32, KC = HD / 8 > 16 ? 16 : HD / 8; /* K uint4s in registers */
     extern __shared__ uint4 smem_raw[];
-    attn_smem<HD, RMAX> &sm = *reinterpret_cast<attn_smem<HD, RMAX> *>(smem_raw);
-    grid_wait();
-    grid_launch_next();
-    const int kvh = blockIdx.y, split = blockIdx.z, Sm = gridDim.z;
+    ad_smem<HD, RM> &sm = *reinterpret_cast<ad_smem<HD, RM> *>(smem_raw);
+    /* Until grid_wait() only memory no kernel of this step writes is read: the step
+     * inputs and the cached keys and values of earlier positions, so their round
+     * trips overlap the qkv projection still running before us. */
+    const int t0 = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, Sm = gridDim.z;
     const int G = g.n_heads / g.n_kv, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int t0 = blockIdx.x, nq = 1;
-    const int R = nq * G;
+    /* LPX_CUDA_ATTN_TRACE: thread 0 of block (0, 0, 0) times the phases */
+    long long *tr = trace && !t0 && !kvh && !split && !tid ? trace + (size_t)layer * AD_TRACE : NULL;
+#define AD_MARK(i)                                                                                 \
+    if (tr) tr[i] = clock64()
+    AD_MARK(0);
     const int seq = tok_seq[t0];
-    const int p0 = positions[t0];                   /* positions of the tile: p0 .. p0+nq-1 */
-    const int len = seq >= 0 ? p0 + nq : 0;         /* context of the tile's last token */
-    const int lo = window > 0 && p0 + 1 > window ? p0 + 1 - window : 0; /* first row's window */
-    const int S = max(1, min(Sm, (len - lo + ATTN_THREADS - 1) / ATTN_THREADS));
+    bf16 *o_tok = out + (size_t)t0 * g.n_heads * HD + (size_t)kvh * G * HD;
+    if (seq < 0) {
+        grid_wait();
+        grid_launch_next();
+        if (split == 0)
+            for (int e = tid; e < G * HD; e += AD_THREADS) o_tok[e] = f2bf(0.0f);
+        return;
+    }
+    const int p0 = positions[t0], len = p0 + 1;
+    const int lo = window > 0 && len > window ? len - window : 0;
+    const int S = max(1, min(Sm, (len - lo + AD_THREADS - 1) / AD_THREADS));
     if (split >= S) return;
     const int chunk = (len - lo + S - 1) / S;
     const int k0 = lo + split * chunk, k1 = min(len, k0 + chunk);
-    for (int e = tid; e < R * HD; e += ATTN_THREADS) {
-        const int r = e / HD, d = e % HD;
-        sm.qs[r][d] = q[(size_t)(t0 + r / G) * g.n_heads * HD + (size_t)(kvh * G + r % G) * HD + d] *
-                      scale;
-    }
-    const int32_t *bt = block_table + (size_t)(seq >= 0 ? seq : 0) * max_blocks;
-    float m[RPW], l[RPW], acc[RPW][DPL];
-#pragma unroll
-    for (int i = 0; i < RPW; i++) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < DPL; e++) acc[i][e] = 0.0f;
-    }
-    for (int base = k0; base < k1; base += ATTN_THREADS) {
-        const int n = min(ATTN_THREADS, k1 - base);
-        uint4 k8[HD / 8];
+    const bool own = split == S - 1; /* holds key p0, the token itself */
+    AD_MARK(1);
+    const int32_t *bt = block_table + (size_t)seq * max_blocks;
+
+    uint4 k8[KC];
+    /* loads of the tile at base: this thread's key (not p0: it is made below) */
+    auto issue = [&](int base) {
         const int key = base + tid;
-        if (tid < n) {
+        if (key < k1 && key != p0) {
             const int64_t kb = bt[key / g.block_size], slot = key % g.block_size;
             const uint4 *kr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, slot));
             const uint4 *vr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 1, kvh, kb, slot));
 #pragma unroll
-            for (int c = 0; c < HD / 8; c++) {
-                k8[c] = kr[c];
-                __pipeline_memcpy_async(reinterpret_cast<uint4 *>(&sm.vs[tid][0]) + c, vr + c, 16);
-            }
+            for (int c = 0; c < KC; c++) k8[c] = kr[c];
+#pragma unroll
+            for (int c = 0; c < HD / 8; c++)
+                __pipeline_memcpy_async(reinterpret_cast<uint4 *>(&sm.u.vs[tid][0]) + c, vr + c, 16);
         }
         __pipeline_commit();
-        __syncthreads(); /* qs written (first tile); sc, vs free (later tiles) */
-        if (tid < n) {
-            float dot[RMAX];
+    };
+    issue(k0);
+    AD_MARK(2);
+    grid_wait();
+    grid_launch_next();
+    AD_MARK(3);
+    if (tr) tr[8] = (long long)globaltimer_ns();
+
+    /* 2. the token's q rows (heads kvh*G + r), k row and v row */
+    const int cols = (g.n_heads + 2 * g.n_kv) * HD;
+    const float *x = qkv + (size_t)t0 * cols;
+    for (int e = tid; e < (G + 2) * HD; e += AD_THREADS) {
+        const int r = e / HD, d = e % HD;
+        const int head = r < G ? kvh * G + r : r == G ? g.n_heads + kvh : g.n_heads + g.n_kv + kvh;
+        const int col = head * HD + d;
+        sm.raw[r][d] = x[col] + (bias ? bias[col] : 0.0f);
+    }
+    __syncthreads();
+    for (int r = warp; r <= G; r += AD_WARPS) {
+        float ss = 0.0f;
+        for (int d = lane; d < HD; d += 32) ss += sm.raw[r][d] * sm.raw[r][d];
+        ss = warp_sum(ss);
+        if (lane == 0) sm.inv[r] = rsqrtf(ss / (float)HD + eps);
+    }
+    __syncthreads();
+    const int slot = slots[t0];
+    const float qscale = scale * AD_LOG2E;
+    for (int e = tid; e < (G + 2) * HD; e += AD_THREADS) {
+        const int r = e / HD, d = e % HD;
+        if (r == G + 1) { /* v */
+            const bf16 v = f2bf(sm.raw[r][d]);
+            sm.vcur[d] = v;
+            if (own && slot >= 0)
+                kv[kv_offset(g, layer, 1, kvh, slot / g.block_size, slot % g.block_size) + d] = v;
+            continue;
+        }
+        const float *nw = r < G ? q_norm : k_norm;
+        const int half = HD / 2;
+        int fi, pd;
+        float sign;
+        if (interleaved) {
+            fi = d / 2;
+            pd = d ^ 1;
+            sign = (d & 1) ? 1.0f : -1.0f;
+        } else {
+            fi = d % half;
+            pd = d < half ? d + half : d - half;
+            sign = d < half ? -1.0f : 1.0f;
+        }
+        const float v = nw ? sm.raw[r][d] * sm.inv[r] * nw[d] : sm.raw[r][d];
+        const float vp = nw ? sm.raw[r][pd] * sm.inv[r] * nw[pd] : sm.raw[r][pd];
+        float sn, cs;
+        sincosf((float)p0 * inv_freq[fi], &sn, &cs);
+        const float rot = v * cs + sign * vp * sn;
+        if (r < G) {
+            sm.qs[r][d] = rot * qscale;
+        } else {
+            const bf16 k = f2bf(rot);
+            sm.kcur[d] = k;
+            if (own && slot >= 0)
+                kv[kv_offset(g, layer, 0, kvh, slot / g.block_size, slot % g.block_size) + d] = k;
+        }
+    }
+    __syncthreads();
+    AD_MARK(4);
+
+    /* 3. the keys, a tile at a time */
+    float m[RM], l[RM], acc[RM][DPL];
 #pragma unroll
-            for (int r = 0; r < RMAX; r++) dot[r] = 0.0f;
+    for (int r = 0; r < RM; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
 #pragma unroll
-            for (int c = 0; c < HD / 8; c++) {
+        for (int e = 0; e < DPL; e++) acc[r][e] = 0.0f;
+    }
+    for (int base = k0; base < k1; base += AD_THREADS) {
+        if (base != k0) {
+            __syncthreads(); /* every warp is done with the previous tile's vs */
+            issue(base);
+        }
+        const int key = base + tid;
+        const bool live = key < k1;
+        if (key == p0) { /* the token itself, made above */
+#pragma unroll
+            for (int c = 0; c < KC; c++) k8[c] = reinterpret_cast<const uint4 *>(sm.kcur)[c];
+#pragma unroll
+            for (int c = 0; c < HD / 8; c++)
+                reinterpret_cast<uint4 *>(&sm.u.vs[tid][0])[c] = reinterpret_cast<const uint4 *>(sm.vcur)[c];
+        }
+        float dot[RM], dot2[RM]; /* even and odd 8-dim chunks: two FMA chains a row */
+#pragma unroll
+        for (int r = 0; r < RM; r++) dot[r] = dot2[r] = 0.0f;
+#pragma unroll
+        for (int h = 0; h < HD / 8; h += KC) {
+            if (h > 0 && live) { /* head dims past what the registers hold (HD 256) */
+                const int64_t kb = bt[key / g.block_size], sl = key % g.block_size;
+                const uint4 *kr = key == p0 ? reinterpret_cast<const uint4 *>(sm.kcur)
+                                            : reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, sl));
+#pragma unroll
+                for (int c = 0; c < KC; c++) k8[c] = kr[h + c];
+            }
+#pragma unroll
+            for (int c = 0; c < KC; c++) {
                 const float kf[8] = {bf_lo(k8[c].x), bf_hi(k8[c].x), bf_lo(k8[c].y),
                                      bf_hi(k8[c].y), bf_lo(k8[c].z), bf_hi(k8[c].z),
                                      bf_lo(k8[c].w), bf_hi(k8[c].w)};
 #pragma unroll
-                for (int r = 0; r < RMAX; r++) {
-                    if (r < R) {
-                        const float4 qa = *reinterpret_cast<const float4 *>(&sm.qs[r][c * 8]);
-                        const float4 qb = *reinterpret_cast<const float4 *>(&sm.qs[r][c * 8 + 4]);
-                        dot[r] = fmaf(qa.x, kf[0], dot[r]);
-                        dot[r] = fmaf(qa.y, kf[1], dot[r]);
-                        dot[r] = fmaf(qa.z, kf[2], dot[r]);
-                        dot[r] = fmaf(qa.w, kf[3], dot[r]);
-                        dot[r] = fmaf(qb.x, kf[4], dot[r]);
-                        dot[r] = fmaf(qb.y, kf[5], dot[r]);
-                        dot[r] = fmaf(qb.z, kf[6], dot[r]);
-                        dot[r] = fmaf(qb.w, kf[7], dot[r]);
+                for (int r = 0; r < RM; r++) {
+                    if (r < G) {
+                        const float4 qa = *reinterpret_cast<const float4 *>(&sm.qs[r][(h + c) * 8]);
+                        const float4 qb = *reinterpret_cast<const float4 *>(&sm.qs[r][(h + c) * 8 + 4]);
+                        float &d = c & 1 ? dot2[r] : dot[r];
+                        d = fmaf(qa.x, kf[0], d);
+                        d = fmaf(qa.y, kf[1], d);
+                        d = fmaf(qa.z, kf[2], d);
+                        d = fmaf(qa.w, kf[3], d);
+                        d = fmaf(qb.x, kf[4], d);
+                        d = fmaf(qb.y, kf[5], d);
+                        d = fmaf(qb.z, kf[6], d);
+                        d = fmaf(qb.w, kf[7], d);
                     }
                 }
             }
+        }
 #pragma unroll
-            for (int r = 0; r < RMAX; r++) {
-                if (r < R) {
-                    const int pr = p0 + r / G; /* the row's position */
-                    const bool vis = key <= pr && (window <= 0 || key > pr - window);
-                    sm.sc[r][tid] = vis ? dot[r] : -INFINITY;
-                }
+        for (int r = 0; r < RM; r++) dot[r] += dot2[r];
+        if (base == k0) AD_MARK(5);
+        /* softmax over the warp's keys (lanes), online across tiles */
+        float p[RM];
+#pragma unroll
+        for (int r = 0; r < RM; r++) {
+            if (r < G) {
+                const float sc = live ? dot[r] : -INFINITY;
+                float mt = sc;
+                for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+                const float nm = fmaxf(m[r], mt);
+                const float ref = nm == -INFINITY ? 0.0f : nm; /* no key yet */
+                p[r] = live ? exp2f(sc - ref) : 0.0f;
+                const float alpha = exp2f(m[r] - ref);
+                m[r] = nm;
+                l[r] = l[r] * alpha + warp_sum(p[r]);
+#pragma unroll
+                for (int e = 0; e < DPL; e++) acc[r][e] *= alpha;
             }
         }
         __pipeline_wait_prior(0);
-        __syncthreads();
-        /* warp w: softmax over this tile for its rows, scores -> probabilities */
-#pragma unroll
-        for (int i = 0; i < RPW; i++) {
-            const int r = warp + i * ATTN_WARPS;
-            if (r < R) {
-                float mt = -INFINITY;
-                for (int j = lane; j < n; j += 32) mt = fmaxf(mt, sm.sc[r][j]);
-                for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-                const float nm = fmaxf(m[i], mt);
-                const float ref = nm == -INFINITY ? 0.0f : nm; /* all masked so far */
-                float ps = 0.0f;
-                for (int j = lane; j < n; j += 32) {
-                    const float p = expf(sm.sc[r][j] - ref);
-                    sm.sc[r][j] = p;
-                    ps += p;
-                }
-                const float alpha = expf(m[i] - ref);
-                m[i] = nm;
-                l[i] = l[i] * alpha + warp_sum(ps);
-#pragma unroll
-                for (int e = 0; e < DPL; e++) acc[i][e] *= alpha;
-            }
-        }
-        __syncwarp();
-        for (int j = 0; j < n; j++) {
-            const bf16 *vr = &sm.vs[j][lane * DPL];
+        __syncwarp(); /* the warp's value rows (each lane copied its own) */
+        const int nk = min(32, k1 - base - warp * 32);
+        for (int j = 0; j < nk; j++) {
+            const bf16 *vr = &sm.u.vs[warp * 32 + j][lane * DPL];
             float vf[DPL];
             if constexpr (DPL == 4) {
                 const uint2 v4 = *reinterpret_cast<const uint2 *>(vr);
@@ -241,44 +355,63 @@ __global__ void __launch_bounds__(ATTN_THREADS)
                 for (int e = 0; e < DPL; e++) vf[e] = bf2f(vr[e]);
             }
 #pragma unroll
-            for (int i = 0; i < RPW; i++) {
-                const int r = warp + i * ATTN_WARPS;
-                if (r < R) {
-                    const float p = sm.sc[r][j];
+            for (int r = 0; r < RM; r++) {
+                if (r < G) {
+                    const float pj = __shfl_sync(0xffffffffu, p[r], j);
 #pragma unroll
-                    for (int e = 0; e < DPL; e++) acc[i][e] = fmaf(p, vf[e], acc[i][e]);
+                    for (int e = 0; e < DPL; e++) acc[r][e] = fmaf(pj, vf[e], acc[r][e]);
                 }
             }
         }
-        __syncthreads();
+        if (base == k0) AD_MARK(6);
     }
-    if (S == 1) {
+
+    /* 4. combine the warps (vs is free once every warp is past its last tile) */
+    __syncthreads();
 #pragma unroll
-        for (int i = 0; i < RPW; i++) {
-            const int r = warp + i * ATTN_WARPS;
-            if (r < R) {
-                bf16 *o = out + (size_t)(t0 + r / G) * g.n_heads * HD + (size_t)(kvh * G + r % G) * HD;
+    for (int r = 0; r < RM; r++) {
+        if (r < G) {
 #pragma unroll
-                for (int e = 0; e < DPL; e++)
-                    o[lane * DPL + e] = f2bf(l[i] > 0.0f ? acc[i][e] / l[i] : 0.0f);
-            }
-        }
-        return;
-    }
-#pragma unroll
-    for (int i = 0; i < RPW; i++) {
-        const int r = warp + i * ATTN_WARPS;
-        if (r < R) {
-            const size_t pb = ((size_t)(t0 + r / G) * g.n_heads + kvh * G + r % G) * Sm + split;
-#pragma unroll
-            for (int e = 0; e < DPL; e++) part_o[pb * HD + lane * DPL + e] = acc[i][e];
+            for (int e = 0; e < DPL; e++) sm.u.acc[warp][r][lane * DPL + e] = acc[r][e];
             if (lane == 0) {
-                part_ml[pb * 2] = m[i];
-                part_ml[pb * 2 + 1] = l[i];
+                sm.wm[warp][r] = m[r];
+                sm.wl[warp][r] = l[r];
             }
         }
     }
-    /* last block of this (tile, kv head) combines the splits */
+    __syncthreads();
+    float *po = NULL;
+    if (S > 1) po = part_o + ((size_t)t0 * g.n_heads + (size_t)kvh * G) * Sm * HD;
+    for (int e = tid; e < G * HD; e += AD_THREADS) {
+        const int r = e / HD, d = e % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < AD_WARPS; w++) M = fmaxf(M, sm.wm[w][r]);
+        float num = 0.0f, den = 0.0f;
+#pragma unroll
+        for (int w = 0; w < AD_WARPS; w++) {
+            if (sm.wl[w][r] > 0.0f) {
+                const float f = exp2f(sm.wm[w][r] - M);
+                num += f * sm.u.acc[w][r][d];
+                den += f * sm.wl[w][r];
+            }
+        }
+        if (S == 1) {
+            o_tok[e] = f2bf(den > 0.0f ? num / den : 0.0f);
+        } else {
+            po[((size_t)r * Sm + split) * HD + d] = num;
+            if (d == 0) {
+                const size_t pb = ((size_t)t0 * g.n_heads + kvh * G + r) * Sm + split;
+                part_ml[pb * 2] = M;
+                part_ml[pb * 2 + 1] = den;
+            }
+        }
+    }
+    AD_MARK(7);
+    if (tr) tr[9] = (long long)globaltimer_ns();
+#undef AD_MARK
+    if (S == 1) return;
+    /* the last block of this (token, kv head) combines the splits */
     __threadfence();
     __syncthreads();
     if (tid == 0) {
@@ -289,9 +422,9 @@ __global__ void __launch_bounds__(ATTN_THREADS)
     __syncthreads();
     if (!sm.is_last) return;
     __threadfence();
-    for (int r = 0; r < R; r++) {
-        const size_t pb = ((size_t)(t0 + r / G) * g.n_heads + kvh * G + r % G) * Sm;
-        for (int s2 = tid; s2 < S; s2 += ATTN_THREADS) {
+    for (int r = 0; r < G; r++) {
+        const size_t pb = ((size_t)t0 * g.n_heads + kvh * G + r) * Sm;
+        for (int s2 = tid; s2 < S; s2 += AD_THREADS) {
             sm.mls[s2][0] = __ldcg(&part_ml[(pb + s2) * 2]);
             sm.mls[s2][1] = __ldcg(&part_ml[(pb + s2) * 2 + 1]);
         }
@@ -300,22 +433,21 @@ __global__ void __launch_bounds__(ATTN_THREADS)
 #pragma unroll
         for (int s2 = 0; s2 < ATTN_MAX_SPLITS; s2++)
             if (s2 < S && sm.mls[s2][1] > 0.0f) M = fmaxf(M, sm.mls[s2][0]);
-        for (int d = tid; d < HD; d += ATTN_THREADS) {
-            float po[ATTN_MAX_SPLITS];
+        for (int d = tid; d < HD; d += AD_THREADS) {
+            float pv[ATTN_MAX_SPLITS];
 #pragma unroll
             for (int s2 = 0; s2 < ATTN_MAX_SPLITS; s2++) /* all loads in flight at once */
-                po[s2] = s2 < S ? __ldcg(&part_o[(pb + s2) * HD + d]) : 0.0f;
+                pv[s2] = s2 < S ? __ldcg(&part_o[(pb + s2) * HD + d]) : 0.0f;
             float num = 0.0f, den = 0.0f;
 #pragma unroll
             for (int s2 = 0; s2 < ATTN_MAX_SPLITS; s2++) {
                 if (s2 < S && sm.mls[s2][1] > 0.0f) {
-                    const float w = expf(sm.mls[s2][0] - M);
-                    num += w * po[s2];
+                    const float w = exp2f(sm.mls[s2][0] - M);
+                    num += w * pv[s2];
                     den += w * sm.mls[s2][1];
                 }
             }
-            out[(size_t)(t0 + r / G) * g.n_heads * HD + (size_t)(kvh * G + r % G) * HD + d] =
-                f2bf(den > 0.0f ? num / den : 0.0f);
+            o_tok[r * HD + d] = f2bf(den > 0.0f ? num / den : 0.0f);
         }
         __syncthreads();
     }
@@ -341,32 +473,41 @@ static int attn_splits(int T, int n_kv, int n_sms) {
     return s < 1 ? 1 : s > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : s;
 }
 
-#define ATTN_VARIANTS(X) X(64, ATTN_MAX_GROUP) X(128, ATTN_MAX_GROUP) X(256, ATTN_MAX_GROUP)
+/* (head_dim, rows bound): G query heads per kv head run the kernel for the
+ * smallest bound >= G */
+#define ATTN_VARIANTS(X) X(64, 2) X(64, 4) X(64, 8) X(128, 2) X(128, 4) X(128, 8) X(256, 2) X(256, 4) X(256, 8)
 
-/* Lets each attn_kernel instantiation take its shared memory (over 48 KB). */
+/* Lets each attn_decode_kernel instantiation take its shared memory (over 48 KB). */
 static lpx_status attention_init(void) {
-#define ATTN_ATTR(HD, RMAX)                                                                        \
-    LPX_CUDA_TRY(cudaFuncSetAttribute(attn_kernel<HD, RMAX>,                                       \
+#define ATTN_ATTR(HD, RM)                                                                          \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<HD, RM>,                                  \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
-                                      (int)sizeof(attn_smem<HD, RMAX>)));
+                                      (int)sizeof(ad_smem<HD, RM>)));
     ATTN_VARIANTS(ATTN_ATTR)
 #undef ATTN_ATTR
     return LPX_OK;
 }
 
-/* One token per sequence, T tokens. */
-static lpx_status attention(bf16 *out, float *part_o, float *part_ml, int *done, const float *q,
-                            const bf16 *kv, int T, const int32_t *tok_seq, const int32_t *positions,
-                            const int32_t *block_table, int max_blocks, int S, kv_geom g,
-                            int layer, int window, cudaStream_t st) {
+/* One token per sequence, T tokens: q/k/v from the projections qkv (with bias,
+ * q/k norms and RoPE applied here), the token's key and value into the cache,
+ * attention into out. */
+static lpx_status attention(bf16 *out, float *part_o, float *part_ml, int *done, bf16 *kv,
+                            const float *qkv, const float *bias, const float *q_norm,
+                            const float *k_norm, const float *inv_freq, int T,
+                            const int32_t *tok_seq, const int32_t *positions,
+                            const int32_t *slots, const int32_t *block_table, int max_blocks,
+                            int S, kv_geom g, int layer, float eps, bool interleaved, int window,
+                            long long *trace, cudaStream_t st) {
     const dim3 grid(T, g.n_kv, S);
     const float scale = 1.0f / sqrtf((float)g.head_dim);
+    const int G = g.n_heads / g.n_kv, rm = G <= 2 ? 2 : G <= 4 ? 4 : 8;
     cudaError_t e = cudaErrorInvalidValue;
-#define ATTN_LAUNCH(HD, RMAX)                                                                      \
-    if (g.head_dim == HD)                                                                          \
-        e = launch(attn_kernel<HD, RMAX>, grid, dim3(ATTN_THREADS), sizeof(attn_smem<HD, RMAX>),   \
-                   st, out, part_o, part_ml, done, q, kv, tok_seq, positions, block_table,         \
-                   max_blocks, g, layer, scale, window);
+#define ATTN_LAUNCH(HD, RM)                                                                        \
+    if (g.head_dim == HD && rm == RM)                                                              \
+        e = launch(attn_decode_kernel<HD, RM>, grid, dim3(AD_THREADS), sizeof(ad_smem<HD, RM>),    \
+                   st, out, part_o, part_ml, done, kv, qkv, bias, q_norm, k_norm, inv_freq,        \
+                   tok_seq, positions, slots, block_table, max_blocks, g, layer, scale, eps,       \
+                   (int)interleaved, window, trace);
     ATTN_VARIANTS(ATTN_LAUNCH)
 #undef ATTN_LAUNCH
     LPX_CUDA_TRY(e);

@@ -64,6 +64,13 @@ static __device__ __forceinline__ float block_sum(float v) {
     return s;
 }
 
+/* The GPU's nanosecond clock (coarse steps; for traces across blocks). */
+static __device__ __forceinline__ unsigned long long globaltimer_ns(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* Programmatic dependent launch (sm_90): a kernel may start while its predecessor

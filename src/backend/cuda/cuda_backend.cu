@@ -83,6 +83,8 @@ typedef struct cuda_backend {
      * on the host; allocated at the first call */
     lpx_sample_row *srow_host, *srow_dev;  /* (tok_cap) */
     int32_t *tok_host, *tok_dev;           /* (tok_cap) */
+    float *amax_v;                         /* (tok_cap, AM_BLOCKS) argmax parts */
+    int *amax_i;                           /* (tok_cap, AM_BLOCKS) */
     lpx_token_count *seen_host, *seen_dev; /* (seen_cap), grown on demand */
     int seen_cap;
 
@@ -107,6 +109,10 @@ typedef struct cuda_backend {
     cudaEvent_t ev[2];
     double graph_ms;
     int graph_steps;
+    /* LPX_CUDA_ATTN_TRACE=1: phase marks of the decode attention (AD_TRACE a layer) */
+    long long *attn_trace, *attn_trace_host;
+    double attn_phase[AD_TRACE];
+    int attn_traced;
 } cuda_backend;
 
 enum { SK_EMBED = 1, SK_QKV = 2, SK_ROPE = 4, SK_ATTN = 8, SK_O = 16, SK_GU = 32, SK_DOWN = 64,
@@ -287,10 +293,11 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         if (!(sk & SK_QKV))
             LPX_TRY(matmul(&b->mc, b->qkv, NULL, NULL, L->wqkv, b->x, L->attn_norm, b->h, eps, T,
                            b->qkv_rows, d, false, st));
-        if (!(sk & SK_ROPE))
+        /* decode: q/k norms and RoPE are fused into the attention kernel */
+        if (n_tiles > 0 && !(sk & SK_ROPE))
             LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
-                         in_part(b, in, IN_POS), in_part(b, in, IN_SLOT), T, b->geom, l,
-                         c->rms_norm_eps, c->rope_interleaved, st));
+                             in_part(b, in, IN_POS), in_part(b, in, IN_SLOT), T, b->geom, l,
+                             c->rms_norm_eps, c->rope_interleaved, st));
         if (sk & SK_ATTN)
             ;
         else if (n_tiles > 0)
@@ -299,10 +306,12 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
                                   in_part(b, in, IN_BT), b->max_blocks, b->geom, l,
                                   c->sliding_window, st));
         else
-            LPX_TRY(attention(b->attn, b->part_o, b->part_ml, b->done, b->q, b->kv, T,
-                              in_part(b, in, IN_SEQ), in_part(b, in, IN_POS),
+            LPX_TRY(attention(b->attn, b->part_o, b->part_ml, b->done, b->kv, b->qkv, L->bqkv,
+                              L->q_norm, L->k_norm, b->inv_freq, T, in_part(b, in, IN_SEQ),
+                              in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
                               in_part(b, in, IN_BT), b->max_blocks, S, b->geom, l,
-                              c->sliding_window, st));
+                              c->rms_norm_eps, c->rope_interleaved, c->sliding_window,
+                              b->attn_trace, st));
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
                            true, st));
@@ -449,8 +458,8 @@ static lpx_status emit_rows(cuda_backend *b, int r0, int n, float *logits, bool 
     const int V = b->cfg.vocab_size;
     if (sample) {
         if (!(b->skip & SK_SAMPLE))
-            LPX_TRY(sample_rows(b->logits, V, n, b->srow_dev + r0, b->seen_dev, b->tok_dev + r0,
-                            b->stream));
+            LPX_TRY(sample_rows(b->logits, V, n, b->srow_dev + r0, b->seen_dev, b->amax_v,
+                                b->amax_i, b->tok_dev + r0, b->stream));
         LPX_CUDA_TRY(cudaMemcpyAsync(b->tok_host + r0, b->tok_dev + r0, sizeof(int32_t) * n,
                                      cudaMemcpyDeviceToHost, b->stream));
     } else {
@@ -510,6 +519,19 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
         }
     }
     LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
+    if (decode && b->attn_trace && k == 0) {
+        const int nl = b->cfg.n_layers;
+        LPX_CUDA_TRY(cudaMemcpy(b->attn_trace_host, b->attn_trace,
+                                sizeof(long long) * AD_TRACE * nl, cudaMemcpyDeviceToHost));
+        for (int l = 0; l < nl; l++) {
+            const long long *t = b->attn_trace_host + (size_t)l * AD_TRACE;
+            for (int i = 1; i < 8; i++) b->attn_phase[i] += (double)(t[i] - t[i - 1]);
+            b->attn_phase[8] += (double)(t[9] - t[8]);
+            /* gap from this layer's attention end to the next layer's start */
+            if (l + 1 < nl) b->attn_phase[9] += (double)(t[AD_TRACE + 8] - t[9]);
+        }
+        b->attn_traced++;
+    }
     if (decode && b->ev[0] && k == 0) {
         float ms = 0.0f;
         LPX_CUDA_TRY(cudaEventElapsedTime(&ms, b->ev[0], b->ev[1]));
@@ -553,6 +575,8 @@ static lpx_status cuda_step_sample(lpx_backend *base, const lpx_batch *bt,
         LPX_CUDA_TRY(cudaMallocHost((void **)&b->tok_host, T * sizeof(int32_t)));
         LPX_TRY(dalloc(b, (void **)&b->srow_dev, T * sizeof(lpx_sample_row)));
         LPX_TRY(dalloc(b, (void **)&b->tok_dev, T * sizeof(int32_t)));
+        LPX_TRY(dalloc(b, (void **)&b->amax_v, T * AM_BLOCKS * sizeof(float)));
+        LPX_TRY(dalloc(b, (void **)&b->amax_i, T * AM_BLOCKS * sizeof(int)));
     }
     LPX_TRY(grow_seen(b, sb->n_seen));
     if (n > 0) {
@@ -593,6 +617,19 @@ static void cuda_destroy(lpx_backend *base) {
                 b->graph_steps, 1e3 * b->graph_ms / b->graph_steps);
     for (int i = 0; i < 2; i++)
         if (b->ev[i]) cudaEventDestroy(b->ev[i]);
+    if (b->attn_traced > 0) {
+        const double n = (double)b->attn_traced * b->cfg.n_layers;
+        fprintf(stderr,
+                "lpx cuda: decode attention, block (0,0,0), mean cycles per layer: inputs %.0f, "
+                "issue %.0f, wait for the projection %.0f, q/k/v %.0f, scores %.0f, P·V %.0f, "
+                "combine and output %.0f; %.2f us from the wait to the end; %.2f us from its end "
+                "to the next layer's wait\n",
+                b->attn_phase[1] / n, b->attn_phase[2] / n, b->attn_phase[3] / n,
+                b->attn_phase[4] / n, b->attn_phase[5] / n, b->attn_phase[6] / n,
+                b->attn_phase[7] / n, b->attn_phase[8] / n / 1e3,
+                b->attn_phase[9] / ((double)b->attn_traced * (b->cfg.n_layers - 1)) / 1e3);
+    }
+    free(b->attn_trace_host);
     free(b->d1_trace_host);
     for (int k = 0; k < MAX_BUCKETS; k++)
         if (b->graphs[k]) cudaGraphExecDestroy(b->graphs[k]);
@@ -767,11 +804,28 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     env = getenv("LPX_CUDA_PDL");
     g_use_pdl = !(env && !strcmp(env, "0"));
     b->skip = parse_skip(getenv("LPX_CUDA_SKIP"));
+    env = getenv("LPX_CUDA_ATTN_TRACE");
+    if (env && !strcmp(env, "1")) {
+        const size_t n = (size_t)AD_TRACE * c->n_layers;
+        b->attn_trace_host = (long long *)calloc(n, sizeof(long long));
+        if (!b->attn_trace_host) return lpx_errorf(LPX_ERR_NOMEM, "cuda: attention trace");
+        LPX_TRY(dalloc(b, (void **)&b->attn_trace, n * sizeof(long long)));
+    }
     env = getenv("LPX_CUDA_TIMING");
     if (env && !strcmp(env, "1"))
         for (int i = 0; i < 2; i++) LPX_CUDA_TRY(cudaEventCreate(&b->ev[i]));
     LPX_TRY(matvec_init());
     LPX_TRY(attention_init());
+    env = getenv("LPX_CUDA_CARVEOUT"); /* experiment: one shared-memory carveout for all */
+    if (env) {
+        const int co = atoi(env);
+#define CO(k) LPX_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, co))
+        CO(matvec_kernel<1>); CO(matvec_kernel<2>); CO(matvec_kernel<4>); CO(matvec_kernel<8>);
+#define CO2(HD, RM) CO((attn_decode_kernel<HD, RM>));
+        ATTN_VARIANTS(CO2)
+#undef CO2
+#undef CO
+    }
     LPX_TRY(flash_prefill_init());
 
     /* Memory plan, checked before any large allocation. */
