@@ -1,7 +1,7 @@
 /* Workshop check of the batch-1..8 matrix-vector kernels (src/backend/cuda/matmul.cuh):
  * matvec_tma_kernel (weight slice prefetched into shared memory by bulk copies before
  * griddepcontrol.wait) against matvec_kernel (LPX_CUDA_MV=old) and a float64 host
- * reference, through matmul() as the backend calls it.
+ * reference, through matvec_any() (the choice matmul() makes for 1..8 tokens).
  * 1. correctness: the four projections of a layer (qkv with the fused RMSNorm, o
  *    accumulating into the residual, gate/up with RMSNorm and silu·mul, down
  *    accumulating) of Qwen3-0.6B, Llama-3.2-1B and Qwen2.5-0.5B for 1, 2, 4 and 8
@@ -81,6 +81,28 @@ static void model_ops(const model_spec &m, op_spec ops[4]) {
 
 static const float EPS = 1e-6f;
 
+/* The T <= MV_MAX_TOKENS branch of matmul() (without its cuBLAS path, so this
+ * program needs no cuBLAS): matvec_any picks matvec_tma_kernel or matvec_kernel. */
+static lpx_status mv(const matmul_ctx *mc, float *y, bf16 *act, const bf16 *W, const void *x,
+                     const float *norm_w, int T, int rows, int cols, bool accumulate,
+                     cudaStream_t st) {
+    const int ns = mc->n_sms;
+    cudaError_t e;
+    switch (T) {
+    case 1: e = matvec_any<1>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 2: e = matvec_any<2>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 3: e = matvec_any<3>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 4: e = matvec_any<4>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 5: e = matvec_any<5>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 6: e = matvec_any<6>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 7: e = matvec_any<7>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 8: e = matvec_any<8>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    default: return lpx_errorf(LPX_ERR_INVALID_ARG, "mv: T=%d > %d", T, MV_MAX_TOKENS);
+    }
+    LPX_CUDA_TRY(e);
+    return LPX_OK;
+}
+
 /* Which kernel matmul() picks, as text. */
 static void describe(char *buf, size_t n, const op_spec &op, int T, int n_sms) {
     const bool saved = g_mv_old;
@@ -134,7 +156,7 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
         }
     }
 
-    bf16 *dW, *dxb, *dact, *dh;
+    bf16 *dW, *dxb, *dact;
     float *dxf, *dnw, *dy;
     const int arows = op.act ? rows / 2 : 1;
     CK(cudaMalloc(&dW, W.size() * 2));
@@ -143,7 +165,6 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
     CK(cudaMalloc(&dnw, nw.size() * 4));
     CK(cudaMalloc(&dy, y0.size() * 4));
     CK(cudaMalloc(&dact, (size_t)T * arows * 2));
-    CK(cudaMalloc(&dh, (size_t)T * cols * 2));
     CK(cudaMemcpy(dW, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dxb, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dxf, xf.data(), xf.size() * 4, cudaMemcpyHostToDevice));
@@ -161,9 +182,9 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
             CK(cudaMemset(dy, 0xff, y0.size() * 4));
         CK(cudaMemset(dact, 0xff, (size_t)T * arows * 2));
         g_mv_old = k == 1;
-        LK(matmul(&mc, op.act ? NULL : dy, op.act ? dact : NULL, NULL, dW,
-                  op.norm ? (const void *)dxf : (const void *)dxb, op.norm ? dnw : NULL, dh, EPS, T,
-                  rows, cols, op.accum, st));
+        LK(mv(&mc, op.act ? NULL : dy, op.act ? dact : NULL, dW,
+              op.norm ? (const void *)dxf : (const void *)dxb, op.norm ? dnw : NULL, T, rows, cols,
+              op.accum, st));
         CK(cudaStreamSynchronize(st));
         CK(cudaGetLastError());
         g_mv_old = false;
@@ -217,7 +238,6 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
     cudaFree(dnw);
     cudaFree(dy);
     cudaFree(dact);
-    cudaFree(dh);
     CK(cudaStreamDestroy(st));
     return ok;
 }
@@ -273,11 +293,11 @@ struct layer_bufs {
     float *nw[2];
 };
 
-/* Captures n launches of the chosen ops (mask over qkv, o, gu, down) per layer, or
- * n launches of one op cycling over the layers, into a graph. */
+/* Captures into one graph n layers of (qkv, o, gate/up, down) when only < 0, else
+ * n launches of projection only (0..3) cycling over the layers' weights. */
 static cudaGraphExec_t capture(const model_spec &m, const op_spec ops[4],
                                const std::vector<layer_bufs> &L, int T, int n_sms, int only,
-                               int n, float *xres, float *qkv, bf16 *attn, bf16 *act, bf16 *h,
+                               int n, float *xres, float *qkv, bf16 *attn, bf16 *act,
                                cudaStream_t st) {
     matmul_ctx mc = {NULL, n_sms};
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
@@ -288,20 +308,16 @@ static cudaGraphExec_t capture(const model_spec &m, const op_spec ops[4],
             const op_spec &op = ops[k];
             switch (k) {
             case 0:
-                LK(matmul(&mc, qkv, NULL, NULL, L[l].w[0], xres, L[l].nw[0], h, EPS, T, op.rows,
-                          op.cols, false, st));
+                LK(mv(&mc, qkv, NULL, L[l].w[0], xres, L[l].nw[0], T, op.rows, op.cols, false, st));
                 break;
             case 1:
-                LK(matmul(&mc, xres, NULL, NULL, L[l].w[1], attn, NULL, NULL, EPS, T, op.rows,
-                          op.cols, true, st));
+                LK(mv(&mc, xres, NULL, L[l].w[1], attn, NULL, T, op.rows, op.cols, true, st));
                 break;
             case 2:
-                LK(matmul(&mc, NULL, act, NULL, L[l].w[2], xres, L[l].nw[1], h, EPS, T, op.rows,
-                          op.cols, false, st));
+                LK(mv(&mc, NULL, act, L[l].w[2], xres, L[l].nw[1], T, op.rows, op.cols, false, st));
                 break;
             default:
-                LK(matmul(&mc, xres, NULL, NULL, L[l].w[3], act, NULL, NULL, EPS, T, op.rows,
-                          op.cols, true, st));
+                LK(mv(&mc, xres, NULL, L[l].w[3], act, NULL, T, op.rows, op.cols, true, st));
                 break;
             }
         }
@@ -338,12 +354,11 @@ static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sm
     }
     const int TM = MV_MAX_TOKENS;
     float *xres, *qkv;
-    bf16 *attn, *act, *h;
+    bf16 *attn, *act;
     CK(cudaMalloc(&xres, (size_t)TM * m.d * 4));
     CK(cudaMalloc(&qkv, (size_t)TM * ops[0].rows * 4));
     CK(cudaMalloc(&attn, (size_t)TM * m.qd * 2));
     CK(cudaMalloc(&act, (size_t)TM * m.ff * 2));
-    CK(cudaMalloc(&h, (size_t)TM * std::max(m.d, m.ff) * 2));
     fill_f32<<<64, 256>>>(xres, (size_t)TM * m.d, 5, -1.0f, 1.0f);
     fill_bf16<<<64, 256>>>(attn, (size_t)TM * m.qd, 6, 1.0f);
     fill_bf16<<<64, 256>>>(act, (size_t)TM * m.ff, 7, 1.0f);
@@ -364,11 +379,11 @@ static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sm
             fill_f32<<<64, 256>>>(xres, (size_t)TM * m.d, 5, -1.0f, 1.0f);
             CK(cudaDeviceSynchronize());
             cudaGraphExec_t ge =
-                capture(m, ops, L, T, n_sms, -1, m.layers, xres, qkv, attn, act, h, st);
+                capture(m, ops, L, T, n_sms, -1, m.layers, xres, qkv, attn, act, st);
             chain[v] = time_graph(ge, st, 200);
             CK(cudaGraphExecDestroy(ge));
             for (int k = 0; k < 4; k++) {
-                ge = capture(m, ops, L, T, n_sms, k, 100, xres, qkv, attn, act, h, st);
+                ge = capture(m, ops, L, T, n_sms, k, 100, xres, qkv, attn, act, st);
                 alone[v][k] = time_graph(ge, st, 20) / 100.0;
                 CK(cudaGraphExecDestroy(ge));
             }
@@ -394,7 +409,6 @@ static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sm
     CK(cudaFree(qkv));
     CK(cudaFree(attn));
     CK(cudaFree(act));
-    CK(cudaFree(h));
 }
 
 int main(int argc, char **argv) {

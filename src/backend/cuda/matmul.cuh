@@ -214,17 +214,32 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     __syncthreads(); /* the mbarriers are initialised before anyone waits on them */
     grid_wait();
     grid_launch_next();
-    if (norm_w) {
+    if (norm_w) { /* matvec_kernel's arithmetic, the B block sums done together */
         const float *xf = reinterpret_cast<const float *>(x);
         bf16 *xb = reinterpret_cast<bf16 *>(xs);
+        float ss[B];
+#pragma unroll
+        for (int b = 0; b < B; b++) ss[b] = 0.0f;
+        for (int i = threadIdx.x; i < cols; i += blockDim.x)
+#pragma unroll
+            for (int b = 0; b < B; b++) ss[b] += xf[(size_t)b * cols + i] * xf[(size_t)b * cols + i];
+#pragma unroll
         for (int b = 0; b < B; b++) {
-            float ss = 0.0f;
-            for (int i = threadIdx.x; i < cols; i += blockDim.x)
-                ss += xf[(size_t)b * cols + i] * xf[(size_t)b * cols + i];
-            const float inv = rsqrtf(block_sum(ss) / (float)cols + eps);
-            for (int i = threadIdx.x; i < cols; i += blockDim.x)
-                xb[b * cols + i] = f2bf(xf[(size_t)b * cols + i] * inv * norm_w[i]);
+            const float v = warp_sum(ss[b]);
+            if (lane == 0) red[warp][0][b] = v;
         }
+        __syncthreads();
+        float inv[B];
+#pragma unroll
+        for (int b = 0; b < B; b++) {
+            float t = 0.0f;
+            for (int w = 0; w < MV_WARPS; w++) t += red[w][0][b];
+            inv[b] = rsqrtf(t / (float)cols + eps);
+        }
+        for (int i = threadIdx.x; i < cols; i += blockDim.x)
+#pragma unroll
+            for (int b = 0; b < B; b++)
+                xb[b * cols + i] = f2bf(xf[(size_t)b * cols + i] * inv[b] * norm_w[i]);
     } else {
         const uint4 *xv = reinterpret_cast<const uint4 *>(x);
         for (int i = threadIdx.x; i < B * cols8; i += blockDim.x) xs[i] = xv[i];
