@@ -1,7 +1,10 @@
 /* y = x · Wᵀ for every projection. A few tokens (decode): our own matrix-vector
- * kernel that streams the bf16 weights once with 16-byte loads, reusing each load
- * for all tokens. More tokens (prefill, large batches): cuBLAS bf16 GEMM with float
- * accumulation on the tensor cores. */
+ * kernels that stream the bf16 weights once, reusing each load for all tokens:
+ * matvec_tma_kernel, which requests a block's whole weight slice into shared
+ * memory before waiting for its predecessor, where the slice fits (most layer
+ * projections of 0.5-1B models), else matvec_kernel (16-byte loads from global
+ * memory; the lm_head). More tokens (prefill, large batches): cuBLAS bf16 GEMM
+ * with float accumulation on the tensor cores. */
 #ifndef LPX_BACKEND_CUDA_MATMUL_CUH
 #define LPX_BACKEND_CUDA_MATMUL_CUH
 
@@ -130,7 +133,6 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         }
     }
 }
-
 
 /* Shared-memory barriers and bulk copies (sm_90 PTX) for matvec_tma_kernel. An
  * mbarrier here is used for one phase per launch: one arrival (the issuing
