@@ -821,7 +821,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
         const int co = atoi(env);
 #define CO(k) LPX_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, co))
         CO(matvec_kernel<1>); CO(matvec_kernel<2>); CO(matvec_kernel<4>); CO(matvec_kernel<8>);
-#define CO2(HD, RM) CO((attn_decode_kernel<HD, RM>));
+#define CO2(HD, RM, TPK) CO((attn_decode_kernel<HD, RM, TPK>));
         ATTN_VARIANTS(CO2)
 #undef CO2
 #undef CO
