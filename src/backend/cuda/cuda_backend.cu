@@ -113,6 +113,12 @@ typedef struct cuda_backend {
     long long *attn_trace, *attn_trace_host;
     double attn_phase[AD_TRACE];
     int attn_traced;
+    /* LPX_CUDA_MV_TRACE=1: the batch-1 graph's projections (matmul.cuh, MV_TRACE a
+     * launch); per kind (qkv, o, gate/up, down): cycles before the wait, x staging,
+     * weights wait, rest; ns wait to last block end; ns release after the predecessor */
+    long long *mv_trace_host;
+    double mv_phase[4][6];
+    int mv_traced;
 } cuda_backend;
 
 enum { SK_EMBED = 1, SK_QKV = 2, SK_ROPE = 4, SK_ATTN = 8, SK_O = 16, SK_GU = 32, SK_DOWN = 64,
@@ -532,6 +538,19 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
         }
         b->attn_traced++;
     }
+    if (decode && g_mv_trace && k == 0 && g_mv_trace_n == g_mv_trace_cap) {
+        const int n = g_mv_trace_cap;
+        LPX_CUDA_TRY(cudaMemcpy(b->mv_trace_host, g_mv_trace, sizeof(long long) * MV_TRACE * n,
+                                cudaMemcpyDeviceToHost));
+        for (int i = 0; i < n; i++) {
+            const long long *t = b->mv_trace_host + (size_t)MV_TRACE * i;
+            double *ph = b->mv_phase[i % 4];
+            for (int j = 0; j < 4; j++) ph[j] += (double)t[2 + j];
+            ph[4] += (double)(t[6] - t[1]);
+            if (i > 0 && i % 4 != 1) ph[5] += (double)(t[1] - t[6 - MV_TRACE]);
+        }
+        b->mv_traced++;
+    }
     if (decode && b->ev[0] && k == 0) {
         float ms = 0.0f;
         LPX_CUDA_TRY(cudaEventElapsedTime(&ms, b->ev[0], b->ev[1]));
@@ -630,6 +649,23 @@ static void cuda_destroy(lpx_backend *base) {
                 b->attn_phase[9] / ((double)b->attn_traced * (b->cfg.n_layers - 1)) / 1e3);
     }
     free(b->attn_trace_host);
+    if (b->mv_traced > 0) {
+        static const char *kind[4] = {"qkv", "o", "gate/up", "down"};
+        const double n = (double)b->mv_traced * b->cfg.n_layers;
+        for (int k = 0; k < 4; k++) {
+            const double *ph = b->mv_phase[k];
+            fprintf(stderr,
+                    "lpx cuda: matvec %s, block 0 cycles: before the wait %.0f, x %.0f, weights "
+                    "wait %.0f, rest %.0f; wait to last block end %.2f us",
+                    kind[k], ph[0] / n, ph[1] / n, ph[2] / n, ph[3] / n, ph[4] / n / 1e3);
+            if (k != 1)
+                fprintf(stderr, "; release after the predecessor's end %.2f us",
+                        ph[5] / (k == 0 ? n - b->mv_traced : n) / 1e3);
+            fprintf(stderr, "\n");
+        }
+    }
+    if (b->mv_trace_host) g_mv_trace = NULL; /* freed with b's allocations below */
+    free(b->mv_trace_host);
     free(b->d1_trace_host);
     for (int k = 0; k < MAX_BUCKETS; k++)
         if (b->graphs[k]) cudaGraphExecDestroy(b->graphs[k]);
@@ -811,21 +847,21 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
         if (!b->attn_trace_host) return lpx_errorf(LPX_ERR_NOMEM, "cuda: attention trace");
         LPX_TRY(dalloc(b, (void **)&b->attn_trace, n * sizeof(long long)));
     }
+    env = getenv("LPX_CUDA_MV_TRACE");
+    if (env && !strcmp(env, "1")) {
+        const int n = 4 * c->n_layers;
+        b->mv_trace_host = (long long *)calloc((size_t)MV_TRACE * n, sizeof(long long));
+        if (!b->mv_trace_host) return lpx_errorf(LPX_ERR_NOMEM, "cuda: matvec trace");
+        LPX_TRY(dalloc(b, (void **)&g_mv_trace, (size_t)MV_TRACE * n * sizeof(long long)));
+        LPX_CUDA_TRY(cudaMemset(g_mv_trace, 0, (size_t)MV_TRACE * n * sizeof(long long)));
+        g_mv_trace_cap = n;
+        g_mv_trace_n = 0;
+    }
     env = getenv("LPX_CUDA_TIMING");
     if (env && !strcmp(env, "1"))
         for (int i = 0; i < 2; i++) LPX_CUDA_TRY(cudaEventCreate(&b->ev[i]));
     LPX_TRY(matvec_init());
     LPX_TRY(attention_init());
-    env = getenv("LPX_CUDA_CARVEOUT"); /* experiment: one shared-memory carveout for all */
-    if (env) {
-        const int co = atoi(env);
-#define CO(k) LPX_CUDA_TRY(cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, co))
-        CO(matvec_kernel<1>); CO(matvec_kernel<2>); CO(matvec_kernel<4>); CO(matvec_kernel<8>);
-#define CO2(HD, RM, TPK) CO((attn_decode_kernel<HD, RM, TPK>));
-        ATTN_VARIANTS(CO2)
-#undef CO2
-#undef CO
-    }
     LPX_TRY(flash_prefill_init());
 
     /* Memory plan, checked before any large allocation. */

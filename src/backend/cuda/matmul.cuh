@@ -190,8 +190,12 @@ template <int B>
 __global__ void __launch_bounds__(MV_WARPS * 32, 2)
     matvec_tma_kernel(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,
                       const void *__restrict__ x, const float *__restrict__ norm_w, int rows,
-                      int cols, int rpb, int accumulate, float eps) {
+                      int cols, int rpb, int accumulate, float eps,
+                      long long *__restrict__ trace) { // (MV_TRACE) or NULL: LPX_CUDA_MV_TRACE
     extern __shared__ __align__(128) uint4 mv2_smem[];
+    long long *tr = trace && blockIdx.x == 0 && threadIdx.x == 0 ? trace : NULL;
+    const long long c0 = clock64();
+    if (tr) tr[0] = (long long)globaltimer_ns();
     __shared__ __align__(8) uint64_t bars[MV2_PIECES];
     __shared__ float red[MV_WARPS][MV2_ROWS][B];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -213,18 +217,50 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
                       smem_addr(&bars[p]));
         }
     }
+    /* With norm_w and x short enough, each thread keeps its x values in registers:
+     * one round trip for all of them (a strided loop waited once per value: 2.3-3.3
+     * us of the qkv and gate/up kernels, docs/PERF.md), and the norm weights, which
+     * no kernel writes, are read before the wait. */
+    constexpr int XR = 16 / B > 0 ? 16 / B : 1; /* x values a thread keeps per token */
+    const bool x_regs = norm_w && cols <= XR * (int)blockDim.x;
+    float nwr[XR];
+    if (x_regs)
+#pragma unroll
+        for (int k = 0; k < XR; k++) {
+            const int i = threadIdx.x + k * blockDim.x;
+            nwr[k] = i < cols ? norm_w[i] : 0.0f;
+        }
     __syncthreads(); /* the mbarriers are initialised before anyone waits on them */
     grid_wait();
     grid_launch_next();
+    long long c1 = 0, c2 = 0, c3 = 0;
+    if (tr) {
+        c1 = clock64();
+        tr[1] = (long long)globaltimer_ns();
+    }
     if (norm_w) { /* matvec_kernel's arithmetic, the B block sums done together */
         const float *xf = reinterpret_cast<const float *>(x);
         bf16 *xb = reinterpret_cast<bf16 *>(xs);
-        float ss[B];
+        float ss[B], xr[B][XR];
 #pragma unroll
         for (int b = 0; b < B; b++) ss[b] = 0.0f;
-        for (int i = threadIdx.x; i < cols; i += blockDim.x)
+        if (x_regs) { /* the same sums in the same order, all loads first */
 #pragma unroll
-            for (int b = 0; b < B; b++) ss[b] += xf[(size_t)b * cols + i] * xf[(size_t)b * cols + i];
+            for (int k = 0; k < XR; k++) {
+                const int i = threadIdx.x + k * blockDim.x;
+#pragma unroll
+                for (int b = 0; b < B; b++) xr[b][k] = i < cols ? xf[(size_t)b * cols + i] : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < XR; k++)
+                if (threadIdx.x + k * blockDim.x < cols)
+#pragma unroll
+                    for (int b = 0; b < B; b++) ss[b] += xr[b][k] * xr[b][k];
+        } else {
+            for (int i = threadIdx.x; i < cols; i += blockDim.x)
+#pragma unroll
+                for (int b = 0; b < B; b++) ss[b] += xf[(size_t)b * cols + i] * xf[(size_t)b * cols + i];
+        }
 #pragma unroll
         for (int b = 0; b < B; b++) {
             const float v = warp_sum(ss[b]);
@@ -238,15 +274,26 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
             for (int w = 0; w < MV_WARPS; w++) t += red[w][0][b];
             inv[b] = rsqrtf(t / (float)cols + eps);
         }
-        for (int i = threadIdx.x; i < cols; i += blockDim.x)
+        if (x_regs) {
 #pragma unroll
-            for (int b = 0; b < B; b++)
-                xb[b * cols + i] = f2bf(xf[(size_t)b * cols + i] * inv[b] * norm_w[i]);
+            for (int k = 0; k < XR; k++) {
+                const int i = threadIdx.x + k * blockDim.x;
+                if (i < cols)
+#pragma unroll
+                    for (int b = 0; b < B; b++) xb[b * cols + i] = f2bf(xr[b][k] * inv[b] * nwr[k]);
+            }
+        } else {
+            for (int i = threadIdx.x; i < cols; i += blockDim.x)
+#pragma unroll
+                for (int b = 0; b < B; b++)
+                    xb[b * cols + i] = f2bf(xf[(size_t)b * cols + i] * inv[b] * norm_w[i]);
+        }
     } else {
         const uint4 *xv = reinterpret_cast<const uint4 *>(x);
         for (int i = threadIdx.x; i < B * cols8; i += blockDim.x) xs[i] = xv[i];
     }
     __syncthreads();
+    if (tr) c2 = clock64();
 
     int ks = 1; /* warps per row group: 1 when there are 8 groups or more */
     while (ks < MV_WARPS && ng * ks * 2 <= MV_WARPS) ks *= 2;
@@ -255,6 +302,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
         int p = 0;
         while ((p + 1) * ng / np <= g) p++;
         mbar_wait(smem_addr(&bars[p]), 0);
+        if (tr && !c3) c3 = clock64();
         const uint4 *wr[MV2_ROWS]; /* rows past the slice repeat its last row, unused */
 #pragma unroll
         for (int j = 0; j < MV2_ROWS; j++)
@@ -306,7 +354,22 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
                     }
         }
     }
-    if (ks == 1) return; /* ks is the same in every thread of the block */
+    /* the trace: block 0's phases in cycles, every block's end (the last one's counts) */
+    auto trace_end = [&]() {
+        if (tr) {
+            const long long c4 = clock64();
+            tr[2] = c1 - c0;
+            tr[3] = c2 - c1;
+            tr[4] = c3 - c2;
+            tr[5] = c4 - c3;
+        }
+        if (trace && threadIdx.x == 0)
+            atomicMax(reinterpret_cast<unsigned long long *>(trace + 6), globaltimer_ns());
+    };
+    if (ks == 1) { /* ks is the same in every thread of the block */
+        trace_end();
+        return;
+    }
     __syncthreads();
     const int t = threadIdx.x;
     if (!act) {
@@ -332,6 +395,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32, 2)
             act[(size_t)b * (rows / 2) + (r0 + row) / 2] = f2bf(gt / (1.0f + expf(-gt)) * up);
         }
     }
+    trace_end();
 }
 
 // ----------------------------------------------------------------------------
@@ -370,6 +434,15 @@ static cudaError_t matvec_launch(float *y, bf16 *act, const bf16 *W, const void 
 /* Set once per process from LPX_CUDA_MV by matvec_init (=old: every matvec on matvec_kernel). */
 static bool g_mv_old = false;
 
+/* LPX_CUDA_MV_TRACE=1: the first g_mv_trace_cap one-token launches of
+ * matvec_tma_kernel (the batch-1 decode graph's projections, in launch order) each
+ * get MV_TRACE slots of g_mv_trace (device): block 0's %globaltimer at start and
+ * after grid_wait, its cycles per phase (before the wait, x staging, the wait for its
+ * first weights, the rest), the last block's end. */
+#define MV_TRACE 8
+static long long *g_mv_trace = NULL;
+static int g_mv_trace_n = 0, g_mv_trace_cap = 0;
+
 /* Rows a block of matvec_tma_kernel owns: ceil(rows / blocks) for one, two or four
  * blocks per SM, the first whose slice plus staged x (T tokens) fits MV2_SMEM_MAX;
  * 0 where none does (the lm_head, long x): matvec_kernel then. */
@@ -393,8 +466,11 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
     if (rpb == 0)
         return matvec_launch<B>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, eps, st);
     const size_t smem = ((size_t)rpb + B) * (size_t)cols * sizeof(bf16);
+    long long *trace = NULL;
+    if (B == 1 && g_mv_trace && g_mv_trace_n < g_mv_trace_cap)
+        trace = g_mv_trace + (size_t)MV_TRACE * g_mv_trace_n++;
     return launch(matvec_tma_kernel<B>, dim3(ceil_div(rows, rpb)), dim3(MV_WARPS * 32), smem, st,
-                  y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps);
+                  y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps, trace);
 }
 
 /* Called once at backend creation: reads LPX_CUDA_MV (=old: every matvec on
