@@ -1,6 +1,8 @@
-/* Attention: q/k bias + RMSNorm + RoPE fused with the write of K and V into the
- * paged cache, then attention of every token over its sequence's cache, split
- * over the context (flash-decoding) and combined by a reduce kernel.
+/* Attention for decode steps (one token per sequence): attn_decode_kernel takes
+ * the q/k/v projections, applies bias, q/k RMSNorm and RoPE, writes the token's K
+ * and V into the paged cache and attends over the sequence's cache, split over the
+ * context (flash-decoding) with the last split block combining. Prefill steps:
+ * qkv_rope_kernel (the same preparation, for every token) then flash_prefill.cuh.
  *
  * KV cache layout (bf16): block-major, so that copying a block is one memcpy:
  *   kv[block][layer][k|v][kv_head][slot][head_dim]

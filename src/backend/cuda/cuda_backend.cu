@@ -124,7 +124,8 @@ typedef struct cuda_backend {
 enum { SK_EMBED = 1, SK_QKV = 2, SK_ROPE = 4, SK_ATTN = 8, SK_O = 16, SK_GU = 32, SK_DOWN = 64,
        SK_HEAD = 128, SK_SAMPLE = 256 };
 
-/* LPX_CUDA_SKIP: a comma list of embed, qkv, rope, attn, o, gu, down, head, sample. */
+/* LPX_CUDA_SKIP: a comma list of embed, qkv, rope, attn, o, gu, down, head, sample
+ * (rope: prefill steps only; decode attention does its own). */
 static unsigned parse_skip(const char *env) {
     static const char *names[] = {"embed", "qkv", "rope", "attn", "o", "gu", "down", "head", "sample"};
     unsigned m = 0;
