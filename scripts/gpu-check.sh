@@ -168,6 +168,17 @@ ab=np.fromfile('$out/tmp/ab.f32','<f4').reshape(-1,V); ref=np.concatenate([a,b])
 e=np.linalg.norm(ab-ref,axis=1)/np.linalg.norm(ref,axis=1); print('batched vs alone max rel-L2', e.max())
 raise SystemExit(0 if e.max() < 1e-3 else 1)"
 
+    # decode attention walking several key tiles in one block: 33 sequences of 260
+    # ids (a 64-token decode graph, one split per sequence) then 16 greedy tokens
+    # batched, against the first and last sequence generated alone (two splits)
+    many=(); for i in $(seq 0 32); do many+=(--ids "$(python3 -c "print(','.join(str((j * 7919 + 31 * $i + 13) % 49152) for j in range(260)))")"); done
+    g_many=$("$lpx" logits -m "$smol" "${many[@]}" --device "$dev" --greedy 16 2>>"$out/checks.log")
+    g_first=$("$lpx" logits -m "$smol" "${many[@]:0:2}" --device "$dev" --greedy 16 2>>"$out/checks.log" | tail -1)
+    g_last=$("$lpx" logits -m "$smol" "${many[@]:64:2}" --device "$dev" --greedy 16 2>>"$out/checks.log" | tail -1)
+    echo "many: $(echo "$g_many" | head -1) / $(echo "$g_many" | tail -1); alone: $g_first / $g_last" >>"$out/greedy.log"
+    check "decode over several key tiles a block (33 batched = alone, greedy 16)" \
+        test -n "$g_first" -a "$(echo "$g_many" | head -1)" = "$g_first" -a "$(echo "$g_many" | tail -1)" = "$g_last"
+
     # long prompt (300 ids): whole, chunked (128 a step), and in steps that mix a
     # 97-token chunk with a sequence decoding one token a step, against the CPU
     lids=$(long_ids 300 49152) d="$out/tmp"
