@@ -4,6 +4,7 @@
 
 #include "base/checked.h"
 #include "base/error.h"
+#include "doctor/server_scrape.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -105,37 +106,25 @@ lpx_status bench_http(const bench_target *t, const char *path, const char *body,
 }
 
 lpx_status bench_parse_metrics(const char *text, double t, bench_run *run) {
-    for (const char *l = text; l && *l;) {
-        const char *e = strchr(l, '\n');
-        size_t len = e ? (size_t)(e - l) : strlen(l);
-        if (len > 8 && strncmp(l, "lpx:gpu_", 8) == 0) {
-            /* "name{labels} value [timestamp]": the series ends at the first space
-             * after the labels; the value follows it. */
-            const char *brace = memchr(l, '}', len);
-            const char *sp =
-                memchr(brace ? brace : l, ' ', len - (size_t)((brace ? brace : l) - l));
-            if (sp) {
-                char *end;
-                char num[64];
-                size_t nl = len - (size_t)(sp + 1 - l);
-                snprintf(num, sizeof num, "%.*s", (int)(nl < 63 ? nl : 63), sp + 1);
-                double v = strtod(num, &end);
-                if (end != num) {
-                    if (run->n_samples == run->cap_samples) {
-                        size_t cap = run->cap_samples ? run->cap_samples * 2 : 64;
-                        bench_sample *s = realloc(run->samples, cap * sizeof *s);
-                        if (!s) return lpx_errorf(LPX_ERR_NOMEM, "bench: metrics samples");
-                        run->samples = s;
-                        run->cap_samples = cap;
-                    }
-                    bench_sample *s = &run->samples[run->n_samples++];
-                    s->t = t;
-                    snprintf(s->name, sizeof s->name, "%.*s", (int)(sp - l), l);
-                    s->value = v;
-                }
+    for (const char *l = text; *l;) {
+        const char *eol = strchr(l, '\n');
+        if (!eol) eol = l + strlen(l);
+        lpx_scrape_sample ps;
+        if (lpx_scrape_line(l, eol, &ps) && ps.has_value && ps.name_len > 8 &&
+            strncmp(l, "lpx:gpu_", 8) == 0) {
+            if (run->n_samples == run->cap_samples) {
+                size_t cap = run->cap_samples ? run->cap_samples * 2 : 64;
+                bench_sample *s = realloc(run->samples, cap * sizeof *s);
+                if (!s) return lpx_errorf(LPX_ERR_NOMEM, "bench: metrics samples");
+                run->samples = s;
+                run->cap_samples = cap;
             }
+            bench_sample *s = &run->samples[run->n_samples++];
+            s->t = t;
+            snprintf(s->name, sizeof s->name, "%.*s", (int)ps.series_len, l);
+            s->value = ps.value;
         }
-        l = e ? e + 1 : NULL;
+        l = *eol ? eol + 1 : eol;
     }
     return LPX_OK;
 }

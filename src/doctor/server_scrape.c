@@ -39,9 +39,8 @@ static const series wanted[] = {
 };
 #define N_WANTED (sizeof wanted / sizeof wanted[0])
 
-/* A sample line is `name{label="value",...} value [timestamp]`; label values may hold
- * '}' and escaped quotes. Returns the end of the labels (or of the name), NULL when the
- * line is not a sample. */
+/* Label values may hold '}' and escaped quotes. Returns the end of the labels (or of
+ * the name), NULL when they do not close before the end of the line. */
 static const char *skip_labels(const char *p, const char *end) {
     if (p == end || *p != '{') return p;
     bool quoted = false;
@@ -56,23 +55,36 @@ static const char *skip_labels(const char *p, const char *end) {
     return NULL;
 }
 
+bool lpx_scrape_line(const char *line, const char *eol, lpx_scrape_sample *out) {
+    if (line == eol || *line == '#') return false;
+    size_t name_len = strcspn(line, "{ \t\n");
+    if (name_len > (size_t)(eol - line)) name_len = (size_t)(eol - line);
+    const char *p = skip_labels(line + name_len, eol);
+    if (!p) return false;
+    char *num_end;
+    double v = strtod(p, &num_end);
+    *out = (lpx_scrape_sample){.name_len = name_len,
+                               .series_len = (size_t)(p - line),
+                               .has_value = num_end != p && num_end <= eol,
+                               .value = v};
+    return true;
+}
+
 lpx_status lpx_scrape_parse(const char *text, lpx_scrape *s) {
     memset(s, 0, sizeof *s);
     bool seen[N_WANTED] = {false};
     for (const char *l = text; *l;) {
         const char *eol = strchr(l, '\n');
         if (!eol) eol = l + strlen(l);
-        size_t name_len = strcspn(l, "{ \t\n");
-        const char *p = skip_labels(l + name_len, eol);
-        for (size_t k = 0; p && *l != '#' && k < N_WANTED; k++) {
-            if (strlen(wanted[k].name) != name_len || strncmp(l, wanted[k].name, name_len))
+        lpx_scrape_sample ps;
+        const bool sample = lpx_scrape_line(l, eol, &ps);
+        for (size_t k = 0; sample && k < N_WANTED; k++) {
+            if (strlen(wanted[k].name) != ps.name_len || strncmp(l, wanted[k].name, ps.name_len))
                 continue;
-            char *num_end;
-            double v = strtod(p, &num_end);
-            if (num_end == p || num_end > eol)
+            if (!ps.has_value)
                 return lpx_errorf(LPX_ERR_FORMAT, "%s has no number: '%.*s'", wanted[k].name,
                                   (int)(eol - l), l);
-            *(double *)((char *)s + wanted[k].offset) += v;
+            *(double *)((char *)s + wanted[k].offset) += ps.value;
             seen[k] = true;
         }
         l = *eol ? eol + 1 : eol;

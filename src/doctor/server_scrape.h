@@ -6,6 +6,7 @@
 
 #include "lpx.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* One scrape. Values are summed over the series of a name (lpx serves one model, so
@@ -23,6 +24,18 @@ typedef struct lpx_scrape {
 /* "http://HOST:PORT" (a trailing "/" or "/metrics" allowed) to the /metrics URL.
  * LPX_ERR_INVALID_ARG when it is not an http:// or https:// URL. */
 lpx_status lpx_scrape_metrics_url(const char *url, char *out, size_t cap);
+
+/* One sample line of a Prometheus text exposition: `name{label="value",...} value
+ * [timestamp]`. series_len covers the name and its labels. */
+typedef struct lpx_scrape_sample {
+    size_t name_len, series_len;
+    bool has_value; /* a number follows the series on the same line */
+    double value;
+} lpx_scrape_sample;
+
+/* Splits the line [line, eol) of a NUL-terminated text; false for a comment or labels that do not close. The one
+ * line parser of /metrics text (lpx_scrape_parse, bench serve's gauge scrape). */
+bool lpx_scrape_line(const char *line, const char *eol, lpx_scrape_sample *out);
 
 /* Fills s (all but t) from a /metrics body. LPX_ERR_FORMAT naming the first series an lpx
  * server always exports and this text lacks: the URL is not an lpx server. */

@@ -1,6 +1,8 @@
 /* lpx monitor --url's reading of /metrics: against the server's own exposition
  * (lpx_metrics_render, so a renamed series fails here), hand-written texts with awkward
- * labels, and expositions that are not an lpx server's. */
+ * labels, and expositions that are not an lpx server's. bench serve's scrape of the
+ * lpx:gpu_* gauges goes through the same line parser and is checked here too. */
+#include "bench/bench_client.h"
 #include "doctor/server_scrape.h"
 #include "server/metrics.h"
 #include "test.h"
@@ -27,6 +29,21 @@ static void test_server_exposition(void) {
     CHECK(s.generation_tokens == 98765 && s.prompt_tokens == 1234);
     CHECK(s.running == 3 && s.waiting == 2);
     CHECK(s.kv_usage == 0.25 && s.kv_blocks_used == 100 && s.kv_blocks_total == 400);
+
+    /* bench serve keeps every lpx:gpu_* series, labels included, and nothing else. */
+    bench_run run = {0};
+    CHECK(bench_parse_metrics(text, 2.5, &run) == LPX_OK);
+    bool util = false, other = false;
+    for (size_t i = 0; i < run.n_samples; i++) {
+        const bench_sample *g = &run.samples[i];
+        CHECK(g->t == 2.5 && !strncmp(g->name, "lpx:gpu_", 8) && !strchr(g->name, ' '));
+        if (!strcmp(g->name, "lpx:gpu_utilization_perc{gpu=\"0\",model_name=\"smollm2\"}"))
+            util = g->value == 97;
+        else if (!strncmp(g->name, "lpx:gpu_memory_used_bytes{", 26))
+            other = g->value == (double)(1 << 30);
+    }
+    CHECK(util && other);
+    free(run.samples);
     free(text);
     lpx_metrics_destroy(&m);
 }
@@ -60,6 +77,18 @@ static void test_hand_written(void) {
     /* A wanted series without a number. */
     CHECK(lpx_scrape_parse("lpx:num_requests_running{a=\"b\"}\n", &s) == LPX_ERR_FORMAT);
     CHECK(strstr(lpx_last_error(), "lpx:num_requests_running has no number"));
+    /* The line parser: a series with labels, one without, a comment, no number. */
+    const char *line = "lpx:gpu_power_watts{gpu=\"1\",m=\"a}b\"} 250.5 1700000000\n";
+    lpx_scrape_sample ps;
+    CHECK(lpx_scrape_line(line, strchr(line, '\n'), &ps));
+    CHECK(ps.name_len == 19 && ps.series_len == 36 && ps.has_value && ps.value == 250.5);
+    line = "lpx:up 1";
+    CHECK(lpx_scrape_line(line, line + 8, &ps) && ps.name_len == 6 && ps.series_len == 6);
+    CHECK(ps.has_value && ps.value == 1);
+    line = "# TYPE lpx:up gauge\n";
+    CHECK(!lpx_scrape_line(line, strchr(line, '\n'), &ps));
+    line = "lpx:up\n7\n";
+    CHECK(lpx_scrape_line(line, line + 6, &ps) && !ps.has_value);
     /* Unterminated labels: not a sample, so the series is missing. */
     CHECK(lpx_scrape_parse("lpx:generation_tokens_total{a=\"} 3\n", &s) == LPX_ERR_FORMAT);
 }
