@@ -239,14 +239,7 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
             continue;
         }
         const float *nw = r < G ? q_norm : k_norm;
-        if (nw) {
-            float ss = 0.0f;
-#pragma unroll
-            for (int e = 0; e < DPL; e++) ss += v[e] * v[e];
-            const float inv = rsqrtf(warp_sum(ss) / (float)HD + eps);
-#pragma unroll
-            for (int e = 0; e < DPL; e++) v[e] = v[e] * inv * nw[lane * DPL + e];
-        }
+        if (nw) head_rmsnorm<DPL>(v, nw, HD, eps);
         float rot[DPL];
 #pragma unroll
         for (int e = 0; e < DPL; e++) {

@@ -50,6 +50,20 @@ static __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* RMSNorm of one head held by a warp, DPL values a lane (lane*DPL ..): v becomes
+ * (v·inv)·w[lane*DPL ..], inv = 1/sqrt(mean(v²) + eps) over the hd values. */
+template <int DPL>
+static __device__ __forceinline__ void head_rmsnorm(float (&v)[DPL], const float *w, int hd,
+                                                    float eps) {
+    const int lane = threadIdx.x & 31;
+    float ss = 0.0f;
+#pragma unroll
+    for (int e = 0; e < DPL; e++) ss += v[e] * v[e];
+    const float inv = rsqrtf(warp_sum(ss) / (float)hd + eps);
+#pragma unroll
+    for (int e = 0; e < DPL; e++) v[e] = v[e] * inv * w[lane * DPL + e];
+}
+
 /* Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every
  * thread gets the result. */
 static __device__ __forceinline__ float block_sum(float v) {

@@ -197,14 +197,7 @@ static __device__ __forceinline__ void d1_rope(float (&v)[HD / 32], float *buf, 
                                                int interleaved) {
     constexpr int DPL = HD / 32;
     const int lane = threadIdx.x & 31;
-    if (nw) {
-        float ss = 0.0f;
-#pragma unroll
-        for (int e = 0; e < DPL; e++) ss += v[e] * v[e];
-        const float inv = rsqrtf(warp_sum(ss) / (float)HD + eps);
-#pragma unroll
-        for (int e = 0; e < DPL; e++) v[e] = v[e] * inv * nw[lane * DPL + e];
-    }
+    if (nw) head_rmsnorm<DPL>(v, nw, HD, eps);
 #pragma unroll
     for (int e = 0; e < DPL; e++) buf[lane * DPL + e] = v[e];
     __syncwarp();
