@@ -200,6 +200,13 @@ lpx_status lpx_batch_input_read(const char *path, lpx_batch_input *in) {
     memset(in, 0, sizeof *in);
     FILE *f = fopen(path, "rb");
     if (!f) return lpx_errorf(LPX_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    lpx_status st = lpx_batch_input_read_stream(f, path, in);
+    fclose(f);
+    return st;
+}
+
+lpx_status lpx_batch_input_read_stream(FILE *f, const char *path, lpx_batch_input *in) {
+    memset(in, 0, sizeof *in);
     size_t task_cap = 0, rej_cap = 0, line_cap = 4096;
     char *line = malloc(line_cap);
     int64_t lineno = 0;
@@ -264,7 +271,6 @@ lpx_status lpx_batch_input_read(const char *path, lpx_batch_input *in) {
         in->tasks[in->n_tasks++] = t;
     }
     bool err = ferror(f);
-    fclose(f);
     free(line);
     if (st == LPX_OK && err) st = lpx_errorf(LPX_ERR_IO, "reading %s failed", path);
     if (st == LPX_OK && !line) st = lpx_errorf(LPX_ERR_NOMEM, "batch input: out of memory");
@@ -273,8 +279,9 @@ lpx_status lpx_batch_input_read(const char *path, lpx_batch_input *in) {
         return st;
     }
     /* duplicates: the first occurrence runs, later ones are rejected */
-    id_ref *refs = in->n_tasks ? malloc(in->n_tasks * sizeof *refs) : NULL;
-    if (in->n_tasks && !refs) {
+    /* one more than needed: qsort must not get NULL when no line was valid */
+    id_ref *refs = malloc((in->n_tasks + 1) * sizeof *refs);
+    if (!refs) {
         lpx_batch_input_free(in);
         return lpx_errorf(LPX_ERR_NOMEM, "batch input: out of memory");
     }

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* A longer line is rejected (and skipped without being held in memory). */
 #define LPX_BATCH_MAX_LINE ((size_t)64 << 20)
@@ -40,6 +41,9 @@ typedef struct lpx_batch_input {
 /* Reads and checks the file. Fails only when the file cannot be read; bad
  * lines land in in->rejects with their line number and reason. */
 lpx_status lpx_batch_input_read(const char *path, lpx_batch_input *in);
+/* The same on an open stream (read to its end, not closed); path only names
+ * the input in error messages. */
+lpx_status lpx_batch_input_read_stream(FILE *f, const char *path, lpx_batch_input *in);
 void lpx_batch_input_free(lpx_batch_input *in);
 
 /* Shard of an id: FNV-1a 64 of its bytes mod n (stable across machines). */

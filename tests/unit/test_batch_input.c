@@ -1,6 +1,8 @@
 /* Batch input checks: numeric ranges (an out-of-range double must not reach
  * an int cast), too many stop strings, an over-long line rejected without
- * losing the lines after it. */
+ * losing the lines after it; a file with no valid line (found by
+ * fuzz/fuzz_batch_input.c: the duplicate check passed NULL to qsort, which
+ * the asan build's UBSan reports). */
 #include "batch/input.h"
 #include "test.h"
 
@@ -61,6 +63,17 @@ int main(void) {
     CHECK((r = reject_on(&in, 8)) && strstr(r->reason, "stop takes at most 16 strings"));
     CHECK((r = reject_on(&in, 10)) && r->id == NULL && strstr(r->reason, "longer than 67108864"));
     CHECK(in.n_rejects == 7);
+    lpx_batch_input_free(&in);
+
+    /* no valid line: blank lines, a bad line, no newline at the end */
+    static const char only_bad[] = "\n  \r\n{\"id\": \"\"x\"}\n\t\n[1]";
+    f = fmemopen((void *)only_bad, sizeof only_bad - 1, "rb");
+    CHECK(f);
+    CHECK(lpx_batch_input_read_stream(f, "only_bad", &in) == LPX_OK);
+    fclose(f);
+    CHECK(in.n_tasks == 0 && in.n_lines == 2 && in.n_rejects == 2);
+    CHECK((r = reject_on(&in, 3)) && r->id == NULL && !strcmp(r->reason, "not valid JSON"));
+    CHECK((r = reject_on(&in, 5)) && !strcmp(r->reason, "not a JSON object"));
     lpx_batch_input_free(&in);
     unlink(path);
     TEST_DONE();
