@@ -117,7 +117,8 @@ typedef struct job {
     double *lat; /* latency (ms) of every result */
     size_t n_lat, cap_lat;
     int64_t n_skipped_resume;
-    int64_t total; /* lines of this job (shard), rejected ones included */
+    int64_t n_unmerged; /* merge: torn or unreadable lines left out (records not done) */
+    int64_t total;      /* lines of this job (shard), rejected ones included */
     double t_start;
 } job;
 
@@ -256,9 +257,12 @@ static void strvec_free(strvec *s) {
 typedef bool (*record_fn)(void *user, cJSON **rec);
 
 /* Calls fn on each whole line of path, in order. A last line without its
- * newline is a write cut by a kill: it is dropped, and with truncate_torn the
- * file is cut back to its whole lines so later appends stay whole. A missing
- * file has no lines. */
+ * newline is a write cut by a kill. On --resume (truncate_torn) it is logged
+ * and the file is cut back to its whole lines, so later appends stay whole;
+ * its id has no record and runs again. Merge (!truncate_torn) never changes
+ * a DIR: a torn or unreadable line stays where it is, stderr says where, and
+ * it counts in j->n_unmerged (a record not done). A missing file has no
+ * lines. */
 static bool read_records(job *j, const char *path, bool truncate_torn, record_fn fn, void *user) {
     if (access(path, F_OK) != 0 && errno == ENOENT) return true;
     char *buf;
@@ -267,21 +271,27 @@ static bool read_records(job *j, const char *path, bool truncate_torn, record_fn
     bool ok = true;
     while (ok && start < len) {
         char *nl = memchr(buf + start, '\n', len - start);
-        if (!nl) {
-            logf_(j, "dropping a torn last line of %zu bytes in %s", len - start, path);
-            if (truncate_torn && truncate(path, (off_t)start) != 0) {
+        size_t n = nl ? (size_t)(nl - buf) - start : len - start;
+        cJSON *rec = nl ? cJSON_ParseWithLength(buf + start, n) : NULL;
+        if (rec) {
+            ok = fn(user, &rec);
+        } else if (!truncate_torn && n) {
+            j->n_unmerged++;
+            fprintf(stderr,
+                    "lpx batch: merge: %s: %s at byte %zu (%zu bytes) not merged, left there; "
+                    "it counts as remaining (--resume redoes its id)\n",
+                    path, nl ? "an unreadable line" : "a torn last line (a write cut by a kill)",
+                    start, n);
+        } else if (!nl) {
+            logf_(j, "dropping a torn last line of %zu bytes in %s", n, path);
+            if (truncate(path, (off_t)start) != 0) {
                 lpx_errorf(LPX_ERR_IO, "%s: cannot truncate a torn last line: %s", path,
                            strerror(errno));
                 ok = false;
             }
-            break;
-        }
-        size_t n = (size_t)(nl - buf) - start;
-        cJSON *rec = cJSON_ParseWithLength(buf + start, n);
-        if (rec)
-            ok = fn(user, &rec);
-        else if (n)
+        } else if (n) {
             logf_(j, "ignoring an unreadable line at byte %zu of %s", start, path);
+        }
         cJSON_Delete(rec);
         start += n + 1;
     }
@@ -1208,7 +1218,10 @@ static int merge(int argc, char **argv) {
             printf("usage: lpx batch merge DIR... -o OUTDIR\n\n"
                    "Combines the OUTDIRs of shards (--shard K/N) into one: results concatenated\n"
                    "(an id with results in two DIRs keeps the first), all failure records kept\n"
-                   "(an id with a result anywhere is not counted failed), summary recomputed.\n");
+                   "(an id with a result anywhere is not counted failed), summary recomputed.\n"
+                   "A torn last line (a write cut by a kill) or an unreadable line is not\n"
+                   "merged: stderr says where it is (the DIRs are never changed) and it counts\n"
+                   "as remaining.\n");
             return 0;
         }
         if (!strcmp(argv[i], "-o") && i + 1 < argc)
@@ -1260,12 +1273,12 @@ static int merge(int argc, char **argv) {
         strvec_sort_unique(&j.rejects);
         j.n_failed = count_failed(&j);
         j.n_invalid = (int64_t)j.rejects.n;
-        if (!write_summary(&j, out, j.n_results + j.n_failed, 0, false, "merge"))
+        if (!write_summary(&j, out, j.n_results + j.n_failed + j.n_unmerged, 0, false, "merge"))
             rc = fail("cannot write summary.json in ", out);
     }
     if (!rc)
-        printf("merged %d directories: %lld results, %lld failed into %s\n", n_dirs,
-               (long long)j.n_results, (long long)j.n_failed, out);
+        printf("merged %d directories: %lld results, %lld failed, %lld remaining into %s\n", n_dirs,
+               (long long)j.n_results, (long long)j.n_failed, (long long)j.n_unmerged, out);
     cJSON_Delete(results);
     cJSON_Delete(failures);
     free(drop);

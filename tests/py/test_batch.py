@@ -245,6 +245,53 @@ def test_shards_and_merge(job, lpx_bin, smollm2):
     assert r.returncode == 2 and "--shard" in r.stderr
 
 
+def test_merge_reports_torn_lines(job, lpx_bin, smollm2, tmp_path):
+    """Shards killed inside a write end in a torn line: merge says where each
+    one is on stderr (an unreadable whole line too), leaves the DIRs as they
+    are, counts those records as remaining, and a --resume of the merged
+    OUTDIR redoes their ids."""
+    d, inp, ref = job
+    lines = (d / "ref" / "results.jsonl").read_text().split("\n")[:-1]
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    head = "\n".join(lines[:10]) + "\n"
+    (a / "results.jsonl").write_text(head + "garbage\n" + "\n".join(lines[11:20]) + "\n")
+    torn_f = '{"custom_id": "zz", "line": 9, "err'  # a failure record cut short, nothing whole
+    (a / "failures.jsonl").write_text(torn_f)
+    whole = "\n".join(lines[20:30]) + "\n"
+    torn = lines[30][: len(lines[30]) // 2]
+    (b / "results.jsonl").write_text(whole + torn)
+    before = {p: p.read_bytes() for p in (a / "results.jsonl", a / "failures.jsonl", b / "results.jsonl")}
+    m = tmp_path / "m"
+    r = subprocess.run([lpx_bin, "batch", "merge", str(a), str(b), "-o", str(m)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    warn = [l for l in r.stderr.splitlines() if "not merged" in l]
+    assert warn == [
+        f"lpx batch: merge: {a / 'results.jsonl'}: an unreadable line at byte {len(head.encode())} "
+        "(7 bytes) not merged, left there; it counts as remaining (--resume redoes its id)",
+        f"lpx batch: merge: {a / 'failures.jsonl'}: a torn last line (a write cut by a kill) at "
+        f"byte 0 ({len(torn_f)} bytes) not merged, left there; it counts as remaining "
+        "(--resume redoes its id)",
+        f"lpx batch: merge: {b / 'results.jsonl'}: a torn last line (a write cut by a kill) at "
+        f"byte {len(whole.encode())} ({len(torn.encode())} bytes) not merged, left there; it "
+        "counts as remaining (--resume redoes its id)"], r.stderr
+    assert "3 remaining" in r.stdout
+    for p, data in before.items():  # the DIRs are not changed: the torn text stays there
+        assert p.read_bytes() == data
+    kept = lines[:10] + lines[11:30]
+    assert list(outputs(m)) == [json.loads(l)["custom_id"] for l in kept]
+    assert (m / "failures.jsonl").read_text() == ""
+    s = json.loads((m / "summary.json").read_text())
+    assert (s["total"], s["succeeded"], s["failed"], s["remaining"]) == (32, 29, 0, 3)
+    # resuming the merged OUTDIR with the whole input runs what has no result
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(m), "-m", smollm2, "--resume")
+    assert r.returncode == 0, r.stderr
+    assert outputs(m) == ref
+    assert whole_lines(m / "results.jsonl")[:29] == kept
+
+
 def test_bad_input(tmp_path, lpx_bin, smollm2):
     inp = tmp_path / "in.jsonl"
     write_jsonl(inp, [
