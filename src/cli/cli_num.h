@@ -1,7 +1,12 @@
 /* Strict numbers for command-line options: the whole string is the number
  * (no trailing text, no overflow, finite) and it lies in [lo, hi]; false
  * otherwise, with *out untouched. One copy for every subcommand (opts.h's
- * matchers parse with these). */
+ * matchers parse with these).
+ *
+ * The lpx_cli_opt_* forms take the value of option OPT of `lpx CMD` and, on a
+ * bad value, print the one message every subcommand uses,
+ *     lpx CMD: OPT: expected WHAT (got 'VALUE')
+ * and return false; the caller then exits with 2. */
 #ifndef LPX_CLI_NUM_H
 #define LPX_CLI_NUM_H
 
@@ -11,5 +16,19 @@
 bool lpx_cli_double(const char *s, double lo, double hi, double *out);
 bool lpx_cli_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 bool lpx_cli_i32(const char *s, int32_t lo, int32_t hi, int32_t *out);
+
+/* Prints the message above and returns false. */
+bool lpx_cli_opt_bad(const char *cmd, const char *opt, const char *value, const char *what);
+bool lpx_cli_opt_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
+                     int64_t *out);
+bool lpx_cli_opt_i32(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t hi,
+                     int32_t *out);
+/* A float in [lo, hi], or in (lo, hi] when `above`; hi <= FLT_MAX keeps it finite as a
+ * float, and the message leaves out a bound at +-FLT_MAX. */
+bool lpx_cli_opt_float(const char *cmd, const char *opt, const char *s, float lo, bool above,
+                       float hi, float *out);
+/* "N,N,...": 1 to cap whole numbers in [lo, hi] into out[0 .. *n). */
+bool lpx_cli_opt_i32_list(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t hi,
+                          int32_t *out, int32_t cap, int32_t *n);
 
 #endif

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "bench/bench_engine_report.h"
 #include "bench/bench_serve.h"
+#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "lpx.h"
 #include "model/model.h"
@@ -229,19 +230,6 @@ static double matrix_params(const lpx_config *c) {
     return per_layer * c->n_layers + (double)c->vocab_size * d;
 }
 
-static int parse_list(const char *s, int *out, int cap) {
-    int n = 0;
-    while (*s && n < cap) {
-        char *end;
-        const long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 4096) return -1;
-        out[n++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return *s ? -1 : n;
-}
-
 typedef struct clocks {
     bool ok;
     int sm, mem;
@@ -332,7 +320,7 @@ static void print_results(const char *fmt, const bench_engine_meta *m, const ben
 int cmd_bench(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "serve") == 0) return bench_serve_main(argc - 1, argv + 1);
     const char *model = NULL, *fmt = "md", *device = NULL, *report = NULL;
-    int p = 512, n = 128, ctx = 128, reps = 5, batches[MAX_BATCHES] = {1, 16, 64, 256}, nb = 4;
+    int32_t p = 512, n = 128, ctx = 128, reps = 5, batches[MAX_BATCHES] = {1, 16, 64, 256}, nb = 4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const bool has = i + 1 < argc;
@@ -342,19 +330,16 @@ int cmd_bench(int argc, char **argv) {
         } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) {
             model = argv[++i];
         } else if (!strcmp(a, "-p") && has) {
-            p = atoi(argv[++i]);
+            if (!lpx_cli_opt_i32("bench", a, argv[++i], 0, 65536, &p)) return 2;
         } else if (!strcmp(a, "-n") && has) {
-            n = atoi(argv[++i]);
+            if (!lpx_cli_opt_i32("bench", a, argv[++i], 1, 65536, &n)) return 2;
         } else if (!strcmp(a, "-c") && has) {
-            ctx = atoi(argv[++i]);
+            if (!lpx_cli_opt_i32("bench", a, argv[++i], 1, 65536, &ctx)) return 2;
         } else if (!strcmp(a, "-r") && has) {
-            reps = atoi(argv[++i]);
+            if (!lpx_cli_opt_i32("bench", a, argv[++i], 1, 64, &reps)) return 2;
         } else if (!strcmp(a, "-b") && has) {
-            nb = parse_list(argv[++i], batches, MAX_BATCHES);
-            if (nb < 1) {
-                fprintf(stderr, "lpx bench: -b wants a list like 1,16,64 (1..4096)\n");
+            if (!lpx_cli_opt_i32_list("bench", a, argv[++i], 1, 4096, batches, MAX_BATCHES, &nb))
                 return 2;
-            }
         } else if (!strcmp(a, "-o") && has) {
             fmt = argv[++i];
         } else if (!strcmp(a, "--device") && has) {
@@ -366,10 +351,12 @@ int cmd_bench(int argc, char **argv) {
             return 2;
         }
     }
-    if (!model || p < 0 || p > 65536 || n < 1 || n > 65536 || ctx < 1 || ctx > 65536 || reps < 1 ||
-        reps > 64 || (strcmp(fmt, "md") && strcmp(fmt, "json") && strcmp(fmt, "csv"))) {
-        fprintf(stderr, "lpx bench: need -m MODEL; -p 0..65536, -n/-c 1..65536, -r 1..64, "
-                        "-o md|json|csv\n");
+    if (!model) {
+        fprintf(stderr, "lpx bench: -m MODEL is required (see --help)\n");
+        return 2;
+    }
+    if (strcmp(fmt, "md") && strcmp(fmt, "json") && strcmp(fmt, "csv")) {
+        fprintf(stderr, "lpx bench: -o: expected md, json or csv (got '%s')\n", fmt);
         return 2;
     }
     char gpu[512] = "host CPU";

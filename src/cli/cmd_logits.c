@@ -3,6 +3,7 @@
  * each step), writes the float32 logits of every position, and can continue
  * greedily. Used by the backend conformance tests. */
 #include "backend/backend.h"
+#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "lpx.h"
 
@@ -36,35 +37,6 @@ static void usage(FILE *f) {
 static int fail(const char *what) {
     fprintf(stderr, "lpx logits: %s: %s\n", what, lpx_last_error());
     return 1;
-}
-
-/* Parses "1,2,3" into a malloc'd array; false on a malformed list. */
-static bool parse_ints(const char *s, int32_t **out, int32_t *n) {
-    int32_t cap = 16, k = 0;
-    int32_t *v = malloc((size_t)cap * sizeof *v);
-    if (!v) return false;
-    while (*s) {
-        char *end;
-        errno = 0;
-        long x = strtol(s, &end, 10);
-        if (end == s || errno || x < 0 || x > INT32_MAX || (*end && *end != ',')) {
-            free(v);
-            return false;
-        }
-        if (k == cap) {
-            int32_t *nv = cap < (1 << 24) ? realloc(v, (size_t)(cap *= 2) * sizeof *v) : NULL;
-            if (!nv) {
-                free(v);
-                return false;
-            }
-            v = nv;
-        }
-        v[k++] = (int32_t)x;
-        s = *end ? end + 1 : end;
-    }
-    *out = v;
-    *n = k;
-    return k > 0;
 }
 
 static double now_s(clockid_t clock) {
@@ -126,7 +98,8 @@ int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *device = "cpu", *out_path = NULL, *mode = "prefill",
                *chunk_arg = NULL;
     const char *ids_arg[MAX_SEQS];
-    int n_seqs = 0, n_greedy = 0, threads = 0, block_size = 16;
+    int32_t chunks[MAX_SEQS], n_chunks = 0;
+    int32_t n_seqs = 0, n_greedy = 0, threads = 0, block_size = 16;
     bool timing = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -148,28 +121,19 @@ int cmd_logits(int argc, char **argv) {
             mode = argv[++i];
         } else if (!strcmp(a, "--chunk") && has) {
             chunk_arg = argv[++i];
+            if (!lpx_cli_opt_i32_list("logits", a, chunk_arg, 1, INT32_MAX, chunks, MAX_SEQS,
+                                      &n_chunks))
+                return 2;
         } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && has) {
             out_path = argv[++i];
         } else if (!strcmp(a, "--time")) {
             timing = true;
-        } else if ((!strcmp(a, "--block-size") || !strcmp(a, "--threads") ||
-                    !strcmp(a, "--greedy")) &&
-                   has) {
-            char *end;
-            errno = 0;
-            long v = strtol(argv[++i], &end, 10);
-            bool is_threads = !strcmp(a, "--threads");
-            if (*end || errno || v < (is_threads || !strcmp(a, "--greedy") ? 0 : 1) ||
-                v > 1000000) {
-                fprintf(stderr, "lpx logits: %s: bad value '%s'\n", a, argv[i]);
-                return 2;
-            }
-            if (is_threads)
-                threads = (int)v;
-            else if (!strcmp(a, "--greedy"))
-                n_greedy = (int)v;
-            else
-                block_size = (int)v;
+        } else if (!strcmp(a, "--block-size") && has) {
+            if (!lpx_cli_opt_i32("logits", a, argv[++i], 1, 1000000, &block_size)) return 2;
+        } else if (!strcmp(a, "--threads") && has) {
+            if (!lpx_cli_opt_i32("logits", a, argv[++i], 0, 1000000, &threads)) return 2;
+        } else if (!strcmp(a, "--greedy") && has) {
+            if (!lpx_cli_opt_i32("logits", a, argv[++i], 0, 1000000, &n_greedy)) return 2;
         } else {
             fprintf(stderr, "lpx logits: unknown or incomplete option '%s' (see --help)\n", a);
             return 2;
@@ -183,6 +147,10 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "lpx logits: --mode must be prefill or decode, not '%s'\n", mode);
         return 2;
     }
+    if (chunk_arg && n_chunks != 1 && n_chunks != n_seqs) {
+        lpx_cli_opt_bad("logits", "--chunk", chunk_arg, "one size or one per sequence");
+        return 2;
+    }
     const lpx_backend_ops *ops;
     int ordinal;
     if (lpx_backend_select(device, &ops, &ordinal) != LPX_OK) {
@@ -194,36 +162,25 @@ int cmd_logits(int argc, char **argv) {
     run r = {0};
     r.n_seqs = n_seqs;
     r.seqs = calloc((size_t)n_seqs, sizeof *r.seqs);
-    int32_t *chunks = NULL, n_chunks = 0;
     lpx_model *m = NULL;
     FILE *out = NULL;
     if (!r.seqs) goto oom;
-    if (chunk_arg &&
-        (!parse_ints(chunk_arg, &chunks, &n_chunks) || (n_chunks != 1 && n_chunks != n_seqs))) {
-        fprintf(stderr, "lpx logits: --chunk wants one size or one per sequence\n");
-        rc = 2;
-        goto done;
-    }
     int64_t total_ids = 0, max_step = 0;
-    for (int s = 0; s < n_seqs; s++) {
+    for (int32_t s = 0; s < n_seqs; s++) {
         seq *q = &r.seqs[s];
-        int32_t *ids;
-        if (!parse_ints(ids_arg[s], &ids, &q->n_ids)) {
-            fprintf(stderr, "lpx logits: --ids '%s': expected comma-separated ids\n", ids_arg[s]);
+        int32_t n_items = 1; /* commas + 1 bounds the ids; the greedy ones go after them */
+        for (const char *c = ids_arg[s]; *c; c++)
+            n_items += *c == ',';
+        q->ids = malloc(((size_t)n_items + (size_t)n_greedy) * sizeof *q->ids);
+        if (!q->ids) goto oom;
+        if (!lpx_cli_opt_i32_list("logits", "--ids", ids_arg[s], 0, INT32_MAX, q->ids, n_items,
+                                  &q->n_ids)) {
             rc = 2;
             goto done;
         }
-        q->ids = realloc(ids, ((size_t)q->n_ids + (size_t)n_greedy) * sizeof *ids);
-        if (!q->ids) {
-            free(ids);
-            goto oom;
-        }
-        q->chunk = chunks ? chunks[n_chunks == 1 ? 0 : s] : !strcmp(mode, "decode") ? 1 : q->n_ids;
-        if (q->chunk <= 0) {
-            fprintf(stderr, "lpx logits: --chunk sizes must be positive\n");
-            rc = 2;
-            goto done;
-        }
+        q->chunk = n_chunks                  ? chunks[n_chunks == 1 ? 0 : s]
+                   : !strcmp(mode, "decode") ? 1
+                                             : q->n_ids;
         total_ids += q->n_ids;
         max_step += q->chunk < q->n_ids ? q->chunk : q->n_ids;
     }
@@ -369,7 +326,6 @@ done:
         free(r.seqs[s].blocks);
     }
     free(r.seqs);
-    free(chunks);
     free(r.tokens);
     free(r.positions);
     free(r.rows);

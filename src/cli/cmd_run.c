@@ -1,6 +1,7 @@
 /* lpx run: one generation, streamed to stdout, then stats on stderr (or one
  * JSON object with --json). Ctrl-C cancels the generation. */
 #include "base/readall.h"
+#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "cli/gen_args.h"
 
@@ -115,15 +116,8 @@ int cmd_run(int argc, char **argv) {
                 prompt = v;
             else if (is_opt(a, "-f", "--file"))
                 file = v;
-            else {
-                char *end;
-                long n = strtol(v, &end, 10);
-                if (!*v || *end || n < 0 || n > 20) {
-                    fprintf(stderr, "lpx run: --logprobs expects 0..20 (got '%s')\n", v);
-                    return 2;
-                }
-                g.req.sampling.logprobs = (int32_t)n;
-            }
+            else if (!lpx_cli_opt_i32("run", a, v, 0, 20, &g.req.sampling.logprobs))
+                return 2;
         } else {
             fprintf(stderr, "lpx run: unknown option or missing value: %s (lpx run --help)\n", a);
             return 2;

@@ -1,12 +1,12 @@
 /* lpx slice -m IN.gguf --layers N -o OUT.gguf: a GGUF of the first N layers, real
  * weights and metadata (block_count changed), e.g. to carry a real model in a small
  * file to the GPU machine. */
+#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "lpx.h"
 #include "model/gguf_write.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 static void usage(FILE *f) {
@@ -22,7 +22,7 @@ static void usage(FILE *f) {
 
 int cmd_slice(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
-    int layers = 0;
+    int32_t layers = 0;
     for (int i = 1; i < argc; i++) {
         const bool has = i + 1 < argc;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
@@ -33,12 +33,9 @@ int cmd_slice(int argc, char **argv) {
         } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && has) {
             out = argv[++i];
         } else if (!strcmp(argv[i], "--layers") && has) {
-            char *end;
-            const long v = strtol(argv[++i], &end, 10);
-            layers = *end || v < 1 || v > 100000 ? -1 : (int)v;
+            if (!lpx_cli_opt_i32("slice", "--layers", argv[++i], 1, 100000, &layers)) return 2;
         } else {
-            fprintf(stderr, "lpx slice: unknown or incomplete option '%s' (see --help)\n",
-                    argv[i]);
+            fprintf(stderr, "lpx slice: unknown or incomplete option '%s' (see --help)\n", argv[i]);
             return 2;
         }
     }

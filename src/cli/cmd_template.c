@@ -40,6 +40,19 @@ static char *read_all(const char *path) {
     return st == LPX_OK ? s : NULL;
 }
 
+/* Prints what a renderer gave (its status and text) and frees the text; the exit status. */
+static int print_rendered(lpx_status s, char *out) {
+    int rc = 1;
+    if (s == LPX_OK) {
+        fwrite(out, 1, strlen(out), stdout);
+        rc = fflush(stdout) == 0 ? 0 : 1;
+    } else {
+        fprintf(stderr, "lpx template: %s\n", lpx_last_error());
+    }
+    lpx_free(out);
+    return rc;
+}
+
 /* MODEL's own template and tokens, through lpx_chat_render_json. */
 static int render_model(const char *path, const char *json, const char *extra,
                         const lpx_template_opts *o) {
@@ -49,14 +62,7 @@ static int render_model(const char *path, const char *json, const char *extra,
     if (s == LPX_OK)
         s = lpx_chat_render_json(m, json, extra, o->add_generation_prompt, o->enable_thinking,
                                  &out);
-    int rc = 1;
-    if (s == LPX_OK) {
-        fwrite(out, 1, strlen(out), stdout);
-        rc = fflush(stdout) == 0 ? 0 : 1;
-    } else {
-        fprintf(stderr, "lpx template: %s\n", lpx_last_error());
-    }
-    lpx_free(out);
+    int rc = print_rendered(s, out);
     lpx_model_close(m);
     return rc;
 }
@@ -126,13 +132,7 @@ int cmd_template(int argc, char **argv) {
         o.extra_json = extra;
         char *out = NULL;
         lpx_status s = lpx_template_render_json(tmpl, msgs, &o, &out);
-        if (s == LPX_OK) {
-            fwrite(out, 1, strlen(out), stdout);
-            rc = fflush(stdout) == 0 ? 0 : 1;
-        } else {
-            fprintf(stderr, "lpx template: %s\n", lpx_last_error());
-        }
-        lpx_free(out);
+        rc = print_rendered(s, out);
     }
     free(tmpl);
     free(msgs);

@@ -1,4 +1,5 @@
 /* lpx tokenize: the model's tokenizer on the command line, one text or a JSONL batch. */
+#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "lpx.h"
 #include "model/gguf.h"
@@ -303,23 +304,23 @@ static int run_jsonl(const lpx_tokenizer *t, const opts *o, const char *path) {
     return rc;
 }
 
+/* What may stand between the ids of TEXT with --decode. */
+#define SEPS " ,\n"
+
 static int run_text(const lpx_tokenizer *t, const opts *o, const char *text) {
     int32_t *ids = NULL;
     size_t cap = 0, n = 0;
     int rc = 0;
     if (o->decode) {
-        for (char *p = (char *)text, *end; *p; p = end) {
-            errno = 0;
-            long v = strtol(p, &end, 10);
-            if (end == p) {
-                if (*p == ' ' || *p == ',' || *p == '\n') {
-                    end = p + 1;
-                    continue;
-                }
-                fprintf(stderr, "lpx tokenize: --decode: \"%s\" is not a list of ids\n", text);
-                free(ids);
-                return 2;
+        for (const char *p = text; *p;) {
+            size_t len = strcspn(p, SEPS);
+            if (!len) {
+                p++;
+                continue;
             }
+            /* one id, copied out of the list so that cli_num sees it alone */
+            char id[16];
+            snprintf(id, sizeof id, "%.*s", (int)(len < sizeof id ? len : sizeof id - 1), p);
             if (n == cap) {
                 cap = cap ? cap * 2 : 64;
                 int32_t *q = realloc(ids, cap * sizeof *q);
@@ -329,7 +330,13 @@ static int run_text(const lpx_tokenizer *t, const opts *o, const char *text) {
                 }
                 ids = q;
             }
-            ids[n++] = (errno || v < INT32_MIN || v > INT32_MAX) ? -1 : (int32_t)v;
+            if (len >= sizeof id || !lpx_cli_i32(id, 0, INT32_MAX, &ids[n++])) {
+                lpx_cli_opt_bad("tokenize", "--decode", text,
+                                "token ids from 0 to 2147483647 separated by spaces or commas");
+                free(ids);
+                return 2;
+            }
+            p += len;
         }
         rc = print_decoded(t, o, ids, n, stdout) == LPX_OK ? 0 : fail("decode");
         free(ids);
@@ -354,14 +361,12 @@ static int run_text(const lpx_tokenizer *t, const opts *o, const char *text) {
         for (size_t i = 0; i < n; i++) {
             size_t len = 0;
             lpx_detokenize(t, &ids[i], 1, false, piece, pcap, &len);
-            if (o->pieces_only) {
-                if (i) putchar(',');
-                put_json_str(stdout, piece, len < pcap ? len : pcap - 1);
-            } else {
+            if (o->pieces_only && i)
+                putchar(',');
+            else if (!o->pieces_only)
                 printf("%6d  ", ids[i]);
-                put_json_str(stdout, piece, len < pcap ? len : pcap - 1);
-                putchar('\n');
-            }
+            put_json_str(stdout, piece, len < pcap ? len : pcap - 1);
+            if (!o->pieces_only) putchar('\n');
         }
         if (o->pieces_only) puts("]");
         free(piece);

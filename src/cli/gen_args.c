@@ -1,11 +1,10 @@
 #include "cli/gen_args.h"
 
 #include "backend/backend.h"
+#include "cli/cli_num.h"
 
-#include <errno.h>
-#include <math.h>
+#include <float.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 const char lpx_gen_args_help[] =
@@ -34,28 +33,10 @@ void lpx_gen_args_init(lpx_gen_args *g) {
     g->req.stop = g->stops;
 }
 
-static int usage(const char *cmd, const char *msg, const char *opt, const char *val) {
-    fprintf(stderr, "lpx %s: %s %s%s%s%s\n", cmd, opt, msg, val ? " (got '" : "", val ? val : "",
-            val ? "')" : "");
+/* A usage error about option `opt`, worded as cli_num's: "lpx CMD: OPT: ...". */
+static int usage(const char *cmd, const char *opt, const char *msg) {
+    fprintf(stderr, "lpx %s: %s: %s\n", cmd, opt, msg);
     return -1;
-}
-
-static bool to_i64(const char *s, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno) return false;
-    *out = v;
-    return true;
-}
-
-static bool to_float(const char *s, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (!*s || *end || errno || !isfinite(v)) return false;
-    *out = v;
-    return true;
 }
 
 int lpx_gen_args_parse(lpx_gen_args *g, const char *cmd, int argc, char **argv, int *i) {
@@ -89,11 +70,10 @@ int lpx_gen_args_parse(lpx_gen_args *g, const char *cmd, int argc, char **argv, 
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
         known |= !strcmp(a, with_value[k]);
     if (!known) return 0;
-    if (*i + 1 >= argc) return usage(cmd, "needs a value", a, NULL);
+    if (*i + 1 >= argc) return usage(cmd, a, "needs a value");
     const char *v = argv[++*i];
-    int64_t n;
-    float f;
     lpx_sampling_params *sp = &g->req.sampling;
+    bool ok = true;
     if (!strcmp(a, "-m") || !strcmp(a, "--model"))
         g->model = v;
     else if (!strcmp(a, "--system"))
@@ -101,55 +81,37 @@ int lpx_gen_args_parse(lpx_gen_args *g, const char *cmd, int argc, char **argv, 
     else if (!strcmp(a, "--device"))
         g->device = v;
     else if (!strcmp(a, "--stop")) {
-        if (!*v) return usage(cmd, "must not be empty", a, NULL);
-        if (g->req.n_stop == LPX_CLI_MAX_STOPS) return usage(cmd, "given too often", a, NULL);
+        if (!*v) return usage(cmd, a, "must not be empty");
+        if (g->req.n_stop == LPX_CLI_MAX_STOPS) return usage(cmd, a, "given too often");
         g->stops[g->req.n_stop++] = v;
     } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
-        if (!to_i64(v, &n) || n == 0 || n < -1 || n > INT32_MAX)
-            return usage(cmd, "expects a positive number of tokens (or -1)", a, v);
-        g->req.max_tokens = (int32_t)n;
-    } else if (!strcmp(a, "-s") || !strcmp(a, "--seed")) {
-        if (!to_i64(v, &n) || n < 0) return usage(cmd, "expects an integer >= 0", a, v);
-        sp->seed = n;
-    } else if (!strcmp(a, "--top-k")) {
-        if (!to_i64(v, &n) || n < 0 || n > INT32_MAX)
-            return usage(cmd, "expects an integer >= 0", a, v);
-        sp->top_k = (int32_t)n;
-        g->given_top_k = true;
-    } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size") || !strcmp(a, "-t") ||
-               !strcmp(a, "--threads")) {
-        if (!to_i64(v, &n) || n <= 0 || n > INT32_MAX)
-            return usage(cmd, "expects a positive integer", a, v);
-        if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
-            g->ctx = (int32_t)n;
-        else
-            g->threads = (int32_t)n;
-    } else if (!strcmp(a, "--kv-bytes")) {
-        if (!to_i64(v, &n) || n <= 0) return usage(cmd, "expects a positive byte count", a, v);
-        g->kv_bytes = n;
-    } else {
-        if (!to_float(v, &f)) return usage(cmd, "expects a number", a, v);
-        if (!strcmp(a, "--temp")) {
-            if (f < 0) return usage(cmd, "must be >= 0", a, v);
-            sp->temperature = f;
-            g->given_temp = true;
-        } else if (!strcmp(a, "--top-p")) {
-            if (!(f > 0 && f <= 1)) return usage(cmd, "must be in (0, 1]", a, v);
-            sp->top_p = f;
-            g->given_top_p = true;
-        } else if (!strcmp(a, "--min-p")) {
-            if (!(f >= 0 && f <= 1)) return usage(cmd, "must be in [0, 1]", a, v);
-            sp->min_p = f;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            if (!(f > 0)) return usage(cmd, "must be > 0", a, v);
-            sp->repetition_penalty = f;
-            g->given_rep = true;
-        } else if (!strcmp(a, "--presence-penalty"))
-            sp->presence_penalty = f;
-        else
-            sp->frequency_penalty = f;
-    }
-    return 1;
+        int32_t n;
+        ok = (lpx_cli_i32(v, -1, INT32_MAX, &n) && n != 0) ||
+             lpx_cli_opt_bad(cmd, a, v, "a positive number of tokens, or -1");
+        if (ok) g->req.max_tokens = n;
+    } else if (!strcmp(a, "-s") || !strcmp(a, "--seed"))
+        ok = lpx_cli_opt_i64(cmd, a, v, 0, INT64_MAX, &sp->seed);
+    else if (!strcmp(a, "--top-k"))
+        ok = g->given_top_k = lpx_cli_opt_i32(cmd, a, v, 0, INT32_MAX, &sp->top_k);
+    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
+        ok = lpx_cli_opt_i32(cmd, a, v, 1, INT32_MAX, &g->ctx);
+    else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
+        ok = lpx_cli_opt_i32(cmd, a, v, 1, INT32_MAX, &g->threads);
+    else if (!strcmp(a, "--kv-bytes"))
+        ok = lpx_cli_opt_i64(cmd, a, v, 1, INT64_MAX, &g->kv_bytes);
+    else if (!strcmp(a, "--temp"))
+        ok = g->given_temp = lpx_cli_opt_float(cmd, a, v, 0, false, FLT_MAX, &sp->temperature);
+    else if (!strcmp(a, "--top-p"))
+        ok = g->given_top_p = lpx_cli_opt_float(cmd, a, v, 0, true, 1, &sp->top_p);
+    else if (!strcmp(a, "--min-p"))
+        ok = lpx_cli_opt_float(cmd, a, v, 0, false, 1, &sp->min_p);
+    else if (!strcmp(a, "--repeat-penalty"))
+        ok = g->given_rep = lpx_cli_opt_float(cmd, a, v, 0, true, FLT_MAX, &sp->repetition_penalty);
+    else if (!strcmp(a, "--presence-penalty"))
+        ok = lpx_cli_opt_float(cmd, a, v, -FLT_MAX, false, FLT_MAX, &sp->presence_penalty);
+    else
+        ok = lpx_cli_opt_float(cmd, a, v, -FLT_MAX, false, FLT_MAX, &sp->frequency_penalty);
+    return ok ? 1 : -1;
 }
 
 bool lpx_gen_args_check(const lpx_gen_args *g, const char *cmd) {

@@ -33,8 +33,8 @@ typedef struct lpx_scrape_sample {
     double value;
 } lpx_scrape_sample;
 
-/* Splits the line [line, eol) of a NUL-terminated text; false for a comment or labels that do not close. The one
- * line parser of /metrics text (lpx_scrape_parse, bench serve's gauge scrape). */
+/* Splits the line [line, eol) of a NUL-terminated text; false for a comment or labels that do not
+ * close. The one line parser of /metrics text (lpx_scrape_parse, bench serve's gauge scrape). */
 bool lpx_scrape_line(const char *line, const char *eol, lpx_scrape_sample *out);
 
 /* Fills s (all but t) from a /metrics body. LPX_ERR_FORMAT naming the first series an lpx

@@ -38,6 +38,9 @@ def test_slice_keeps_first_layers_byte_for_byte(lpx_bin, smollm2, tmp_path):
 
 def test_slice_usage_errors(lpx_bin, smollm2, tmp_path):
     assert run(lpx_bin, "slice", "-m", smollm2, "-o", tmp_path / "x.gguf").returncode == 2
+    r = run(lpx_bin, "slice", "-m", smollm2, "--layers", "2x", "-o", tmp_path / "x.gguf")
+    assert r.returncode == 2
+    assert r.stderr == "lpx slice: --layers: expected a whole number from 1 to 100000 (got '2x')\n"
     r = run(lpx_bin, "slice", "-m", smollm2, "--layers", "99", "-o", tmp_path / "x.gguf")
     assert r.returncode == 1 and "1..30" in r.stderr
     assert not (tmp_path / "x.gguf").exists()
@@ -60,6 +63,11 @@ def test_bench_usage(lpx_bin):
     assert run(lpx_bin, "bench", "--help").returncode == 0
     assert run(lpx_bin, "bench", "-m", "x", "-b", "0").returncode == 2
     assert run(lpx_bin, "bench").returncode == 2
+    for opt, value in [("-p", "12abc"), ("-n", "99999999999999999999"), ("-c", "0"),
+                       ("-r", "65"), ("-b", "1,2,x"), ("-b", "1,"), ("-b", ",".join(["1"] * 17))]:
+        r = run(lpx_bin, "bench", "-m", "x", opt, value)
+        assert r.returncode == 2, (opt, value)
+        assert r.stderr.startswith(f"lpx bench: {opt}: expected ") and f"(got '{value}')" in r.stderr
 
 
 def test_sliced_model_logits_match_transformers(lpx_bin, smollm2, tmp_path):

@@ -117,3 +117,11 @@ def test_bad_arguments(lpx_bin):
         r = subprocess.run([lpx_bin, "logits", *args], capture_output=True, text=True)
         assert r.returncode == code, (args, r.stderr)
         assert r.stderr.startswith("lpx logits: "), r.stderr
+    # numbers: trailing text, sign, range and list shape, each naming its option
+    for opt, value in [("--greedy", "-1"), ("--block-size", "0"), ("--threads", "1.5"),
+                       ("--chunk", "1,0"), ("--chunk", "1,2"), ("--ids", "1,,2"),
+                       ("--ids", "3,4294967296")]:
+        r = subprocess.run([lpx_bin, "logits", "-m", model, "--ids", "1,2", opt, value],
+                           capture_output=True, text=True)
+        assert r.returncode == 2, (opt, value, r.stderr)
+        assert r.stderr.startswith(f"lpx logits: {opt}: expected ") and f"(got '{value}')" in r.stderr

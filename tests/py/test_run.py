@@ -121,6 +121,15 @@ def test_logprobs(lpx_bin, smollm2):
     (["-p", "hi", "--min-p", "2"], 2, "--min-p"),
     (["-p", "hi", "--device", "tpu"], 2, "unknown device"),
     (["-p", "hi", "-n", "abc"], 2, "-n"),
+    # every number is strict: trailing text, overflow and range all name the option
+    (["-p", "hi", "-n", "5x"], 2, "-n: expected a positive number of tokens, or -1 (got '5x')"),
+    (["-p", "hi", "--top-k", "99999999999"], 2, "--top-k: expected a whole number from 0"),
+    (["-p", "hi", "--temp", "1e999"], 2, "--temp: expected a number >= 0 (got '1e999')"),
+    (["-p", "hi", "--repeat-penalty", "0"], 2, "--repeat-penalty: expected a number > 0"),
+    (["-p", "hi", "--top-p", "1e-50"], 2, "--top-p: expected a number above 0, up to 1"),
+    (["-p", "hi", "--seed", "-1"], 2, "--seed: expected a whole number from 0"),
+    (["-p", "hi", "-c", "0x10"], 2, "-c: expected"),
+    (["-p", "hi", "--logprobs", "21"], 2, "--logprobs: expected a whole number from 0 to 20"),
     (["-p", "hi", "-f", "x.txt"], 2, "exactly one"),
     ([], 2, "exactly one"),
 ])

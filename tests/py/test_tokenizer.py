@@ -243,6 +243,12 @@ def test_cli_usage_and_errors(lpx_bin, tmp_path):
     assert r.returncode == 0 and "--jsonl" in r.stdout
     r = subprocess.run([lpx_bin, "tokenize", "hello"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("lpx tokenize: ")
+    tok = str(FIX / "tiny_spm/tokenizer.json")
+    for ids in ["1 x 2", "1 -5", "1,99999999999", "3.0"]:
+        r = subprocess.run([lpx_bin, "tokenize", "-t", tok, "--decode", ids], capture_output=True,
+                           text=True)
+        assert r.returncode == 2 and r.stdout == ""
+        assert r.stderr.startswith("lpx tokenize: --decode: expected token ids") and ids in r.stderr
     bad = tmp_path / "tokenizer.json"
     bad.write_text('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}')
     r = subprocess.run([lpx_bin, "tokenize", "-t", str(bad), "x"], capture_output=True, text=True)
