@@ -29,7 +29,8 @@ static const char *human(double bytes, char *buf, size_t cap) {
     return buf;
 }
 
-static void print_json(const lpx_model *m, const lpx_model_info *in) {
+/* false when out of memory */
+static bool print_json(const lpx_model *m, const lpx_model_info *in) {
     const lpx_config *c = &m->cfg;
     cJSON *o = cJSON_CreateObject(), *rope = cJSON_CreateObject(), *dt = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "path", m->path);
@@ -81,9 +82,11 @@ static void print_json(const lpx_model *m, const lpx_model_info *in) {
     cJSON_AddItemToObject(o, "eos_token_ids", eos);
     cJSON_AddNumberToObject(o, "bos_token_id", m->gen.bos_id);
     char *s = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!s) return false;
     puts(s);
     free(s);
-    cJSON_Delete(o);
+    return true;
 }
 
 static void print_text(const lpx_model *m, const lpx_model_info *in) {
@@ -160,10 +163,13 @@ int cmd_inspect(int argc, char **argv) {
         fprintf(stderr, "lpx inspect: %s\n", lpx_last_error());
         return 1;
     }
-    if (json)
-        print_json(m, &info);
-    else
+    int rc = 0;
+    if (!json)
         print_text(m, &info);
+    else if (!print_json(m, &info)) {
+        fprintf(stderr, "lpx inspect: out of memory\n");
+        rc = 1;
+    }
     lpx_model_close(m);
-    return 0;
+    return rc;
 }
