@@ -63,18 +63,9 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
     if (nw) v = v * rsqrtf(block_sum(v * v) / (float)hd + eps) * nw[i];
     vals[i] = v;
     __syncthreads();
-    const int half = hd / 2;
     int fi, partner;
     float sign;
-    if (interleaved) {
-        fi = i / 2;
-        partner = i ^ 1;
-        sign = (i & 1) ? 1.0f : -1.0f;
-    } else {
-        fi = i % half;
-        partner = i < half ? i + half : i - half;
-        sign = i < half ? -1.0f : 1.0f;
-    }
+    rope_pair(i, hd, interleaved, &fi, &partner, &sign);
     float s, c;
     sincosf((float)positions[t] * inv_freq[fi], &s, &c);
     const float r = v * c + sign * vals[partner] * s;

@@ -64,6 +64,23 @@ static __device__ __forceinline__ void head_rmsnorm(float (&v)[DPL], const float
     for (int e = 0; e < DPL; e++) v[e] = v[e] * inv * w[lane * DPL + e];
 }
 
+/* RoPE of head dim i (of hd): its frequency index fi, the dim it rotates with, and
+ * the sign of that partner's term: r_i = v_i·cos + sign·v_partner·sin. Pairs are
+ * (i, i^1) when interleaved, else (i, i ± hd/2). */
+static __device__ __forceinline__ void rope_pair(int i, int hd, int interleaved, int *fi,
+                                                 int *partner, float *sign) {
+    const int half = hd / 2;
+    if (interleaved) {
+        *fi = i / 2;
+        *partner = i ^ 1;
+        *sign = (i & 1) ? 1.0f : -1.0f;
+    } else {
+        *fi = i % half;
+        *partner = i < half ? i + half : i - half;
+        *sign = i < half ? -1.0f : 1.0f;
+    }
+}
+
 /* Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every
  * thread gets the result. */
 static __device__ __forceinline__ float block_sum(float v) {

@@ -201,21 +201,11 @@ static __device__ __forceinline__ void d1_rope(float (&v)[HD / 32], float *buf, 
 #pragma unroll
     for (int e = 0; e < DPL; e++) buf[lane * DPL + e] = v[e];
     __syncwarp();
-    const int half = HD / 2;
 #pragma unroll
     for (int e = 0; e < DPL; e++) {
-        const int i = lane * DPL + e;
         int fi, partner;
         float sign;
-        if (interleaved) {
-            fi = i / 2;
-            partner = i ^ 1;
-            sign = (i & 1) ? 1.0f : -1.0f;
-        } else {
-            fi = i % half;
-            partner = i < half ? i + half : i - half;
-            sign = i < half ? -1.0f : 1.0f;
-        }
+        rope_pair(lane * DPL + e, HD, interleaved, &fi, &partner, &sign);
         float s, c;
         sincosf((float)pos * inv_freq[fi], &s, &c);
         v[e] = v[e] * c + sign * buf[partner] * s;
