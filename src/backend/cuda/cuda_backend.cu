@@ -800,6 +800,17 @@ static lpx_status decode1_setup(cuda_backend *b, const cudaDeviceProp *prop) {
     return LPX_OK;
 }
 
+/* The host and device buffers of a trace knob: n long longs each, zeroed (the
+ * matvec trace's last-block end is an atomicMax into its device buffer). */
+static lpx_status trace_buffers(cuda_backend *b, size_t n, const char *what, long long **host,
+                                long long **dev) {
+    *host = (long long *)calloc(n, sizeof(long long));
+    if (!*host) return lpx_errorf(LPX_ERR_NOMEM, "cuda: %s trace: out of host memory", what);
+    LPX_TRY(dalloc(b, (void **)dev, n * sizeof(long long)));
+    LPX_CUDA_TRY(cudaMemset(*dev, 0, n * sizeof(long long)));
+    return LPX_OK;
+}
+
 static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const lpx_backend_opts *o) {
     const lpx_config *c = &m->cfg;
     LPX_TRY(check_config(c));
@@ -842,19 +853,13 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     g_use_pdl = !(env && !strcmp(env, "0"));
     b->skip = parse_skip(getenv("LPX_CUDA_SKIP"));
     env = getenv("LPX_CUDA_ATTN_TRACE");
-    if (env && !strcmp(env, "1")) {
-        const size_t n = (size_t)AD_TRACE * c->n_layers;
-        b->attn_trace_host = (long long *)calloc(n, sizeof(long long));
-        if (!b->attn_trace_host) return lpx_errorf(LPX_ERR_NOMEM, "cuda: attention trace");
-        LPX_TRY(dalloc(b, (void **)&b->attn_trace, n * sizeof(long long)));
-    }
+    if (env && !strcmp(env, "1"))
+        LPX_TRY(trace_buffers(b, (size_t)AD_TRACE * c->n_layers, "attention", &b->attn_trace_host,
+                              &b->attn_trace));
     env = getenv("LPX_CUDA_MV_TRACE");
     if (env && !strcmp(env, "1")) {
-        const int n = 4 * c->n_layers;
-        b->mv_trace_host = (long long *)calloc((size_t)MV_TRACE * n, sizeof(long long));
-        if (!b->mv_trace_host) return lpx_errorf(LPX_ERR_NOMEM, "cuda: matvec trace");
-        LPX_TRY(dalloc(b, (void **)&g_mv_trace, (size_t)MV_TRACE * n * sizeof(long long)));
-        LPX_CUDA_TRY(cudaMemset(g_mv_trace, 0, (size_t)MV_TRACE * n * sizeof(long long)));
+        const int n = 4 * c->n_layers; /* qkv, o, gate/up, down a layer */
+        LPX_TRY(trace_buffers(b, (size_t)MV_TRACE * n, "matvec", &b->mv_trace_host, &g_mv_trace));
         g_mv_trace_cap = n;
         g_mv_trace_n = 0;
     }
