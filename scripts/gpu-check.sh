@@ -120,9 +120,18 @@ for m in ${models//,/ }; do
     vocab=$(python3 -c "import json;print(json.load(open('$shapes/$m/config.json'))['vocab_size'])")
     conform "$m" "$shapes/$m" "$(cat "$shapes/$m.ids")" "$vocab" "$shapes/$m.ref.f32"
     if [ "$m" = qwen3-0.6b ]; then # head_dim 128: flash prefill (whole, chunked) vs decode
-        # 300 positions: decode attention past 256 keys is split over two blocks
-        lids=$(long_ids 300 "$vocab") d="$out/tmp"
-        check "$m long (300): cuda prefill runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.f32"
+        # batch-1 decode on the two-kernel path (LPX_CUDA_QA=0) instead of the fused
+        # cluster kernel (qkv_attn.cuh) that the decode check above ran
+        d="$out/tmp"
+        check "$m: cuda decode, two-kernel path, runs" env LPX_CUDA_QA=0 "$lpx" logits -m "$shapes/$m" \
+            --ids "$(cat "$shapes/$m.ids")" --device "$dev" --mode decode -o "$d/$m.cudadec2.f32"
+        check "$m: cuda decode, two-kernel path, vs transformers" compare "$d/$m.cudadec2.f32" \
+            "$shapes/$m.ref.f32" "$vocab" 3e-2 "$m cuda-decode-2k~hf" "$shapes/$m.ref-bf16.f32"
+        grep -E "^$m cuda-decode-2k" "$out/checks.log" | tail -1 >>"$summary"
+        # 600 positions: the decode attention splits past 256 keys (two-kernel path)
+        # and walks two key tiles a block (fused path: 16 blocks of 32 keys)
+        lids=$(long_ids 600 "$vocab")
+        check "$m long (600): cuda prefill runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.f32"
         check "$m long: cuda chunked (64) runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.chunk.f32" --chunk 64
         check "$m long: cuda decode runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.dec.f32" --mode decode
         check "$m long: prefill vs decode" compare "$d/qlong.f32" "$d/qlong.dec.f32" "$vocab" 5e-2 "$m long prefill~decode"

@@ -9,6 +9,7 @@
 #include "elementwise.cuh"
 #include "flash_prefill.cuh"
 #include "matmul.cuh"
+#include "qkv_attn.cuh"
 #include "sampling.cuh"
 
 #include <math.h>
@@ -113,6 +114,9 @@ typedef struct cuda_backend {
     long long *attn_trace, *attn_trace_host;
     double attn_phase[AD_TRACE];
     int attn_traced;
+    /* batch-1 decode: q/k/v projection and attention in one cluster kernel
+     * (qkv_attn.cuh); qa.cluster 0: the two-kernel path */
+    qa_plan qa;
     /* LPX_CUDA_MV_TRACE=1: the batch-1 graph's projections (matmul.cuh, MV_TRACE a
      * launch); per kind (qkv, o, gate/up, down): cycles before the wait, x staging,
      * weights wait, rest; ns wait to last block end; ns release after the predecessor */
@@ -283,6 +287,41 @@ static int32_t *in_part(const cuda_backend *b, int32_t *base, int part) {
     return base + (size_t)part * b->tok_cap;
 }
 
+/* Layer l's q/k/v projection and attention as separate kernels (every step but
+ * the batch-1 decode that qkv_attn.cuh fuses). */
+static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles, int S) {
+    const lpx_config *c = &b->cfg;
+    const cuda_layer *L = &b->layers[l];
+    const float eps = c->rms_norm_eps;
+    const unsigned sk = b->skip;
+    cudaStream_t st = b->stream;
+    int32_t *in = b->in_dev;
+    const int d = c->d_model;
+    if (!(sk & SK_QKV))
+        LPX_TRY(matmul(&b->mc, b->qkv, NULL, NULL, L->wqkv, b->x, L->attn_norm, b->h, eps, T,
+                       b->qkv_rows, d, false, st));
+    /* decode: q/k norms and RoPE are fused into the attention kernel */
+    if (n_tiles > 0 && !(sk & SK_ROPE))
+        LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
+                         in_part(b, in, IN_POS), in_part(b, in, IN_SLOT), T, b->geom, l,
+                         c->rms_norm_eps, c->rope_interleaved, st));
+    if (sk & SK_ATTN)
+        ;
+    else if (n_tiles > 0)
+        LPX_TRY(flash_prefill(b->attn, b->q, b->kv, in_part(b, in, IN_TILES), n_tiles,
+                              in_part(b, in, IN_SEQ), in_part(b, in, IN_POS),
+                              in_part(b, in, IN_BT), b->max_blocks, b->geom, l,
+                              c->sliding_window, st));
+    else
+        LPX_TRY(attention(b->attn, b->part_o, b->part_ml, b->done, b->kv, b->qkv, L->bqkv,
+                          L->q_norm, L->k_norm, b->inv_freq, T, in_part(b, in, IN_SEQ),
+                          in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
+                          in_part(b, in, IN_BT), b->max_blocks, S, b->geom, l,
+                          c->rms_norm_eps, c->rope_interleaved, c->sliding_window,
+                          b->attn_trace, st));
+    return LPX_OK;
+}
+
 /* Everything up to the final norm, for T tokens; attention by the flash prefill
  * kernel over n_tiles query tiles, or with n_tiles 0 by the decode kernel (one
  * token per sequence). */
@@ -297,28 +336,15 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         const float eps = c->rms_norm_eps;
-        if (!(sk & SK_QKV))
-            LPX_TRY(matmul(&b->mc, b->qkv, NULL, NULL, L->wqkv, b->x, L->attn_norm, b->h, eps, T,
-                           b->qkv_rows, d, false, st));
-        /* decode: q/k norms and RoPE are fused into the attention kernel */
-        if (n_tiles > 0 && !(sk & SK_ROPE))
-            LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
-                             in_part(b, in, IN_POS), in_part(b, in, IN_SLOT), T, b->geom, l,
-                             c->rms_norm_eps, c->rope_interleaved, st));
-        if (sk & SK_ATTN)
-            ;
-        else if (n_tiles > 0)
-            LPX_TRY(flash_prefill(b->attn, b->q, b->kv, in_part(b, in, IN_TILES), n_tiles,
-                                  in_part(b, in, IN_SEQ), in_part(b, in, IN_POS),
-                                  in_part(b, in, IN_BT), b->max_blocks, b->geom, l,
-                                  c->sliding_window, st));
-        else
-            LPX_TRY(attention(b->attn, b->part_o, b->part_ml, b->done, b->kv, b->qkv, L->bqkv,
-                              L->q_norm, L->k_norm, b->inv_freq, T, in_part(b, in, IN_SEQ),
-                              in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
-                              in_part(b, in, IN_BT), b->max_blocks, S, b->geom, l,
-                              c->rms_norm_eps, c->rope_interleaved, c->sliding_window,
-                              b->attn_trace, st));
+        if (T == 1 && n_tiles == 0 && b->qa.cluster && !(sk & (SK_QKV | SK_ATTN))) {
+            LPX_TRY(qkv_attn(&b->qa, b->attn, b->kv, L->wqkv, b->x, L->attn_norm, L->bqkv,
+                             L->q_norm, L->k_norm, b->inv_freq, in_part(b, in, IN_SEQ),
+                             in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
+                             in_part(b, in, IN_BT), b->max_blocks, b->geom, l, d, eps,
+                             c->rope_interleaved, c->sliding_window, b->attn_trace, st));
+        } else {
+            LPX_TRY(qkv_and_attention(b, l, T, n_tiles, S));
+        }
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
                            true, st));
@@ -545,10 +571,11 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
                                 cudaMemcpyDeviceToHost));
         for (int i = 0; i < n; i++) {
             const long long *t = b->mv_trace_host + (size_t)MV_TRACE * i;
-            double *ph = b->mv_phase[i % 4];
+            const int nk = b->qa.cluster ? 3 : 4, kind = 4 - nk + i % nk;
+            double *ph = b->mv_phase[kind];
             for (int j = 0; j < 4; j++) ph[j] += (double)t[2 + j];
             ph[4] += (double)(t[6] - t[1]);
-            if (i > 0 && i % 4 != 1) ph[5] += (double)(t[1] - t[6 - MV_TRACE]);
+            if (i > 0 && kind != 1) ph[5] += (double)(t[1] - t[6 - MV_TRACE]);
         }
         b->mv_traced++;
     }
@@ -639,11 +666,18 @@ static void cuda_destroy(lpx_backend *base) {
         if (b->ev[i]) cudaEventDestroy(b->ev[i]);
     if (b->attn_traced > 0) {
         const double n = (double)b->attn_traced * b->cfg.n_layers;
+        /* the marks of attn_decode_kernel, or of qkv_attn_kernel (qkv_attn.cuh) */
         fprintf(stderr,
-                "lpx cuda: decode attention, block (0,0,0), mean cycles per layer: inputs %.0f, "
-                "issue %.0f, wait for the projection %.0f, q/k/v %.0f, scores %.0f, P·V %.0f, "
-                "combine and output %.0f; %.2f us from the wait to the end; %.2f us from its end "
-                "to the next layer's wait\n",
+                b->qa.cluster
+                    ? "lpx cuda: fused q/k/v + attention (cluster), block 0, mean cycles per "
+                      "layer: inputs and issue %.0f, wait %.0f, x norm %.0f, "
+                      "rows %.0f, cluster barrier and q/k/v %.0f, attention %.0f, cluster "
+                      "barrier and combine %.0f; %.2f us from the wait to the end; %.2f us from "
+                      "its end to the next layer's wait\n"
+                    : "lpx cuda: decode attention, block (0,0,0), mean cycles per layer: inputs "
+                      "%.0f, issue %.0f, wait for the projection %.0f, q/k/v %.0f, scores %.0f, "
+                      "P·V %.0f, combine and output %.0f; %.2f us from the wait to the end; "
+                      "%.2f us from its end to the next layer's wait\n",
                 b->attn_phase[1] / n, b->attn_phase[2] / n, b->attn_phase[3] / n,
                 b->attn_phase[4] / n, b->attn_phase[5] / n, b->attn_phase[6] / n,
                 b->attn_phase[7] / n, b->attn_phase[8] / n / 1e3,
@@ -653,7 +687,7 @@ static void cuda_destroy(lpx_backend *base) {
     if (b->mv_traced > 0) {
         static const char *kind[4] = {"qkv", "o", "gate/up", "down"};
         const double n = (double)b->mv_traced * b->cfg.n_layers;
-        for (int k = 0; k < 4; k++) {
+        for (int k = b->qa.cluster ? 1 : 0; k < 4; k++) {
             const double *ph = b->mv_phase[k];
             fprintf(stderr,
                     "lpx cuda: matvec %s, block 0 cycles: before the wait %.0f, x %.0f, weights "
@@ -852,13 +886,15 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     env = getenv("LPX_CUDA_PDL");
     g_use_pdl = !(env && !strcmp(env, "0"));
     b->skip = parse_skip(getenv("LPX_CUDA_SKIP"));
+    b->qa = qkv_attn_plan(c->n_heads, c->n_kv_heads, hd, d);
     env = getenv("LPX_CUDA_ATTN_TRACE");
     if (env && !strcmp(env, "1"))
         LPX_TRY(trace_buffers(b, (size_t)AD_TRACE * c->n_layers, "attention", &b->attn_trace_host,
                               &b->attn_trace));
     env = getenv("LPX_CUDA_MV_TRACE");
     if (env && !strcmp(env, "1")) {
-        const int n = 4 * c->n_layers; /* qkv, o, gate/up, down a layer */
+        /* qkv (unless fused with the attention), o, gate/up, down a layer */
+        const int n = (b->qa.cluster ? 3 : 4) * c->n_layers;
         LPX_TRY(trace_buffers(b, (size_t)MV_TRACE * n, "matvec", &b->mv_trace_host, &g_mv_trace));
         g_mv_trace_cap = n;
         g_mv_trace_n = 0;

@@ -1,0 +1,491 @@
+/* Batch-1 decode: the q/k/v projection and the attention of one token in one
+ * kernel, a thread-block cluster per KV head (sm_90 distributed shared memory).
+ * The two-kernel path (matvec_tma_kernel for the projection, then
+ * attn_decode_kernel on 8 blocks) paid a kernel boundary and ran the attention of
+ * a head on one SM; here the C blocks of a head's cluster each
+ *  1. request their rb = (G+2)·HD/C rows of the head's projection (G query heads,
+ *     its key and value head: up to three contiguous row ranges of W) into shared
+ *     memory by bulk copies, and their slice of the cached keys and values (the
+ *     earlier positions, split over the cluster) by cp.async, all before
+ *     griddepcontrol.wait;
+ *  2. apply RMSNorm to the residual stream and compute their rows (the
+ *     arithmetic of matvec_tma_kernel);
+ *  3. after a cluster barrier, read the head's projections from the blocks that
+ *     own them (DSMEM) and each prepare the queries, key and value (bias, q/k
+ *     RMSNorm, RoPE: attn_decode_kernel's arithmetic); the last block also writes
+ *     the token's key and value to the cache and takes the token's own key;
+ *  4. attend over their keys (scores a warp a key, softmax and P·V a tile at a
+ *     time, online across tiles);
+ *  5. after a second cluster barrier, combine the C partial results, each block a
+ *     slice of the output dims: out = Σ 2^(m_b-M) o_b / Σ 2^(m_b-M) l_b.
+ * Used where it fits (qkv_attn_plan); other steps keep the two kernels. */
+#ifndef LPX_BACKEND_CUDA_QKV_ATTN_CUH
+#define LPX_BACKEND_CUDA_QKV_ATTN_CUH
+
+#include "attention.cuh"
+#include "common.cuh"
+#include "matmul.cuh"
+
+#include <cooperative_groups.h>
+#include <cuda_pipeline.h>
+
+#define QA_THREADS 256 /* 8 warps */
+#define QA_MAX_CLUSTER 16
+#define QA_SMEM_MAX MV2_SMEM_MAX
+
+/* The fixed part of the shared memory; the weight slice, x and the block's
+ * projections follow it. Keys per tile: 4096 / HD (a 16 KB K and V tile). */
+template <int HD, int GM> struct qa_smem {
+    static constexpr int KT = 4096 / HD;
+    alignas(16) bf16 kt[KT][HD];   /* the tile's cached keys */
+    alignas(16) bf16 vt[KT][HD];   /* and values */
+    alignas(16) float qf[GM][HD];  /* queries after norm and RoPE, times scale·log2 e */
+    alignas(16) float pacc[GM][HD]; /* the block's unnormalised output, read by the cluster */
+    alignas(16) bf16 kn[HD];       /* the token's key and value, as cached */
+    alignas(16) bf16 vn[HD];
+    float sc[GM][KT];              /* scores, then probabilities */
+    float m[GM], l[GM], alpha[GM]; /* running max and sum (log2 units), last rescale */
+    float red[QA_THREADS / 32];
+    uint64_t bar;                  /* the weight slice's mbarrier */
+};
+
+template <int HD, int GM> static constexpr size_t qa_fixed_bytes() {
+    return (sizeof(qa_smem<HD, GM>) + 127) / 128 * 128;
+}
+
+template <int HD, int GM>
+__global__ void __launch_bounds__(QA_THREADS, 1)
+    qkv_attn_kernel(bf16 *__restrict__ out,               // (n_heads*HD)
+                    bf16 *__restrict__ kv,                // cache
+                    const bf16 *__restrict__ W,           // (qkv rows, cols)
+                    const float *__restrict__ x,          // (cols) residual stream
+                    const float *__restrict__ norm_w,     // (cols)
+                    const float *__restrict__ bias,       // (qkv rows) or NULL
+                    const float *__restrict__ q_norm,     // (HD) or NULL
+                    const float *__restrict__ k_norm,     // (HD) or NULL
+                    const float *__restrict__ inv_freq,   // (HD/2)
+                    const int32_t *__restrict__ tok_seq,  // (1), -1 = padding
+                    const int32_t *__restrict__ positions, // (1)
+                    const int32_t *__restrict__ slots,    // (1)
+                    const int32_t *__restrict__ block_table, // (n_seqs, max_blocks)
+                    int max_blocks, kv_geom g, int layer, int cols, int rb, float scale,
+                    float eps, int interleaved, int window,
+                    long long *__restrict__ trace) { // (n_layers, AD_TRACE) or NULL
+    namespace cg = cooperative_groups;
+    constexpr int KT = qa_smem<HD, GM>::KT, DPL = HD / 32, NW = QA_THREADS / 32;
+    constexpr int XR = 8; /* x values a thread keeps: cols <= XR * QA_THREADS */
+    extern __shared__ __align__(128) uint4 qa_raw[];
+    qa_smem<HD, GM> &sm = *reinterpret_cast<qa_smem<HD, GM> *>(qa_raw);
+    bf16 *ws = reinterpret_cast<bf16 *>(reinterpret_cast<char *>(qa_raw) + qa_fixed_bytes<HD, GM>());
+    bf16 *xs = ws + (size_t)rb * cols;
+    float *proj = reinterpret_cast<float *>(xs + cols); /* cols % 8 == 0: 16-byte aligned */
+    cg::cluster_group cl = cg::this_cluster();
+    const int C = (int)cl.num_blocks(), rank = (int)cl.block_rank();
+    const int kvh = blockIdx.x / C, G = g.n_heads / g.n_kv, R = (G + 2) * HD;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int cols8 = cols / 8;
+    long long *tr = trace && blockIdx.x == 0 && tid == 0 ? trace + (size_t)layer * AD_TRACE : NULL;
+#define QA_MARK(i)                                                                                 \
+    if (tr) tr[i] = clock64()
+    QA_MARK(0);
+    /* row v of the head's (G+2)·HD rows -> row of W (q heads, then k, then v) */
+    auto wrow = [&](int v) {
+        return v < G * HD         ? kvh * G * HD + v
+               : v < (G + 1) * HD ? g.n_heads * HD + kvh * HD + (v - G * HD)
+                                  : (g.n_heads + g.n_kv) * HD + kvh * HD + (v - (G + 1) * HD);
+    };
+
+    /* 1. the weight slice (at most three bulk copies: a range crosses at most two
+     * of the q/k/v boundaries), then the cached keys and values of the block */
+    const uint32_t bar = smem_addr(&sm.bar);
+    if (tid == 0) {
+        mbar_init(bar, 1);
+        mbar_fence_init();
+        mbar_expect_tx(bar, (uint32_t)rb * (uint32_t)cols * 2u);
+        for (int v = rank * rb, end = v + rb; v < end;) {
+            const int seg_end = v < G * HD ? G * HD : v < (G + 1) * HD ? (G + 1) * HD : R;
+            const int n = min(end, seg_end) - v;
+            bulk_load(smem_addr(ws + (size_t)(v - rank * rb) * cols), W + (size_t)wrow(v) * cols,
+                      (uint32_t)n * (uint32_t)cols * 2u, bar);
+            v += n;
+        }
+    }
+    const int seq = tok_seq[0];
+    const int p0 = positions[0], len = p0 + 1;
+    const int lo = window > 0 && len > window ? len - window : 0;
+    const int chunk = (p0 - lo + C - 1) / C;
+    const int k0 = min(p0, lo + rank * chunk), k1 = min(p0, k0 + chunk);
+    const bool own = rank == C - 1; /* also holds key p0, the token itself */
+    const int nkb = seq < 0 ? 0 : k1 - k0 + (own ? 1 : 0);
+    const int32_t *bt = block_table + (size_t)(seq < 0 ? 0 : seq) * max_blocks;
+    /* the old keys of tile [base, base + KT) of the block's list, K and V rows by
+     * 16-byte cp.async (the token's own key, last in the list, is added later) */
+    auto issue = [&](int base) {
+        const int n = min(KT, k1 - k0 - base);
+        for (int i = tid; i < n * (HD / 8); i += QA_THREADS) {
+            const int j = i / (HD / 8), c = i % (HD / 8), key = k0 + base + j;
+            const int64_t kb = bt[key / g.block_size], sl = key % g.block_size;
+            __pipeline_memcpy_async(reinterpret_cast<uint4 *>(&sm.kt[j][0]) + c,
+                                    reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, sl)) + c, 16);
+            __pipeline_memcpy_async(reinterpret_cast<uint4 *>(&sm.vt[j][0]) + c,
+                                    reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 1, kvh, kb, sl)) + c, 16);
+        }
+        __pipeline_commit();
+    };
+    if (seq >= 0) issue(0);
+    float nwr[XR];
+#pragma unroll
+    for (int k = 0; k < XR; k++) {
+        const int i = tid + k * QA_THREADS;
+        nwr[k] = i < cols ? norm_w[i] : 0.0f;
+    }
+    const int slot = slots[0];
+    float cs[DPL], sn[DPL];
+#pragma unroll
+    for (int e = 0; e < DPL; e++) {
+        const int d = lane * DPL + e;
+        sincosf((float)p0 * inv_freq[interleaved ? d / 2 : d % (HD / 2)], &sn[e], &cs[e]);
+    }
+    QA_MARK(1);
+    __syncthreads(); /* the mbarrier is initialised before anyone waits on it */
+    grid_wait();
+    grid_launch_next();
+    QA_MARK(2);
+    if (tr) tr[8] = (long long)globaltimer_ns();
+
+    /* 2. RMSNorm of x into xs (matvec_tma_kernel's arithmetic), then the rows */
+    {
+        float xr[XR], ss = 0.0f;
+#pragma unroll
+        for (int k = 0; k < XR; k++) {
+            const int i = tid + k * QA_THREADS;
+            xr[k] = i < cols ? x[i] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < XR; k++)
+            if (tid + k * QA_THREADS < cols) ss += xr[k] * xr[k];
+        const float v = warp_sum(ss);
+        if (lane == 0) sm.red[warp] = v;
+        __syncthreads();
+        float t = 0.0f;
+        for (int w = 0; w < NW; w++) t += sm.red[w];
+        const float inv = rsqrtf(t / (float)cols + eps);
+#pragma unroll
+        for (int k = 0; k < XR; k++) {
+            const int i = tid + k * QA_THREADS;
+            if (i < cols) xs[i] = f2bf(xr[k] * inv * nwr[k]);
+        }
+    }
+    __syncthreads();
+    QA_MARK(3);
+    mbar_wait(bar, 0);
+    {
+        const uint4 *xv = reinterpret_cast<const uint4 *>(xs);
+        for (int gi = warp; gi * MV2_ROWS < rb; gi += NW) {
+            const uint4 *wr[MV2_ROWS];
+#pragma unroll
+            for (int j = 0; j < MV2_ROWS; j++)
+                wr[j] = reinterpret_cast<const uint4 *>(ws) + (size_t)min(gi * MV2_ROWS + j, rb - 1) * cols8;
+            float acc[MV2_ROWS];
+#pragma unroll
+            for (int j = 0; j < MV2_ROWS; j++) acc[j] = 0.0f;
+            for (int i = lane; i < cols8; i += 32) {
+                const uint4 xq = xv[i];
+#pragma unroll
+                for (int j = 0; j < MV2_ROWS; j++) acc[j] += dot8(wr[j][i], xq);
+            }
+#pragma unroll
+            for (int j = 0; j < MV2_ROWS; j++) {
+                acc[j] = warp_sum(acc[j]);
+                if (lane == j && gi * MV2_ROWS + j < rb) proj[gi * MV2_ROWS + j] = acc[j];
+            }
+        }
+    }
+    QA_MARK(4);
+    cl.sync(); /* every block's rows are in its shared memory */
+
+    /* 3. the head's queries, key and value: a warp a row (attn_decode_kernel's
+     * arithmetic), the values from the blocks that computed them */
+    const float qscale = scale * AD_LOG2E;
+    for (int r = warp; r < G + 2; r += NW) {
+        float v[DPL];
+#pragma unroll
+        for (int e = 0; e < DPL; e++) {
+            const int i = r * HD + lane * DPL + e;
+            const float *src = cl.map_shared_rank(proj, i / rb);
+            v[e] = src[i % rb] + (bias ? bias[wrow(i)] : 0.0f);
+        }
+        const int64_t cache = kv_offset(g, layer, r == G ? 0 : 1, kvh, slot / g.block_size,
+                                        slot % g.block_size) + lane * DPL;
+        if (r == G + 1) { /* v */
+#pragma unroll
+            for (int e = 0; e < DPL; e++) {
+                const bf16 vb = f2bf(v[e]);
+                sm.vn[lane * DPL + e] = vb;
+                if (own && seq >= 0 && slot >= 0) kv[cache + e] = vb;
+            }
+            continue;
+        }
+        const float *nw = r < G ? q_norm : k_norm;
+        if (nw) head_rmsnorm<DPL>(v, nw, HD, eps);
+        float rot[DPL];
+#pragma unroll
+        for (int e = 0; e < DPL; e++) {
+            float vp, sign;
+            if (interleaved) {
+                vp = v[e ^ 1];
+                sign = (e & 1) ? 1.0f : -1.0f;
+            } else {
+                vp = __shfl_xor_sync(0xffffffffu, v[e], 16);
+                sign = lane < 16 ? -1.0f : 1.0f;
+            }
+            rot[e] = v[e] * cs[e] + sign * vp * sn[e];
+        }
+#pragma unroll
+        for (int e = 0; e < DPL; e++) {
+            if (r < G) {
+                sm.qf[r][lane * DPL + e] = rot[e] * qscale;
+            } else {
+                const bf16 kb = f2bf(rot[e]);
+                sm.kn[lane * DPL + e] = kb;
+                if (own && seq >= 0 && slot >= 0) kv[cache + e] = kb;
+            }
+        }
+    }
+    if (tid < GM) {
+        sm.m[tid] = -INFINITY;
+        sm.l[tid] = 0.0f;
+    }
+    __syncthreads();
+    QA_MARK(5);
+
+    /* 4. the block's keys, a tile at a time; thread t accumulates output dims
+     * e = t + k·QA_THREADS of the G·HD (row e / HD, dim e % HD) */
+    constexpr int EPT = (GM * HD + QA_THREADS - 1) / QA_THREADS;
+    float qr[GM][DPL], acc[EPT];
+#pragma unroll
+    for (int r = 0; r < GM; r++)
+#pragma unroll
+        for (int e = 0; e < DPL; e++) qr[r][e] = r < G ? sm.qf[r][lane * DPL + e] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < EPT; k++) acc[k] = 0.0f;
+    for (int base = 0; base < nkb; base += KT) {
+        const int nt = min(KT, nkb - base);
+        if (base > 0) {
+            __syncthreads(); /* everyone is done with the previous tile */
+            issue(base);
+        }
+        __pipeline_wait_prior(0);
+        __syncthreads();
+        for (int j = warp; j < nt; j += NW) { /* scores: a warp a key, lanes over dims */
+            const bool mine = own && base + j == nkb - 1;
+            const bf16 *kr = mine ? sm.kn : &sm.kt[j][0];
+            float kf[DPL];
+#pragma unroll
+            for (int e = 0; e < DPL; e++) kf[e] = bf2f(kr[lane * DPL + e]);
+#pragma unroll
+            for (int r = 0; r < GM; r++) {
+                if (r < G) {
+                    float d = 0.0f;
+#pragma unroll
+                    for (int e = 0; e < DPL; e++) d = fmaf(qr[r][e], kf[e], d);
+                    d = warp_sum(d);
+                    if (lane == 0) sm.sc[r][j] = d;
+                }
+            }
+        }
+        __syncthreads();
+        if (warp < G) { /* softmax of row warp over the tile, online across tiles */
+            const int r = warp;
+            float mt = -INFINITY;
+            for (int j = lane; j < nt; j += 32) mt = fmaxf(mt, sm.sc[r][j]);
+            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+            const float mo = sm.m[r], nm = fmaxf(mo, mt);
+            float s = 0.0f;
+            for (int j = lane; j < nt; j += 32) {
+                const float p = exp2f(sm.sc[r][j] - nm);
+                sm.sc[r][j] = p;
+                s += p;
+            }
+            s = warp_sum(s);
+            __syncwarp();
+            if (lane == 0) {
+                const float a = mo == -INFINITY ? 0.0f : exp2f(mo - nm);
+                sm.alpha[r] = a;
+                sm.m[r] = nm;
+                sm.l[r] = sm.l[r] * a + s;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < EPT; k++) { /* P·V */
+            const int e = tid + k * QA_THREADS;
+            if (e < G * HD) {
+                const int r = e / HD, d = e % HD;
+                float a = acc[k] * sm.alpha[r];
+                for (int j = 0; j < nt; j++) {
+                    const bool mine = own && base + j == nkb - 1;
+                    a = fmaf(sm.sc[r][j], bf2f(mine ? sm.vn[d] : sm.vt[j][d]), a);
+                }
+                acc[k] = a;
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < EPT; k++) {
+        const int e = tid + k * QA_THREADS;
+        if (e < G * HD) sm.pacc[e / HD][e % HD] = acc[k];
+    }
+    QA_MARK(6);
+    cl.sync(); /* every block's partial result is in its shared memory */
+
+    /* 5. combine: block rank takes output dims [rank·per, +per) of the head's G·HD */
+    const int per = (G * HD + C - 1) / C;
+    if (tid < per && rank * per + tid < G * HD) {
+        const int e = rank * per + tid, r = e / HD, d = e % HD;
+        float mb[QA_MAX_CLUSTER], lb[QA_MAX_CLUSTER], ob[QA_MAX_CLUSTER];
+#pragma unroll
+        for (int b = 0; b < QA_MAX_CLUSTER; b++) { /* all remote loads in flight */
+            if (b < C) {
+                const qa_smem<HD, GM> *rs = cl.map_shared_rank(&sm, b);
+                mb[b] = rs->m[r];
+                lb[b] = rs->l[r];
+                ob[b] = rs->pacc[r][d];
+            }
+        }
+        float M = -INFINITY;
+#pragma unroll
+        for (int b = 0; b < QA_MAX_CLUSTER; b++)
+            if (b < C && lb[b] > 0.0f) M = fmaxf(M, mb[b]);
+        float num = 0.0f, den = 0.0f;
+#pragma unroll
+        for (int b = 0; b < QA_MAX_CLUSTER; b++) {
+            if (b < C && lb[b] > 0.0f) {
+                const float f = exp2f(mb[b] - M);
+                num += f * ob[b];
+                den += f * lb[b];
+            }
+        }
+        out[(size_t)(kvh * G + r) * HD + d] = f2bf(den > 0.0f ? num / den : 0.0f);
+    }
+    QA_MARK(7);
+    if (tr) tr[9] = (long long)globaltimer_ns();
+#undef QA_MARK
+    cl.sync(); /* no block leaves while another may still read its shared memory */
+}
+
+// ----------------------------------------------------------------------------
+// kernel launcher
+
+/* (head_dim, group bound) instantiations. */
+#define QA_VARIANTS(X) X(64, 2) X(64, 4) X(64, 8) X(128, 2) X(128, 4) X(128, 8)
+
+typedef struct qa_plan {
+    int cluster; /* blocks per KV head, 0: the path does not apply */
+    int rb;      /* projection rows a block */
+    size_t smem; /* dynamic shared memory a block */
+} qa_plan;
+
+static int qa_gm(int G) { return G <= 2 ? 2 : G <= 4 ? 4 : 8; }
+
+template <int HD, int GM> static const void *qa_func(void) {
+    return reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM>);
+}
+
+/* Whether the fused path applies to this model on this GPU, and its shape: the
+ * largest cluster (16, 8 or 4 blocks) whose rows a block split evenly in groups of
+ * MV2_ROWS, whose shared memory fits QA_SMEM_MAX and of which n_kv clusters can be
+ * resident at once. LPX_CUDA_QA=0 turns it off. */
+static qa_plan qkv_attn_plan(int n_heads, int n_kv, int hd, int cols) {
+    qa_plan p = {0, 0, 0};
+    const char *env = getenv("LPX_CUDA_QA");
+    if (env && !strcmp(env, "0")) return p;
+    if (n_kv <= 0 || n_heads % n_kv || (hd != 64 && hd != 128) || cols % 8 ||
+        cols > 8 * QA_THREADS)
+        return p;
+    const int G = n_heads / n_kv;
+    if (G > 8) return p;
+    const int gm = qa_gm(G), R = (G + 2) * hd;
+    const void *f = NULL;
+    size_t fixed = 0;
+#define QA_PICK(HD, GM)                                                                            \
+    if (hd == HD && gm == GM) {                                                                    \
+        f = qa_func<HD, GM>();                                                                     \
+        fixed = qa_fixed_bytes<HD, GM>();                                                          \
+    }
+    QA_VARIANTS(QA_PICK)
+#undef QA_PICK
+    for (int c = QA_MAX_CLUSTER; c >= 4; c /= 2) {
+        if (R % c || (R / c) % MV2_ROWS) continue;
+        const int rb = R / c;
+        const size_t smem = fixed + (size_t)rb * cols * 2 + (size_t)cols * 2 + (size_t)rb * 4;
+        if (smem > QA_SMEM_MAX) continue;
+        if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ||
+            cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) {
+            cudaGetLastError();
+            return p;
+        }
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(n_kv * c);
+        cfg.blockDim = dim3(QA_THREADS);
+        cfg.dynamicSmemBytes = smem;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = c;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, f, &cfg) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        if (n < n_kv) continue;
+        p.cluster = c;
+        p.rb = rb;
+        p.smem = smem;
+        return p;
+    }
+    return p;
+}
+
+/* One token: out = attention of its q/k/v projection (RMSNorm(x; norm_w) · Wᵀ +
+ * bias), the token's key and value into the cache. */
+static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W, const float *x,
+                           const float *norm_w, const float *bias, const float *q_norm,
+                           const float *k_norm, const float *inv_freq, const int32_t *tok_seq,
+                           const int32_t *positions, const int32_t *slots,
+                           const int32_t *block_table, int max_blocks, kv_geom g, int layer,
+                           int cols, float eps, bool interleaved, int window, long long *trace,
+                           cudaStream_t st) {
+    const float scale = 1.0f / sqrtf((float)g.head_dim);
+    const int gm = qa_gm(g.n_heads / g.n_kv);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(g.n_kv * p->cluster);
+    cfg.blockDim = dim3(QA_THREADS);
+    cfg.dynamicSmemBytes = p->smem;
+    cfg.stream = st;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = p->cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = g_use_pdl ? 1 : 0;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    cudaError_t e = cudaErrorInvalidValue;
+#define QA_LAUNCH(HD, GM)                                                                          \
+    if (g.head_dim == HD && gm == GM)                                                              \
+        e = cudaLaunchKernelEx(&cfg, qkv_attn_kernel<HD, GM>, out, kv, W, x, norm_w, bias, q_norm, \
+                               k_norm, inv_freq, tok_seq, positions, slots, block_table,           \
+                               max_blocks, g, layer, cols, p->rb, scale, eps, (int)interleaved,    \
+                               window, trace);
+    QA_VARIANTS(QA_LAUNCH)
+#undef QA_LAUNCH
+    LPX_CUDA_TRY(e);
+    return LPX_OK;
+}
+
+#endif
