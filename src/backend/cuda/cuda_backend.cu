@@ -347,13 +347,13 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         }
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
-                           true, st));
+                           MM_ADD_EARLY, st)); /* x: last written by down/embed, 2+ back */
         if (!(sk & SK_GU))
             LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
                            2 * c->d_ff, d, false, st));
         if (!(sk & SK_DOWN))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d,
-                           c->d_ff, true, st));
+                           c->d_ff, MM_ADD_EARLY, st)); /* x: last written by o, 2 back */
     }
     return LPX_OK;
 }
