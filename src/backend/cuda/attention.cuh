@@ -79,7 +79,9 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
 
 #define AD_KEYS 256 /* keys per tile; TPK threads a key, so a warp holds 32/TPK keys */
 #define AD_LOG2E 1.4426950408889634f
-#define AD_TRACE 10 /* per layer: clock64 at 8 marks, %globaltimer at the first and last */
+/* per layer: clock64 at 8 marks, %globaltimer at the first and last; qkv_attn_kernel
+ * adds the latest %globaltimer over its blocks at three points (10-12) */
+#define AD_TRACE 13
 
 /* Shared memory of attn_decode_kernel<HD, RM, TPK>. vs holds the tile's value rows,
  * and at the end each warp's partial outputs (acc, 8*TPK*RM*HD floats, at most half

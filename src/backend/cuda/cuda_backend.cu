@@ -562,6 +562,7 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
             b->attn_phase[8] += (double)(t[9] - t[8]);
             /* gap from this layer's attention end to the next layer's start */
             if (l + 1 < nl) b->attn_phase[9] += (double)(t[AD_TRACE + 8] - t[9]);
+            for (int i = 10; i < 13 && b->qa.cluster; i++) b->attn_phase[i] += (double)(t[i] - t[8]);
         }
         b->attn_traced++;
     }
@@ -682,6 +683,14 @@ static void cuda_destroy(lpx_backend *base) {
                 b->attn_phase[4] / n, b->attn_phase[5] / n, b->attn_phase[6] / n,
                 b->attn_phase[7] / n, b->attn_phase[8] / n / 1e3,
                 b->attn_phase[9] / ((double)b->attn_traced * (b->cfg.n_layers - 1)) / 1e3);
+    }
+    if (b->attn_traced > 0 && b->qa.cluster) {
+        const double n = (double)b->attn_traced * b->cfg.n_layers;
+        fprintf(stderr,
+                "lpx cuda: fused q/k/v + attention, the last block after block 0's wait: weights "
+                "landed %.2f us, rows done %.2f us, end %.2f us\n",
+                b->attn_phase[10] / n / 1e3, b->attn_phase[11] / n / 1e3,
+                b->attn_phase[12] / n / 1e3);
     }
     free(b->attn_trace_host);
     if (b->mv_traced > 0) {

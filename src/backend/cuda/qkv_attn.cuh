@@ -179,6 +179,13 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     __syncthreads();
     QA_MARK(3);
     mbar_wait(bar, 0);
+    /* LPX_CUDA_ATTN_TRACE: the last block's times (weights landed, rows done, end) */
+    auto trace_last = [&](int i) {
+        if (trace && tid == 0)
+            atomicMax(reinterpret_cast<unsigned long long *>(trace + (size_t)layer * AD_TRACE + i),
+                      globaltimer_ns());
+    };
+    trace_last(10);
     {
         const uint4 *xv = reinterpret_cast<const uint4 *>(xs);
         for (int gi = warp; gi * MV2_ROWS < rb; gi += NW) {
@@ -202,6 +209,7 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
         }
     }
     QA_MARK(4);
+    trace_last(11);
     cl.sync(); /* every block's rows are in its shared memory */
 
     /* 3. the head's queries, key and value: a warp a row (attn_decode_kernel's
@@ -370,6 +378,7 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     }
     QA_MARK(7);
     if (tr) tr[9] = (long long)globaltimer_ns();
+    trace_last(12);
 #undef QA_MARK
     cl.sync(); /* no block leaves while another may still read its shared memory */
 }
