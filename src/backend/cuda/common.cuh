@@ -51,17 +51,26 @@ static __device__ __forceinline__ float warp_sum(float v) {
 }
 
 /* RMSNorm of one head held by a warp, DPL values a lane (lane*DPL ..): v becomes
- * (v·inv)·w[lane*DPL ..], inv = 1/sqrt(mean(v²) + eps) over the hd values. */
+ * (v·inv)·w[lane*DPL ..], inv = 1/sqrt(mean(v²) + eps) over the hd values; the
+ * _regs form takes the lane's weights already loaded. */
 template <int DPL>
-static __device__ __forceinline__ void head_rmsnorm(float (&v)[DPL], const float *w, int hd,
-                                                    float eps) {
-    const int lane = threadIdx.x & 31;
+static __device__ __forceinline__ void head_rmsnorm_regs(float (&v)[DPL], const float (&w)[DPL],
+                                                         int hd, float eps) {
     float ss = 0.0f;
 #pragma unroll
     for (int e = 0; e < DPL; e++) ss += v[e] * v[e];
     const float inv = rsqrtf(warp_sum(ss) / (float)hd + eps);
 #pragma unroll
-    for (int e = 0; e < DPL; e++) v[e] = v[e] * inv * w[lane * DPL + e];
+    for (int e = 0; e < DPL; e++) v[e] = v[e] * inv * w[e];
+}
+template <int DPL>
+static __device__ __forceinline__ void head_rmsnorm(float (&v)[DPL], const float *w, int hd,
+                                                    float eps) {
+    const int lane = threadIdx.x & 31;
+    float wr[DPL];
+#pragma unroll
+    for (int e = 0; e < DPL; e++) wr[e] = w[lane * DPL + e];
+    head_rmsnorm_regs<DPL>(v, wr, hd, eps);
 }
 
 /* RoPE of head dim i (of hd): its frequency index fi, the dim it rotates with, and

@@ -299,7 +299,7 @@ static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles, 
     const int d = c->d_model;
     if (!(sk & SK_QKV))
         LPX_TRY(matmul(&b->mc, b->qkv, NULL, NULL, L->wqkv, b->x, L->attn_norm, b->h, eps, T,
-                       b->qkv_rows, d, false, st));
+                       b->qkv_rows, d, 0, st));
     /* decode: q/k norms and RoPE are fused into the attention kernel */
     if (n_tiles > 0 && !(sk & SK_ROPE))
         LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
@@ -345,15 +345,20 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         } else {
             LPX_TRY(qkv_and_attention(b, l, T, n_tiles, S));
         }
+        /* o: x was last written by down (or embed), two or more kernels back;
+         * gate/up launches at o's start, so that its 12 MB of weights (Qwen3-0.6B)
+         * stream during the attention as well (it reads only weights before its
+         * wait; the down kernel after it reads x early, written by o, which
+         * gate/up's wait orders) */
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
-                           MM_ADD_EARLY, st)); /* x: last written by down/embed, 2+ back */
+                           MM_ADD_EARLY | MM_NEXT_EARLY, st));
         if (!(sk & SK_GU))
             LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
-                           2 * c->d_ff, d, false, st));
+                           2 * c->d_ff, d, 0, st));
         if (!(sk & SK_DOWN))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d,
-                           c->d_ff, MM_ADD_EARLY, st)); /* x: last written by o, 2 back */
+                           c->d_ff, MM_ADD_EARLY, st)); /* x: last written by o */
     }
     return LPX_OK;
 }
@@ -364,7 +369,7 @@ static lpx_status forward_logits(cuda_backend *b, const int32_t *rows, int n) {
     if (b->skip & SK_HEAD) return LPX_OK;
     LPX_TRY(rmsnorm(b->h, b->x, b->out_norm, rows, n, c->d_model, c->rms_norm_eps, b->stream));
     return matmul(&b->mc, b->logits, NULL, NULL, b->lm_head, b->h, NULL, NULL, 0.0f, n,
-                  c->vocab_size, c->d_model, false, b->stream);
+                  c->vocab_size, c->d_model, 0, b->stream);
 }
 
 static int bucket_of(int n) {

@@ -17,7 +17,15 @@
 
 #define MV_WARPS 8        /* warps per block */
 #define MV2_WARPS 12      /* warps per block of matvec_tma_kernel: a warp per row group of gate/up */
-#define MM_ADD_EARLY 2    /* accumulate into y whose last writer is >= 2 kernels back */
+/* matmul flags: MM_ADD adds the product to y (the residual); MM_ADD_EARLY too, and
+ * y's last writer is two or more kernels back, so the batch-1 kernel may read it
+ * before griddepcontrol.wait; MM_NEXT_EARLY lets the next kernel launch at once
+ * (before this one's wait), for a successor whose weights take longer to fetch
+ * than this kernel runs; only safe where the kernel after that reads nothing
+ * before its wait that this kernel's predecessor writes. */
+#define MM_ADD 1
+#define MM_ADD_EARLY 3
+#define MM_NEXT_EARLY 4
 #define MV_MAX_TOKENS 8   /* above this, cuBLAS */
 #define MV2_ROWS 4        /* rows a warp of matvec_tma_kernel computes at once */
 #define MV2_PIECES 4      /* bulk copies (each with its mbarrier) a block of it issues */
@@ -241,13 +249,15 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
      * completed (measured: o 3.48 -> 1.64 us, down 3.24 -> 1.86 us from the wait to
      * the last block's end, with the 12 warps). */
     float yres = 0.0f;
-    if (accumulate == MM_ADD_EARLY && ks > 1 && !act && (int)threadIdx.x < ng * MV2_ROWS * B) {
+    if ((accumulate & MM_ADD_EARLY) == MM_ADD_EARLY && ks > 1 && !act &&
+        (int)threadIdx.x < ng * MV2_ROWS * B) {
         const int t = threadIdx.x, row = t / (MV2_ROWS * B) * MV2_ROWS + t / B % MV2_ROWS;
         if (row < nrows) yres = __ldcg(&y[(size_t)(t % B) * rows + r0 + row]); /* from L2 */
     }
     __syncthreads(); /* the mbarriers are initialised before anyone waits on them */
+    if (accumulate & MM_NEXT_EARLY) grid_launch_next();
     grid_wait();
-    grid_launch_next();
+    if (!(accumulate & MM_NEXT_EARLY)) grid_launch_next();
     long long c1 = 0, c2 = 0, c3 = 0;
     if (tr) {
         c1 = clock64();
@@ -353,7 +363,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
                 for (int b = 0; b < B; b++)
                     if (lane == j * B + b && g * MV2_ROWS + j < nrows) {
                         float *dst = y + (size_t)b * rows + r0 + g * MV2_ROWS + j;
-                        *dst = accumulate ? *dst + acc[j][b] : acc[j][b];
+                        *dst = (accumulate & MM_ADD) ? *dst + acc[j][b] : acc[j][b];
                     }
         } else {
 #pragma unroll
@@ -393,7 +403,9 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
                 float s = 0.0f;
                 for (int k = 0; k < ks; k++) s += red[g * ks + k][j][b];
                 float *dst = y + (size_t)b * rows + r0 + row;
-                *dst = accumulate == MM_ADD_EARLY ? yres + s : accumulate ? *dst + s : s;
+                *dst = (accumulate & MM_ADD_EARLY) == MM_ADD_EARLY ? yres + s
+                       : (accumulate & MM_ADD)                    ? *dst + s
+                                                                  : s;
             }
         }
     } else if (t < ng * (MV2_ROWS / 2) * B) {
@@ -477,7 +489,8 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
                               float eps, cudaStream_t st) {
     const int rpb = matvec_tma_rows(B, rows, cols, n_sms, act != NULL, W);
     if (rpb == 0)
-        return matvec_launch<B>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, eps, st);
+        return matvec_launch<B>(y, act, W, x, norm_w, rows, cols, n_sms, (accumulate & MM_ADD) != 0,
+                                eps, st);
     const size_t smem = ((size_t)rpb + B) * (size_t)cols * sizeof(bf16);
     long long *trace = NULL;
     if (B == 1 && g_mv_trace && g_mv_trace_n < g_mv_trace_cap)
@@ -511,16 +524,15 @@ typedef struct matmul_ctx {
     int n_sms;
 } matmul_ctx;
 
-/* y (T, rows) float = x (T, cols) · W (rows, cols)ᵀ; accumulate (nonzero) adds to
- * y; MM_ADD_EARLY says y's last writer is two or more kernels back in the stream,
- * so the batch-1 kernel may read it before griddepcontrol.wait.
+/* y (T, rows) float = x (T, cols) · W (rows, cols)ᵀ; flags (MM_ADD, MM_ADD_EARLY,
+ * MM_NEXT_EARLY above: the last two only change the batch-1..8 TMA kernel).
  * x is bf16, or, with norm_w set, the float residual stream that is RMS-normalised
  * (weight norm_w, eps) first (through h (T, cols) bf16 as scratch where not fused).
  * With act set (and W's rows gate/up pairs), writes act (T, rows/2) = silu(g)·u,
  * through gu (T, rows) float as scratch on the GEMM path. cols % 8 == 0. */
 static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, const bf16 *W,
                          const void *x, const float *norm_w, bf16 *h, float eps, int T, int rows,
-                         int cols, int accumulate, cudaStream_t st) {
+                         int cols, int flags, cudaStream_t st) {
     const bool fuse = T <= MV_MAX_TOKENS && T * cols * (int)sizeof(bf16) <= MV_SMEM_MAX;
     if (norm_w && !fuse) {
         LPX_TRY(rmsnorm(h, (const float *)x, norm_w, NULL, T, cols, eps, st));
@@ -531,20 +543,20 @@ static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, c
         const int ns = mc->n_sms;
         cudaError_t e;
         switch (T) {
-        case 1: e = matvec_any<1>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
-        case 2: e = matvec_any<2>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
-        case 3: e = matvec_any<3>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
-        case 4: e = matvec_any<4>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
-        case 5: e = matvec_any<5>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
-        case 6: e = matvec_any<6>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
-        case 7: e = matvec_any<7>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
-        default: e = matvec_any<8>(y, act, W, x, norm_w, rows, cols, ns, accumulate, eps, st); break;
+        case 1: e = matvec_any<1>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 2: e = matvec_any<2>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 3: e = matvec_any<3>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 4: e = matvec_any<4>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 5: e = matvec_any<5>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 6: e = matvec_any<6>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 7: e = matvec_any<7>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        default: e = matvec_any<8>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
         }
         LPX_CUDA_TRY(e);
         return LPX_OK;
     }
     /* Column-major view: Yᵀ (rows × T) = W (rows × cols, stored as cols × rows) · Xᵀ. */
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const float alpha = 1.0f, beta = (flags & MM_ADD) ? 1.0f : 0.0f;
     float *out = act ? gu : y;
     LPX_CUBLAS_TRY(cublasSetStream(mc->blas, st));
     LPX_CUBLAS_TRY(cublasGemmEx(mc->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, T, cols, &alpha, W,

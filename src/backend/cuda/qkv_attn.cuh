@@ -43,8 +43,9 @@ template <int HD, int GM> struct qa_smem {
     alignas(16) float pacc[GM][HD]; /* the block's unnormalised output, read by the cluster */
     alignas(16) bf16 kn[HD];       /* the token's key and value, as cached */
     alignas(16) bf16 vn[HD];
-    float sc[GM][KT];              /* scores, then probabilities */
-    float m[GM], l[GM], alpha[GM]; /* running max and sum (log2 units), last rescale */
+    alignas(16) float wacc[QA_THREADS / 32][GM][HD]; /* each warp's unnormalised output */
+    float wm[QA_THREADS / 32][GM], wl[QA_THREADS / 32][GM]; /* and its max and sum */
+    float m[GM], l[GM];            /* the block's max and sum (log2 units) */
     float red[QA_THREADS / 32];
     uint64_t bar;                  /* the weight slice's mbarrier */
 };
@@ -139,6 +140,18 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
         const int i = tid + k * QA_THREADS;
         nwr[k] = i < cols ? norm_w[i] : 0.0f;
     }
+    /* the norm weights and bias of the q/k/v row a warp prepares in step 3 (row
+     * warp; rows past the 8 warps, G > 6, load theirs there) */
+    float nwv[DPL], bv[DPL];
+    auto row_consts = [&](int r) {
+        const float *nw = r < G ? q_norm : r == G ? k_norm : NULL;
+#pragma unroll
+        for (int e = 0; e < DPL; e++) {
+            nwv[e] = nw ? nw[lane * DPL + e] : 1.0f;
+            bv[e] = bias ? bias[wrow(r * HD + lane * DPL + e)] : 0.0f;
+        }
+    };
+    if (warp < G + 2) row_consts(warp);
     const int slot = slots[0];
     float cs[DPL], sn[DPL];
 #pragma unroll
@@ -216,12 +229,13 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
      * arithmetic), the values from the blocks that computed them */
     const float qscale = scale * AD_LOG2E;
     for (int r = warp; r < G + 2; r += NW) {
+        if (r != warp) row_consts(r);
         float v[DPL];
 #pragma unroll
         for (int e = 0; e < DPL; e++) {
             const int i = r * HD + lane * DPL + e;
             const float *src = cl.map_shared_rank(proj, i / rb);
-            v[e] = src[i % rb] + (bias ? bias[wrow(i)] : 0.0f);
+            v[e] = src[i % rb] + bv[e];
         }
         const int64_t cache = kv_offset(g, layer, r == G ? 0 : 1, kvh, slot / g.block_size,
                                         slot % g.block_size) + lane * DPL;
@@ -234,8 +248,7 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
             }
             continue;
         }
-        const float *nw = r < G ? q_norm : k_norm;
-        if (nw) head_rmsnorm<DPL>(v, nw, HD, eps);
+        if (r < G ? q_norm != NULL : k_norm != NULL) head_rmsnorm_regs<DPL>(v, nwv, HD, eps);
         float rot[DPL];
 #pragma unroll
         for (int e = 0; e < DPL; e++) {
@@ -260,23 +273,25 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
             }
         }
     }
-    if (tid < GM) {
-        sm.m[tid] = -INFINITY;
-        sm.l[tid] = 0.0f;
-    }
     __syncthreads();
     QA_MARK(5);
 
-    /* 4. the block's keys, a tile at a time; thread t accumulates output dims
-     * e = t + k·QA_THREADS of the G·HD (row e / HD, dim e % HD) */
-    constexpr int EPT = (GM * HD + QA_THREADS - 1) / QA_THREADS;
-    float qr[GM][DPL], acc[EPT];
+    /* 4. the block's keys, a tile at a time: warp w takes keys w, w+8, ... of each
+     * tile, one after another (online softmax in log2 units; every lane holds the
+     * row's running max and sum, and its head dims of the output); then the block
+     * combines its warps (scores computed lane-parallel over the dims need no
+     * block barrier between scores, softmax and P·V) */
+    float qr[GM][DPL], m[GM], l[GM], acc[GM][DPL];
 #pragma unroll
-    for (int r = 0; r < GM; r++)
+    for (int r = 0; r < GM; r++) {
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < DPL; e++) qr[r][e] = r < G ? sm.qf[r][lane * DPL + e] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < EPT; k++) acc[k] = 0.0f;
+        for (int e = 0; e < DPL; e++) {
+            qr[r][e] = r < G ? sm.qf[r][lane * DPL + e] : 0.0f;
+            acc[r][e] = 0.0f;
+        }
+    }
     for (int base = 0; base < nkb; base += KT) {
         const int nt = min(KT, nkb - base);
         if (base > 0) {
@@ -285,12 +300,16 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
         }
         __pipeline_wait_prior(0);
         __syncthreads();
-        for (int j = warp; j < nt; j += NW) { /* scores: a warp a key, lanes over dims */
+        for (int j = warp; j < nt; j += NW) {
             const bool mine = own && base + j == nkb - 1;
             const bf16 *kr = mine ? sm.kn : &sm.kt[j][0];
-            float kf[DPL];
+            const bf16 *vr = mine ? sm.vn : &sm.vt[j][0];
+            float kf[DPL], vf[DPL];
 #pragma unroll
-            for (int e = 0; e < DPL; e++) kf[e] = bf2f(kr[lane * DPL + e]);
+            for (int e = 0; e < DPL; e++) {
+                kf[e] = bf2f(kr[lane * DPL + e]);
+                vf[e] = bf2f(vr[lane * DPL + e]);
+            }
 #pragma unroll
             for (int r = 0; r < GM; r++) {
                 if (r < G) {
@@ -298,51 +317,48 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
 #pragma unroll
                     for (int e = 0; e < DPL; e++) d = fmaf(qr[r][e], kf[e], d);
                     d = warp_sum(d);
-                    if (lane == 0) sm.sc[r][j] = d;
-                }
-            }
-        }
-        __syncthreads();
-        if (warp < G) { /* softmax of row warp over the tile, online across tiles */
-            const int r = warp;
-            float mt = -INFINITY;
-            for (int j = lane; j < nt; j += 32) mt = fmaxf(mt, sm.sc[r][j]);
-            for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-            const float mo = sm.m[r], nm = fmaxf(mo, mt);
-            float s = 0.0f;
-            for (int j = lane; j < nt; j += 32) {
-                const float p = exp2f(sm.sc[r][j] - nm);
-                sm.sc[r][j] = p;
-                s += p;
-            }
-            s = warp_sum(s);
-            __syncwarp();
-            if (lane == 0) {
-                const float a = mo == -INFINITY ? 0.0f : exp2f(mo - nm);
-                sm.alpha[r] = a;
-                sm.m[r] = nm;
-                sm.l[r] = sm.l[r] * a + s;
-            }
-        }
-        __syncthreads();
+                    const float nm = fmaxf(m[r], d);
+                    const float a = exp2f(m[r] - nm), p = exp2f(d - nm); /* m = -inf: a = 0 */
+                    m[r] = nm;
+                    l[r] = l[r] * a + p;
 #pragma unroll
-        for (int k = 0; k < EPT; k++) { /* P·V */
-            const int e = tid + k * QA_THREADS;
-            if (e < G * HD) {
-                const int r = e / HD, d = e % HD;
-                float a = acc[k] * sm.alpha[r];
-                for (int j = 0; j < nt; j++) {
-                    const bool mine = own && base + j == nkb - 1;
-                    a = fmaf(sm.sc[r][j], bf2f(mine ? sm.vn[d] : sm.vt[j][d]), a);
+                    for (int e = 0; e < DPL; e++) acc[r][e] = fmaf(p, vf[e], acc[r][e] * a);
                 }
-                acc[k] = a;
             }
         }
     }
 #pragma unroll
-    for (int k = 0; k < EPT; k++) {
-        const int e = tid + k * QA_THREADS;
-        if (e < G * HD) sm.pacc[e / HD][e % HD] = acc[k];
+    for (int r = 0; r < GM; r++) {
+        if (r < G) {
+#pragma unroll
+            for (int e = 0; e < DPL; e++) sm.wacc[warp][r][lane * DPL + e] = acc[r][e];
+            if (lane == 0) {
+                sm.wm[warp][r] = m[r];
+                sm.wl[warp][r] = l[r];
+            }
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < G * HD; e += QA_THREADS) { /* the block's partial result */
+        const int r = e / HD, d = e % HD;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; w++)
+            if (sm.wl[w][r] > 0.0f) M = fmaxf(M, sm.wm[w][r]);
+        float num = 0.0f, den = 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; w++) {
+            if (sm.wl[w][r] > 0.0f) {
+                const float f = exp2f(sm.wm[w][r] - M);
+                num += f * sm.wacc[w][r][d];
+                den += f * sm.wl[w][r];
+            }
+        }
+        sm.pacc[r][d] = num;
+        if (d == 0) {
+            sm.m[r] = M;
+            sm.l[r] = den;
+        }
     }
     QA_MARK(6);
     cl.sync(); /* every block's partial result is in its shared memory */
