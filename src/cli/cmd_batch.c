@@ -120,6 +120,9 @@ typedef struct job {
     int64_t n_unmerged; /* merge: torn or unreadable lines left out (records not done) */
     int64_t total;      /* lines of this job (shard), rejected ones included */
     double t_start;
+    /* the last progress line: when (0: none yet) and the counts it showed */
+    double shown_t;
+    int64_t shown_done, shown_failed;
 } job;
 
 /* ---- files ---------------------------------------------------------------- */
@@ -781,12 +784,19 @@ static bool handle_outcome(job *j, size_t si) {
 
 /* ---- progress and summary ----------------------------------------------------- */
 
+/* A line at the first loop turn, then at most every 10 s (the bar every 0.25 s),
+ * and the final state. Without a terminal the final line is left out when the
+ * last line already showed those counts (a job that ends within one turn): the
+ * bar's final call must still end its line. */
 static void progress(job *j, bool tty, bool final) {
-    static double last;
     double t = now_s();
-    if (!final && t - last < (tty ? 0.25 : 10.0)) return;
-    last = t;
+    if (!final && t - j->shown_t < (tty ? 0.25 : 10.0)) return;
     int64_t total = j->total, done = j->n_results, failed = j->n_failed;
+    if (final && !tty && j->shown_t > 0 && done == j->shown_done && failed == j->shown_failed)
+        return;
+    j->shown_t = t;
+    j->shown_done = done;
+    j->shown_failed = failed;
     double el = t - j->t_start, tps = el > 0 ? (double)j->run_tokens / el : 0;
     int64_t left = total - done - failed;
     double eta = j->run_done > 0 ? el / (double)j->run_done * (double)(left > 0 ? left : 0) : 0;

@@ -31,8 +31,25 @@ def test_progress_lines_without_a_terminal(tmp_path, lpx_bin, smollm2):
     seen = states(re.findall(r"^lpx batch: " + STATE + "$", r.stderr, re.M))
     assert seen, r.stderr
     assert seen[-1] == (DONE, TOTAL, FAILED)
+    assert seen[-2:-1] != seen[-1:], r.stderr  # the final state is shown once
     assert r.stderr.rstrip("\n").endswith(f"lpx batch: {DONE} succeeded, {FAILED} failed; "
                                           f"results in {tmp_path / 'out'}")
+
+
+def test_one_turn_job_shows_its_final_line_once(tmp_path, lpx_bin, smollm2):
+    """A one-prompt job usually ends within the loop's first turn, whose progress
+    line already shows the final state: the final line must not repeat it."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "only", "prompt": "Hi", "max_tokens": 1}) + "\n")
+    out = tmp_path / "out"
+    r = subprocess.run([lpx_bin, "batch", "-i", str(inp), "-o", str(out), "-m", smollm2],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    seen = states(re.findall(r"^lpx batch: " + STATE + "$", r.stderr, re.M))
+    assert seen and seen[-1] == (1, 1, 0), r.stderr
+    assert seen.count((1, 1, 0)) == 1, r.stderr
+    assert lines[-1] == f"lpx batch: 1 succeeded, 0 failed; results in {out}", r.stderr
 
 
 def test_progress_bar_on_a_terminal(tmp_path, lpx_bin, smollm2):
