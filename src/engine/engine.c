@@ -349,9 +349,19 @@ static bool flush_text(lpx_engine *e, lpx_seq *s, bool *stopped) {
     return text_append(e, s->stop.out, s->stop.n_out);
 }
 
+/* The gauges of the stats; the caller holds e->mu. */
+static void snapshot(lpx_engine *e) {
+    e->st.n_running = e->running.n;
+    e->st.n_waiting = e->waiting.n + e->incoming.n;
+    e->st.kv_blocks_used = lpx_kv_used(&e->pool);
+    e->st.kv_blocks_peak = e->pool.peak_used;
+}
+
 /* Ends s: frees its blocks, takes it off the lists, sends the last event
  * (with ev's token, if any) and frees it. flush releases held text: every end
- * but a stop string (whose text is dropped) and an error. */
+ * but a stop string (whose text is dropped) and an error. The stats count the
+ * last token and show s gone in one update, before the event: whoever hears of
+ * the end (an HTTP client) and then reads the stats never sees s running. */
 static void finish(lpx_engine *e, lpx_seq *s, lpx_event *ev, lpx_finish_reason why, bool flush,
                    const char *error) {
     bool stopped = false;
@@ -374,7 +384,9 @@ static void finish(lpx_engine *e, lpx_seq *s, lpx_event *ev, lpx_finish_reason w
     ev->ttft_ms = n_out > 0 ? s->t_first - s->t_submit : 0;
     ev->decode_tok_s = n_out > 1 && t > s->t_first ? (n_out - 1) / ((t - s->t_first) * 1e-3) : 0;
     pthread_mutex_lock(&e->mu);
+    if (ev->token >= 0) e->st.generated_tokens++;
     e->st.n_finished++;
+    snapshot(e);
     if (n_out > 0) {
         e->ttft_sum += ev->ttft_ms;
         e->n_ttft++;
@@ -434,9 +446,6 @@ static lpx_status advance(lpx_engine *e, lpx_seq *s, int32_t tok, const lpx_toke
     }
     s->tokens[s->n_tokens++] = tok;
     if (n_out == 0) s->t_first = now_ms();
-    pthread_mutex_lock(&e->mu);
-    e->st.generated_tokens++;
-    pthread_mutex_unlock(&e->mu);
 
     lpx_event ev = {.id = s->id, .token = tok, .index = n_out};
     if (s->sp.logprobs > 0) {
@@ -464,6 +473,9 @@ static lpx_status advance(lpx_engine *e, lpx_seq *s, int32_t tok, const lpx_toke
     }
     ev.text = e->text;
     ev.text_len = e->text_len;
+    pthread_mutex_lock(&e->mu);
+    e->st.generated_tokens++; /* a last token is counted by finish */
+    pthread_mutex_unlock(&e->mu);
     s->cb(&ev, s->user);
     return LPX_OK;
 }
@@ -480,13 +492,6 @@ static lpx_seq *take_seq(lpx_engine *e, uint64_t id) {
         for (int32_t i = 0; i < lists[l]->n; i++)
             if (lists[l]->v[i]->id == id) return lists[l]->v[i];
     return NULL;
-}
-
-static void snapshot(lpx_engine *e) {
-    e->st.n_running = e->running.n;
-    e->st.n_waiting = e->waiting.n + e->incoming.n;
-    e->st.kv_blocks_used = lpx_kv_used(&e->pool);
-    e->st.kv_blocks_peak = e->pool.peak_used;
 }
 
 static lpx_status step_once(lpx_engine *e, bool *busy) {

@@ -96,6 +96,8 @@ typedef struct result {
     pthread_mutex_t *mu;
     pthread_cond_t *cv;
     int *done;
+    lpx_engine *e;           /* set: the stats are read at the finish event */
+    lpx_engine_stats at_end; /* as the finish event's listener reads them */
 } result;
 
 static void on_event(const lpx_event *ev, void *user) {
@@ -103,6 +105,7 @@ static void on_event(const lpx_event *ev, void *user) {
     if (ev->token >= 0) r->tokens[r->n++] = ev->token;
     r->n_events++;
     if (ev->finish) {
+        if (r->e) lpx_engine_get_stats(r->e, &r->at_end);
         r->finish = ev->finish;
         r->preempt = ev->n_preemptions;
         if (r->mu) {
@@ -364,6 +367,44 @@ int main(void) {
         CHECK(lpx_engine_submit(e, &rq, on_event, &r5, &id1) == LPX_OK);
         lpx_engine_destroy(e);
         CHECK(r5.finish == LPX_FINISH_CANCELLED);
+    }
+
+    /* A finish event's listener (the server, answering its client) reads stats
+     * that already show the request ended: its last token counted, not running,
+     * its blocks free; a cancel (no last token) counts nothing more. */
+    {
+        lpx_engine *e = make(1, 64, 16, 16);
+        int32_t p[8];
+        make_prompt(2, p, 8);
+        lpx_request rq;
+        lpx_request_init(&rq);
+        rq.prompt_ids = p;
+        rq.n_prompt_ids = 8;
+        rq.ignore_eos = true;
+        result r1 = {.e = e}, r2 = {.e = e}, r3 = {.e = e};
+        uint64_t id;
+        rq.max_tokens = 3;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r1, &id) == LPX_OK);
+        rq.max_tokens = 5;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r2, &id) == LPX_OK);
+        drain(e);
+        CHECK(r1.n == 3 && r2.n == 5);
+        const lpx_engine_stats *a = &r1.at_end, *b = &r2.at_end;
+        CHECK(a->generated_tokens == 3 && a->n_finished == 1 && a->n_running == 0);
+        CHECK(a->n_waiting == 1 && a->kv_blocks_used == 0); /* max_num_seqs 1: r2 waited */
+        CHECK(b->generated_tokens == 8 && b->n_finished == 2 && b->n_running == 0);
+        CHECK(b->n_waiting == 0 && b->kv_blocks_used == 0);
+        rq.max_tokens = -1;
+        CHECK(lpx_engine_submit(e, &rq, on_event, &r3, &id) == LPX_OK);
+        bool busy;
+        for (int i = 0; i < 3; i++)
+            lpx_engine_step(e, &busy);
+        CHECK(lpx_engine_cancel(e, id) == LPX_OK);
+        drain(e);
+        CHECK(r3.finish == LPX_FINISH_CANCELLED && r3.n == 3);
+        CHECK(r3.at_end.generated_tokens == 11 && r3.at_end.n_running == 0);
+        CHECK(r3.at_end.kv_blocks_used == 0);
+        lpx_engine_destroy(e);
     }
 
     /* The engine thread serving four submitting threads at once. */
