@@ -22,6 +22,18 @@ static char *dup_str(const char *s) {
     return d;
 }
 
+/* The length of s cut to at most max bytes without splitting a UTF-8
+ * character: a cut before a continuation byte moves back to its lead byte
+ * (at most 3 bytes back: a character has at most 3 continuation bytes). */
+static size_t utf8_prefix(const char *s, size_t max) {
+    size_t n = strnlen(s, max + 1);
+    if (n <= max) return n;
+    n = max;
+    for (int k = 0; k < 3 && n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80; k++)
+        n--;
+    return n;
+}
+
 /* Checks the fields lpx reads; returns NULL when fine, else the reason. */
 static const char *check_body(const cJSON *body, bool chat) {
     if (chat) {
@@ -159,9 +171,12 @@ static const char *parse_line(const char *s, size_t len, lpx_batch_task *t, cons
     }
 out:
     if (why && *id) {
-        /* the id's text lives in j or body; copy before freeing */
+        /* the id's text lives in j or body; copy before freeing, a long one cut
+         * on a character boundary (the cut id is written into JSON records) */
         static __thread char idbuf[512];
-        snprintf(idbuf, sizeof idbuf, "%s", *id);
+        size_t n = utf8_prefix(*id, sizeof idbuf - 1);
+        memcpy(idbuf, *id, n);
+        idbuf[n] = '\0';
         *id = idbuf;
     }
     cJSON_Delete(body);

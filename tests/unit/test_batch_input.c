@@ -1,6 +1,7 @@
 /* Batch input checks: numeric ranges (an out-of-range double must not reach
  * an int cast), too many stop strings, an over-long line rejected without
- * losing the lines after it; a file with no valid line (found by
+ * losing the lines after it; a rejected line's long id cut on a UTF-8
+ * character boundary; a file with no valid line (found by
  * fuzz/fuzz_batch_input.c: the duplicate check passed NULL to qsort, which
  * the asan build's UBSan reports). */
 #include "batch/input.h"
@@ -74,6 +75,40 @@ int main(void) {
     CHECK(in.n_tasks == 0 && in.n_lines == 2 && in.n_rejects == 2);
     CHECK((r = reject_on(&in, 3)) && r->id == NULL && !strcmp(r->reason, "not valid JSON"));
     CHECK((r = reject_on(&in, 5)) && !strcmp(r->reason, "not a JSON object"));
+    lpx_batch_input_free(&in);
+
+    /* A rejected line's id is cut to 511 bytes, never inside a UTF-8 character:
+     * {k ASCII bytes, a character, more ASCII} and the cut's length. */
+    static const struct {
+        int k;
+        const char *ch;
+        size_t want;
+    } cuts[] = {
+        {510, "\xc3\xa9", 510},         /* e-acute: byte 511 is its second byte */
+        {509, "\xe2\x82\xac", 509},     /* euro sign: bytes 509..511 */
+        {510, "\xe2\x82\xac", 510},     /* euro sign: bytes 510..512 */
+        {508, "\xf0\x9f\x98\x80", 508}, /* an emoji: bytes 508..511 */
+        {509, "\xc3\xa9", 511},         /* e-acute ends at byte 510: no cut inside */
+    };
+    enum { N_CUTS = sizeof cuts / sizeof cuts[0] };
+    static char text[N_CUTS * 700], ids[N_CUTS][600];
+    size_t len = 0;
+    for (int i = 0; i < N_CUTS; i++) {
+        memset(ids[i], 'a', (size_t)cuts[i].k);
+        snprintf(ids[i] + cuts[i].k, sizeof ids[i] - (size_t)cuts[i].k, "%szzzz", cuts[i].ch);
+        len += (size_t)snprintf(text + len, sizeof text - len, "{\"id\":\"%s\",\"prompt\":\"\"}\n",
+                                ids[i]);
+    }
+    f = fmemopen(text, len, "rb");
+    CHECK(f);
+    CHECK(lpx_batch_input_read_stream(f, "cuts", &in) == LPX_OK);
+    fclose(f);
+    CHECK(in.n_tasks == 0 && in.n_rejects == N_CUTS);
+    for (int i = 0; i < N_CUTS; i++) {
+        r = reject_on(&in, i + 1);
+        CHECK(r && r->id && !strcmp(r->reason, "prompt is empty"));
+        CHECK(r && r->id && strlen(r->id) == cuts[i].want && !memcmp(r->id, ids[i], cuts[i].want));
+    }
     lpx_batch_input_free(&in);
     unlink(path);
     TEST_DONE();
