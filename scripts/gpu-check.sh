@@ -23,8 +23,8 @@
 #   near-tie (CPU top-2 logit gap < TOL_TIE = 0.1).
 #   long prompts (longer than a prefill chunk, not a multiple of the attention
 #   tile): whole, chunked and beside a decoding sequence, against the CPU backend
-#   (SmolLM2 slice, 3e-2) and against CUDA's decode path (Qwen3-0.6B shape, 5e-2:
-#   200 positions of a random 28-layer model, no transformers bf16 band to widen it).
+#   (SmolLM2 slice, 3e-2; Qwen3-0.6B shape, 5e-2, decode and chunked too:
+#   600 positions of a random 28-layer model, no transformers bf16 band to widen it).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-build}"
@@ -71,8 +71,8 @@ if len(sys.argv) > 6 and os.path.exists(sys.argv[6]):
     z = np.fromfile(sys.argv[6], "<f4").reshape(-1, vocab).astype(np.float64)
     e = (np.linalg.norm(z - y, axis=1) / np.linalg.norm(y, axis=1)).max()
     tie = np.maximum(tie, 2 * np.abs(z - y).max(axis=1))
-    print(f"{label}: transformers bf16 vs float32: max rel-L2 {e:.2e}, top-1 agree "
-          f"{(z.argmax(1) == y.argmax(1)).sum()}/{len(y)}")
+    print(f"{label}: band ({os.path.basename(sys.argv[6])}) vs float32: max rel-L2 {e:.2e}, "
+          f"top-1 agree {(z.argmax(1) == y.argmax(1)).sum()}/{len(y)}")
     tol = max(tol, 2 * e)
 if x.shape != y.shape or not np.isfinite(x).all():
     print(f"{label}: shapes {x.shape} vs {y.shape} or non-finite values"); sys.exit(1)
@@ -134,9 +134,17 @@ for m in ${models//,/ }; do
         check "$m long (600): cuda prefill runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.f32"
         check "$m long: cuda chunked (64) runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.chunk.f32" --chunk 64
         check "$m long: cuda decode runs" logits "$shapes/$m" "$lids" "$dev" "$d/qlong.dec.f32" --mode decode
-        check "$m long: prefill vs decode" compare "$d/qlong.f32" "$d/qlong.dec.f32" "$vocab" 5e-2 "$m long prefill~decode"
-        check "$m long: chunked vs decode" compare "$d/qlong.chunk.f32" "$d/qlong.dec.f32" "$vocab" 5e-2 "$m long chunked~decode"
-        grep -E "^$m long" "$out/checks.log" | tail -2 >>"$summary"
+        # each against the CPU backend (float32), whose top-2 gaps decide the
+        # near-ties: prefill with the fixed 0.1 band; chunked and decode with the
+        # prefill path's own difference from the CPU as the noise band (as
+        # transformers' bf16 run sets it above): bf16 through 28 random layers and
+        # 600 positions differs from float32 by up to ~0.3 a logit, and the two
+        # other paths flipped 1-3 of 600 rows with gaps of 0.1-0.3 (2026-11-30)
+        check "$m long: cpu runs" logits "$shapes/$m" "$lids" cpu "$d/qlong.cpu.f32"
+        check "$m long: prefill vs cpu" compare "$d/qlong.f32" "$d/qlong.cpu.f32" "$vocab" 5e-2 "$m long prefill~cpu"
+        check "$m long: chunked vs cpu" compare "$d/qlong.chunk.f32" "$d/qlong.cpu.f32" "$vocab" 5e-2 "$m long chunked~cpu" "$d/qlong.f32"
+        check "$m long: decode vs cpu" compare "$d/qlong.dec.f32" "$d/qlong.cpu.f32" "$vocab" 5e-2 "$m long decode~cpu" "$d/qlong.f32"
+        grep -E "^$m long [a-z]+~cpu: max" "$out/checks.log" | tail -3 >>"$summary"
         rm -f "$d"/qlong*.f32
     fi
 done
@@ -165,17 +173,24 @@ print('top-2 gap at divergence', s[-1]-s[-2]); raise SystemExit(0 if s[-1]-s[-2]
     done
     note "greedy 32 tokens CUDA vs CPU: $same/$n identical, $ties/$n differ first at a near-tie (gap < 0.1)"
 
-    # batch invariance: two sequences batched vs each alone (decode through graphs)
+    # batch invariance: two sequences batched vs each alone (decode through graphs).
+    # Alone on the kernels batched decode uses (LPX_CUDA_QA=0): equal within 1e-3.
+    # Alone on the default batch-1 path (the fused cluster kernel, another summation
+    # order): within the decode tolerance, 3e-2.
     a="1,504,3458,28,253,6512"; b="1,9690,314,253,4,2,17,9"
-    check "batch invariance: A alone" "$lpx" logits -m "$smol" --ids "$a" --device "$dev" --mode decode -o "$out/tmp/a.f32"
-    check "batch invariance: B alone" "$lpx" logits -m "$smol" --ids "$b" --device "$dev" --mode decode -o "$out/tmp/b.f32"
+    check "batch invariance: A alone" env LPX_CUDA_QA=0 "$lpx" logits -m "$smol" --ids "$a" --device "$dev" --mode decode -o "$out/tmp/a.f32"
+    check "batch invariance: B alone" env LPX_CUDA_QA=0 "$lpx" logits -m "$smol" --ids "$b" --device "$dev" --mode decode -o "$out/tmp/b.f32"
+    check "batch invariance: A alone, fused path" "$lpx" logits -m "$smol" --ids "$a" --device "$dev" --mode decode -o "$out/tmp/af.f32"
+    check "batch invariance: B alone, fused path" "$lpx" logits -m "$smol" --ids "$b" --device "$dev" --mode decode -o "$out/tmp/bf.f32"
     check "batch invariance: A+B batched" "$lpx" logits -m "$smol" --ids "$a" --ids "$b" --device "$dev" --mode decode -o "$out/tmp/ab.f32"
-    check "batch invariance: logits equal within 1e-3" python3 -c "
+    check "batch invariance: logits equal within 1e-3 (3e-2 alone on the fused path)" python3 -c "
 import numpy as np; V=49152
-a=np.fromfile('$out/tmp/a.f32','<f4').reshape(-1,V); b=np.fromfile('$out/tmp/b.f32','<f4').reshape(-1,V)
-ab=np.fromfile('$out/tmp/ab.f32','<f4').reshape(-1,V); ref=np.concatenate([a,b])
-e=np.linalg.norm(ab-ref,axis=1)/np.linalg.norm(ref,axis=1); print('batched vs alone max rel-L2', e.max())
-raise SystemExit(0 if e.max() < 1e-3 else 1)"
+ld=lambda n: np.fromfile('$out/tmp/'+n+'.f32','<f4').reshape(-1,V)
+ab=ld('ab'); err=lambda ref: (np.linalg.norm(ab-ref,axis=1)/np.linalg.norm(ref,axis=1)).max()
+e=err(np.concatenate([ld('a'),ld('b')])); f=err(np.concatenate([ld('af'),ld('bf')]))
+print('batched vs alone max rel-L2', e, '; vs alone on the fused path', f)
+raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
+    grep -E "^batched vs alone" "$out/checks.log" | tail -1 >>"$summary"
 
     # decode attention walking several key tiles in one block: 33 sequences of 260
     # ids (a 64-token decode graph, one split per sequence) then 16 greedy tokens
