@@ -62,15 +62,17 @@ static lpx_status mv(const matmul_ctx *mc, float *y, bf16 *act, const bf16 *W, c
                      cudaStream_t st) {
     const int ns = mc->n_sms;
     cudaError_t e;
-#define MV_CASE(N)                                                                                 \
-    case N:                                                                                        \
-        e = matvec_any<N>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, NULL, 0, st);     \
-        break;
     switch (T) {
-        MV_CASE(1) MV_CASE(2) MV_CASE(3) MV_CASE(4) MV_CASE(5) MV_CASE(6) MV_CASE(7) MV_CASE(8)
+    case 1: e = matvec_any<1>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 2: e = matvec_any<2>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 3: e = matvec_any<3>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 4: e = matvec_any<4>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 5: e = matvec_any<5>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 6: e = matvec_any<6>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 7: e = matvec_any<7>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
+    case 8: e = matvec_any<8>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
     default: return lpx_errorf(LPX_ERR_INVALID_ARG, "mv: T=%d > %d", T, MV_MAX_TOKENS);
     }
-#undef MV_CASE
     LPX_CUDA_TRY(e);
     return LPX_OK;
 }

@@ -78,7 +78,6 @@ typedef struct cuda_backend {
     float *part_o;  /* (T, n_heads, S, hd) */
     float *part_ml; /* (T, n_heads, S, 2) */
     int *done;      /* (tok_cap, n_kv) split counters of the attention kernel */
-    float *opart;   /* (n_kv, d_model) o's parts from the fused kernel (qa.fuse_o) */
     float *logits;  /* (logit_cap, vocab) */
 
     /* step_sample (sampling.cuh): rows and token counts in, token ids out, pinned
@@ -288,14 +287,6 @@ static int32_t *in_part(const cuda_backend *b, int32_t *base, int part) {
     return base + (size_t)part * b->tok_cap;
 }
 
-/* matvec_tma_kernel launches a layer of the batch-1 graph (LPX_CUDA_MV_TRACE):
- * qkv, o, gate/up, down; o, gate/up, down after the fused q/k/v + attention; gate/up,
- * down when o is fused too. */
-static int mv_kinds(const cuda_backend *b) {
-    if (!b->qa.cluster || (b->skip & (SK_QKV | SK_ATTN))) return 4;
-    return b->qa.fuse_o ? 2 : 3;
-}
-
 /* Layer l's q/k/v projection and attention as separate kernels (every step but
  * the batch-1 decode that qkv_attn.cuh fuses). */
 static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles, int S) {
@@ -308,7 +299,7 @@ static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles, 
     const int d = c->d_model;
     if (!(sk & SK_QKV))
         LPX_TRY(matmul(&b->mc, b->qkv, NULL, NULL, L->wqkv, b->x, L->attn_norm, b->h, eps, T,
-                       b->qkv_rows, d, 0, NULL, 0, st));
+                       b->qkv_rows, d, 0, st));
     /* decode: q/k norms and RoPE are fused into the attention kernel */
     if (n_tiles > 0 && !(sk & SK_ROPE))
         LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
@@ -345,36 +336,29 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         const float eps = c->rms_norm_eps;
-        bool fused_o = false;
         if (T == 1 && n_tiles == 0 && b->qa.cluster && !(sk & (SK_QKV | SK_ATTN))) {
             LPX_TRY(qkv_attn(&b->qa, b->attn, b->kv, L->wqkv, b->x, L->attn_norm, L->bqkv,
                              L->q_norm, L->k_norm, b->inv_freq, in_part(b, in, IN_SEQ),
                              in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
-                             in_part(b, in, IN_BT), b->max_blocks, b->geom, l, L->wo,
-                             b->opart, d, eps, c->rope_interleaved, c->sliding_window,
-                             b->attn_trace, st));
-            fused_o = b->qa.fuse_o;
+                             in_part(b, in, IN_BT), b->max_blocks, b->geom, l, d, eps,
+                             c->rope_interleaved, c->sliding_window, b->attn_trace, st));
         } else {
             LPX_TRY(qkv_and_attention(b, l, T, n_tiles, S));
         }
-        /* with o fused, gate/up and down add its n_kv parts to x (in order) */
-        const float *xadd = fused_o ? b->opart : NULL;
-        const int n_xadd = fused_o ? c->n_kv_heads : 0;
         /* o: x was last written by down (or embed), two or more kernels back;
          * gate/up launches at o's start, so that its 12 MB of weights (Qwen3-0.6B)
          * stream during the attention as well (it reads only weights before its
          * wait; the down kernel after it reads x early, written by o, which
          * gate/up's wait orders) */
-        if (!(sk & SK_O) && !fused_o)
+        if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
-                           MM_ADD_EARLY | MM_NEXT_EARLY, NULL, 0, st));
+                           MM_ADD_EARLY | MM_NEXT_EARLY, st));
         if (!(sk & SK_GU))
             LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
-                           2 * c->d_ff, d, 0, xadd, n_xadd, st));
-        /* down: x (and o's parts) last written two kernels back */
+                           2 * c->d_ff, d, 0, st));
         if (!(sk & SK_DOWN))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d,
-                           c->d_ff, MM_ADD_EARLY, xadd, n_xadd, st));
+                           c->d_ff, MM_ADD_EARLY, st)); /* x: last written by o */
     }
     return LPX_OK;
 }
@@ -385,7 +369,7 @@ static lpx_status forward_logits(cuda_backend *b, const int32_t *rows, int n) {
     if (b->skip & SK_HEAD) return LPX_OK;
     LPX_TRY(rmsnorm(b->h, b->x, b->out_norm, rows, n, c->d_model, c->rms_norm_eps, b->stream));
     return matmul(&b->mc, b->logits, NULL, NULL, b->lm_head, b->h, NULL, NULL, 0.0f, n,
-                  c->vocab_size, c->d_model, 0, NULL, 0, b->stream);
+                  c->vocab_size, c->d_model, 0, b->stream);
 }
 
 static int bucket_of(int n) {
@@ -593,12 +577,11 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
                                 cudaMemcpyDeviceToHost));
         for (int i = 0; i < n; i++) {
             const long long *t = b->mv_trace_host + (size_t)MV_TRACE * i;
-            const int nk = mv_kinds(b), kind = 4 - nk + i % nk;
+            const int nk = b->qa.cluster ? 3 : 4, kind = 4 - nk + i % nk;
             double *ph = b->mv_phase[kind];
             for (int j = 0; j < 4; j++) ph[j] += (double)t[2 + j];
             ph[4] += (double)(t[6] - t[1]);
-            /* the release after a predecessor that is a traced matvec */
-            if (nk == 4 ? i > 0 && kind != 1 : i % nk != 0) ph[5] += (double)(t[1] - t[6 - MV_TRACE]);
+            if (i > 0 && kind != 1) ph[5] += (double)(t[1] - t[6 - MV_TRACE]);
         }
         b->mv_traced++;
     }
@@ -718,13 +701,13 @@ static void cuda_destroy(lpx_backend *base) {
     if (b->mv_traced > 0) {
         static const char *kind[4] = {"qkv", "o", "gate/up", "down"};
         const double n = (double)b->mv_traced * b->cfg.n_layers;
-        for (int k = 4 - mv_kinds(b); k < 4; k++) {
+        for (int k = b->qa.cluster ? 1 : 0; k < 4; k++) {
             const double *ph = b->mv_phase[k];
             fprintf(stderr,
                     "lpx cuda: matvec %s, block 0 cycles: before the wait %.0f, x %.0f, weights "
                     "wait %.0f, rest %.0f; wait to last block end %.2f us",
                     kind[k], ph[0] / n, ph[1] / n, ph[2] / n, ph[3] / n, ph[4] / n / 1e3);
-            if (mv_kinds(b) == 4 ? k != 1 : k != 4 - mv_kinds(b))
+            if (k != 1)
                 fprintf(stderr, "; release after the predecessor's end %.2f us",
                         ph[5] / (k == 0 ? n - b->mv_traced : n) / 1e3);
             fprintf(stderr, "\n");
@@ -917,18 +900,12 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     env = getenv("LPX_CUDA_PDL");
     g_use_pdl = !(env && !strcmp(env, "0"));
     b->skip = parse_skip(getenv("LPX_CUDA_SKIP"));
-    LPX_TRY(matvec_init());
-    /* o joins the fused kernel where gate/up and down run on matvec_tma_kernel,
-     * which adds its parts (matmul's xadd) */
-    const bool o_ok = matvec_tma_rows(1, 2 * c->d_ff, d, b->mc.n_sms, true, NULL) > 0 &&
-                      matvec_tma_rows(1, d, c->d_ff, b->mc.n_sms, false, NULL) > 0;
-    b->qa = qkv_attn_plan(c->n_heads, c->n_kv_heads, hd, d, o_ok);
+    b->qa = qkv_attn_plan(c->n_heads, c->n_kv_heads, hd, d);
     if (getenv("LPX_CUDA_TIMING") || getenv("LPX_CUDA_ATTN_TRACE"))
         fprintf(stderr,
                 "lpx cuda: batch-1 fused q/k/v + attention: %s (clusters of %d blocks, %d rows "
                 "a block, %zu bytes of shared memory a block)\n",
-                !b->qa.cluster ? "off" : b->qa.fuse_o ? "on, with o" : "on, without o",
-                b->qa.cluster, b->qa.rb, b->qa.smem);
+                b->qa.cluster ? "on" : "off", b->qa.cluster, b->qa.rb, b->qa.smem);
     env = getenv("LPX_CUDA_ATTN_TRACE");
     if (env && !strcmp(env, "1"))
         LPX_TRY(trace_buffers(b, (size_t)AD_TRACE * c->n_layers, "attention", &b->attn_trace_host,
@@ -936,7 +913,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     env = getenv("LPX_CUDA_MV_TRACE");
     if (env && !strcmp(env, "1")) {
         /* qkv (unless fused with the attention), o, gate/up, down a layer */
-        const int n = mv_kinds(b) * c->n_layers;
+        const int n = (b->qa.cluster ? 3 : 4) * c->n_layers;
         LPX_TRY(trace_buffers(b, (size_t)MV_TRACE * n, "matvec", &b->mv_trace_host, &g_mv_trace));
         g_mv_trace_cap = n;
         g_mv_trace_n = 0;
@@ -944,6 +921,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     env = getenv("LPX_CUDA_TIMING");
     if (env && !strcmp(env, "1"))
         for (int i = 0; i < 2; i++) LPX_CUDA_TRY(cudaEventCreate(&b->ev[i]));
+    LPX_TRY(matvec_init());
     LPX_TRY(attention_init());
     LPX_TRY(flash_prefill_init());
 
@@ -1068,7 +1046,6 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     LPX_TRY(dalloc(b, (void **)&b->part_o, prow * c->n_heads * hd * 4));
     LPX_TRY(dalloc(b, (void **)&b->part_ml, prow * c->n_heads * 2 * 4));
     LPX_TRY(dalloc(b, (void **)&b->done, T * c->n_kv_heads * sizeof(int)));
-    if (b->qa.fuse_o) LPX_TRY(dalloc(b, (void **)&b->opart, (size_t)c->n_kv_heads * d * 4));
     LPX_CUDA_TRY(cudaMemset(b->done, 0, T * c->n_kv_heads * sizeof(int)));
     LPX_TRY(dalloc(b, (void **)&b->logits, (size_t)b->logit_cap * c->vocab_size * 4));
     LPX_TRY(decode1_setup(b, &prop));

@@ -201,7 +201,6 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
     matvec_tma_kernel(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,
                       const void *__restrict__ x, const float *__restrict__ norm_w, int rows,
                       int cols, int rpb, int accumulate, float eps,
-                      const float *__restrict__ xadd, int n_xadd, // (n_xadd, B, cols|rows) or NULL
                       long long *__restrict__ trace) { // (MV_TRACE) or NULL: LPX_CUDA_MV_TRACE
     extern __shared__ __align__(128) uint4 mv2_smem[];
     long long *tr = trace && blockIdx.x == 0 && threadIdx.x == 0 ? trace : NULL;
@@ -253,18 +252,8 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
     if ((accumulate & MM_ADD_EARLY) == MM_ADD_EARLY && ks > 1 && !act &&
         (int)threadIdx.x < ng * MV2_ROWS * B) {
         const int t = threadIdx.x, row = t / (MV2_ROWS * B) * MV2_ROWS + t / B % MV2_ROWS;
-        if (row < nrows) { /* from L2 */
-            const size_t o = (size_t)(t % B) * rows + r0 + row;
-            yres = __ldcg(&y[o]);
-            for (int j = 0; j < n_xadd; j++) yres += __ldcg(&xadd[(size_t)j * B * rows + o]);
-        }
+        if (row < nrows) yres = __ldcg(&y[(size_t)(t % B) * rows + r0 + row]); /* from L2 */
     }
-    /* y's value at o (token, row) plus the xadd vectors there, after the wait */
-    auto resid = [&](size_t o) {
-        float v = y[o];
-        for (int j = 0; j < n_xadd; j++) v += xadd[(size_t)j * B * rows + o];
-        return v;
-    };
     __syncthreads(); /* the mbarriers are initialised before anyone waits on them */
     if (accumulate & MM_NEXT_EARLY) grid_launch_next();
     grid_wait();
@@ -276,12 +265,6 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
     }
     if (norm_w) { /* matvec_kernel's arithmetic, the B block sums done together */
         const float *xf = reinterpret_cast<const float *>(x);
-        /* x at (token b, column i) plus the xadd vectors there (added in order) */
-        auto xin = [&](int b, int i) {
-            float v = xf[(size_t)b * cols + i];
-            for (int j = 0; j < n_xadd; j++) v += xadd[((size_t)j * B + b) * cols + i];
-            return v;
-        };
         bf16 *xb = reinterpret_cast<bf16 *>(xs);
         float ss[B], xr[B][XR];
 #pragma unroll
@@ -291,7 +274,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
             for (int k = 0; k < XR; k++) {
                 const int i = threadIdx.x + k * blockDim.x;
 #pragma unroll
-                for (int b = 0; b < B; b++) xr[b][k] = i < cols ? xin(b, i) : 0.0f;
+                for (int b = 0; b < B; b++) xr[b][k] = i < cols ? xf[(size_t)b * cols + i] : 0.0f;
             }
 #pragma unroll
             for (int k = 0; k < XR; k++)
@@ -301,10 +284,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
         } else {
             for (int i = threadIdx.x; i < cols; i += blockDim.x)
 #pragma unroll
-                for (int b = 0; b < B; b++) {
-                    const float v = xin(b, i);
-                    ss[b] += v * v;
-                }
+                for (int b = 0; b < B; b++) ss[b] += xf[(size_t)b * cols + i] * xf[(size_t)b * cols + i];
         }
 #pragma unroll
         for (int b = 0; b < B; b++) {
@@ -331,7 +311,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
             for (int i = threadIdx.x; i < cols; i += blockDim.x)
 #pragma unroll
                 for (int b = 0; b < B; b++)
-                    xb[b * cols + i] = f2bf(xin(b, i) * inv[b] * norm_w[i]);
+                    xb[b * cols + i] = f2bf(xf[(size_t)b * cols + i] * inv[b] * norm_w[i]);
         }
     } else {
         const uint4 *xv = reinterpret_cast<const uint4 *>(x);
@@ -383,7 +363,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
                 for (int b = 0; b < B; b++)
                     if (lane == j * B + b && g * MV2_ROWS + j < nrows) {
                         float *dst = y + (size_t)b * rows + r0 + g * MV2_ROWS + j;
-                        *dst = (accumulate & MM_ADD) ? resid(dst - y) + acc[j][b] : acc[j][b];
+                        *dst = (accumulate & MM_ADD) ? *dst + acc[j][b] : acc[j][b];
                     }
         } else {
 #pragma unroll
@@ -424,7 +404,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
                 for (int k = 0; k < ks; k++) s += red[g * ks + k][j][b];
                 float *dst = y + (size_t)b * rows + r0 + row;
                 *dst = (accumulate & MM_ADD_EARLY) == MM_ADD_EARLY ? yres + s
-                       : (accumulate & MM_ADD)                    ? resid(dst - y) + s
+                       : (accumulate & MM_ADD)                    ? *dst + s
                                                                   : s;
             }
         }
@@ -476,10 +456,8 @@ static cudaError_t matvec_launch(float *y, bf16 *act, const bf16 *W, const void 
                   (size_t)xs, st, y, act, W, x, norm_w, xs, rows, cols, ks, (int)accumulate, eps);
 }
 
-/* Set once per process by matvec_init: LPX_CUDA_MV=old puts every matvec on
- * matvec_kernel; LPX_CUDA_NEXT_EARLY=0 ignores MM_NEXT_EARLY (A/B). */
+/* Set once per process from LPX_CUDA_MV by matvec_init (=old: every matvec on matvec_kernel). */
 static bool g_mv_old = false;
-static bool g_next_early = true;
 
 /* LPX_CUDA_MV_TRACE=1: the first g_mv_trace_cap one-token launches of
  * matvec_tma_kernel (the batch-1 decode graph's projections, in launch order) each
@@ -508,9 +486,8 @@ static int matvec_tma_rows(int T, int rows, int cols, int n_sms, bool pairs, con
 template <int B>
 static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
                               const float *norm_w, int rows, int cols, int n_sms, int accumulate,
-                              float eps, const float *xadd, int n_xadd, cudaStream_t st) {
+                              float eps, cudaStream_t st) {
     const int rpb = matvec_tma_rows(B, rows, cols, n_sms, act != NULL, W);
-    if (rpb == 0 && n_xadd > 0) return cudaErrorInvalidValue; /* only the TMA kernel adds */
     if (rpb == 0)
         return matvec_launch<B>(y, act, W, x, norm_w, rows, cols, n_sms, (accumulate & MM_ADD) != 0,
                                 eps, st);
@@ -519,7 +496,7 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
     if (B == 1 && g_mv_trace && g_mv_trace_n < g_mv_trace_cap)
         trace = g_mv_trace + (size_t)MV_TRACE * g_mv_trace_n++;
     return launch(matvec_tma_kernel<B>, dim3(ceil_div(rows, rpb)), dim3(MV2_WARPS * 32), smem, st,
-                  y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps, xadd, n_xadd, trace);
+                  y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps, trace);
 }
 
 /* Called once at backend creation: reads LPX_CUDA_MV (=old: every matvec on
@@ -529,8 +506,6 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
 static lpx_status matvec_init(void) {
     const char *env = getenv("LPX_CUDA_MV");
     g_mv_old = env && !strcmp(env, "old");
-    env = getenv("LPX_CUDA_NEXT_EARLY");
-    g_next_early = !(env && !strcmp(env, "0"));
 #define MV_ATTR(B)                                                                                 \
     LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_kernel<B>,                                            \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM_MAX));  \
@@ -551,20 +526,14 @@ typedef struct matmul_ctx {
 
 /* y (T, rows) float = x (T, cols) · W (rows, cols)ᵀ; flags (MM_ADD, MM_ADD_EARLY,
  * MM_NEXT_EARLY above: the last two only change the batch-1..8 TMA kernel).
- * xadd (n_xadd, T, ·) or NULL: vectors added (in order) to x before the norm
- * (with norm_w) or to y before the product is (with MM_ADD); matvec_tma_kernel
- * only (an error elsewhere).
  * x is bf16, or, with norm_w set, the float residual stream that is RMS-normalised
  * (weight norm_w, eps) first (through h (T, cols) bf16 as scratch where not fused).
  * With act set (and W's rows gate/up pairs), writes act (T, rows/2) = silu(g)·u,
  * through gu (T, rows) float as scratch on the GEMM path. cols % 8 == 0. */
 static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, const bf16 *W,
                          const void *x, const float *norm_w, bf16 *h, float eps, int T, int rows,
-                         int cols, int flags, const float *xadd, int n_xadd, cudaStream_t st) {
+                         int cols, int flags, cudaStream_t st) {
     const bool fuse = T <= MV_MAX_TOKENS && T * cols * (int)sizeof(bf16) <= MV_SMEM_MAX;
-    if (!g_next_early) flags &= ~MM_NEXT_EARLY;
-    if (n_xadd > 0 && (T > MV_MAX_TOKENS || (norm_w && !fuse)))
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: matmul: xadd needs the fused matvec path");
     if (norm_w && !fuse) {
         LPX_TRY(rmsnorm(h, (const float *)x, norm_w, NULL, T, cols, eps, st));
         x = h;
@@ -573,15 +542,16 @@ static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, c
     if (T <= MV_MAX_TOKENS) {
         const int ns = mc->n_sms;
         cudaError_t e;
-#define MV_CASE(N)                                                                                 \
-    case N:                                                                                        \
-        e = matvec_any<N>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, xadd, n_xadd, st);     \
-        break;
         switch (T) {
-            MV_CASE(1) MV_CASE(2) MV_CASE(3) MV_CASE(4) MV_CASE(5) MV_CASE(6) MV_CASE(7)
-            default: MV_CASE(8)
+        case 1: e = matvec_any<1>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 2: e = matvec_any<2>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 3: e = matvec_any<3>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 4: e = matvec_any<4>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 5: e = matvec_any<5>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 6: e = matvec_any<6>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        case 7: e = matvec_any<7>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
+        default: e = matvec_any<8>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
         }
-#undef MV_CASE
         LPX_CUDA_TRY(e);
         return LPX_OK;
     }

@@ -13,17 +13,11 @@
  *  3. after a cluster barrier, read the head's projections from the blocks that
  *     own them (DSMEM) and each prepare the queries, key and value (bias, q/k
  *     RMSNorm, RoPE: attn_decode_kernel's arithmetic); the last block also writes
- *     the token's key and value to the cache and takes the token's own key; with
- *     the o projection fused, request their rows of o's weights (the head group's
- *     columns) into the space of the q/k/v slice;
- *  4. attend over their keys (each warp an online softmax over its keys, a tile at
- *     a time), then combine their warps;
- *  5. after a second cluster barrier, combine the C partial results,
- *     out = Σ 2^(m_b-M) o_b / Σ 2^(m_b-M) l_b: each block a slice of the output
- *     dims into out, or, with o fused, every block all of the head group's dims,
- *     times its rows of o's weights: the head group's part of o's product,
- *     opart[kvh], which gate/up and down add to the residual stream (saves the o
- *     kernel and its boundary).
+ *     the token's key and value to the cache and takes the token's own key;
+ *  4. attend over their keys (scores a warp a key, softmax and P·V a tile at a
+ *     time, online across tiles);
+ *  5. after a second cluster barrier, combine the C partial results, each block a
+ *     slice of the output dims: out = Σ 2^(m_b-M) o_b / Σ 2^(m_b-M) l_b.
  * Used where it fits (qkv_attn_plan); other steps keep the two kernels. */
 #ifndef LPX_BACKEND_CUDA_QKV_ATTN_CUH
 #define LPX_BACKEND_CUDA_QKV_ATTN_CUH
@@ -52,10 +46,8 @@ template <int HD, int GM> struct qa_smem {
     alignas(16) float wacc[QA_THREADS / 32][GM][HD]; /* each warp's unnormalised output */
     float wm[QA_THREADS / 32][GM], wl[QA_THREADS / 32][GM]; /* and its max and sum */
     float m[GM], l[GM];            /* the block's max and sum (log2 units) */
-    float cm[QA_MAX_CLUSTER][GM], cls[QA_MAX_CLUSTER][GM]; /* every block's (with Wo) */
-    alignas(16) bf16 ao[GM * HD];  /* the head group's attention output (with Wo) */
     float red[QA_THREADS / 32];
-    uint64_t bar, bar_o;           /* the weight slices' mbarriers (q/k/v, o) */
+    uint64_t bar;                  /* the weight slice's mbarrier */
 };
 
 template <int HD, int GM> static constexpr size_t qa_fixed_bytes() {
@@ -77,8 +69,6 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
                     const int32_t *__restrict__ positions, // (1)
                     const int32_t *__restrict__ slots,    // (1)
                     const int32_t *__restrict__ block_table, // (n_seqs, max_blocks)
-                    const bf16 *__restrict__ Wo,          // (cols, n_heads*HD) or NULL
-                    float *__restrict__ opart,            // (n_kv, cols) with Wo
                     int max_blocks, kv_geom g, int layer, int cols, int rb, float scale,
                     float eps, int interleaved, int window,
                     long long *__restrict__ trace) { // (n_layers, AD_TRACE) or NULL
@@ -90,7 +80,6 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     bf16 *ws = reinterpret_cast<bf16 *>(reinterpret_cast<char *>(qa_raw) + qa_fixed_bytes<HD, GM>());
     bf16 *xs = ws + (size_t)rb * cols;
     float *proj = reinterpret_cast<float *>(xs + cols); /* cols % 8 == 0: 16-byte aligned */
-    bf16 *wos = ws; /* o's weight slice (with Wo) reuses the q/k/v slice's space once read */
     cg::cluster_group cl = cg::this_cluster();
     const int C = (int)cl.num_blocks(), rank = (int)cl.block_rank();
     const int kvh = blockIdx.x / C, G = g.n_heads / g.n_kv, R = (G + 2) * HD;
@@ -109,11 +98,9 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
 
     /* 1. the weight slice (at most three bulk copies: a range crosses at most two
      * of the q/k/v boundaries), then the cached keys and values of the block */
-    const uint32_t bar = smem_addr(&sm.bar), bar_o = smem_addr(&sm.bar_o);
-    const int ro = cols / C, GH = G * HD; /* with Wo: output rows a block, its columns */
+    const uint32_t bar = smem_addr(&sm.bar);
     if (tid == 0) {
         mbar_init(bar, 1);
-        mbar_init(bar_o, 1);
         mbar_fence_init();
         mbar_expect_tx(bar, (uint32_t)rb * (uint32_t)cols * 2u);
         for (int v = rank * rb, end = v + rb; v < end;) {
@@ -237,19 +224,6 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     QA_MARK(4);
     trace_last(11);
     cl.sync(); /* every block's rows are in its shared memory */
-    if (Wo && warp == NW - 1) {
-        /* rows rank·ro .. of o's weights, the head group's GH columns, into the
-         * q/k/v slice's space (every warp of the block is past it: the barrier),
-         * a copy a row, issued by the lanes of the last warp (which has no q/k/v
-         * row to prepare when G + 2 < 8); they arrive during the attention */
-        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        if (lane == 0) mbar_expect_tx(bar_o, (uint32_t)ro * (uint32_t)GH * 2u);
-        __syncwarp();
-        for (int i = lane; i < ro; i += 32)
-            bulk_load(smem_addr(wos + (size_t)i * GH),
-                      Wo + (size_t)(rank * ro + i) * g.n_heads * HD + (size_t)kvh * GH,
-                      (uint32_t)GH * 2u, bar_o);
-    }
 
     /* 3. the head's queries, key and value: a warp a row (attn_decode_kernel's
      * arithmetic), the values from the blocks that computed them */
@@ -389,93 +363,34 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     QA_MARK(6);
     cl.sync(); /* every block's partial result is in its shared memory */
 
-    /* 5. combine the C partial results (out = Σ 2^(m_b-M) o_b / Σ 2^(m_b-M) l_b):
-     * without Wo, block rank writes output dims [rank·per, +per) of the head's GH;
-     * with Wo, every block combines all GH dims (rounded to bf16 as the attention
-     * output always is) and multiplies them by its ro rows of o's weights, a
-     * partial sum of o's product over this head group that gate/up and down add
-     * (opart) */
-    if (!Wo) {
-        const int per = (GH + C - 1) / C;
-        if (tid < per && rank * per + tid < GH) {
-            const int e = rank * per + tid, r = e / HD, d = e % HD;
-            float mb[QA_MAX_CLUSTER], lb[QA_MAX_CLUSTER], ob[QA_MAX_CLUSTER];
+    /* 5. combine: block rank takes output dims [rank·per, +per) of the head's G·HD */
+    const int per = (G * HD + C - 1) / C;
+    if (tid < per && rank * per + tid < G * HD) {
+        const int e = rank * per + tid, r = e / HD, d = e % HD;
+        float mb[QA_MAX_CLUSTER], lb[QA_MAX_CLUSTER], ob[QA_MAX_CLUSTER];
 #pragma unroll
-            for (int b = 0; b < QA_MAX_CLUSTER; b++) { /* all remote loads in flight */
-                if (b < C) {
-                    const qa_smem<HD, GM> *rs = cl.map_shared_rank(&sm, b);
-                    mb[b] = rs->m[r];
-                    lb[b] = rs->l[r];
-                    ob[b] = rs->pacc[r][d];
-                }
-            }
-            float M = -INFINITY;
-#pragma unroll
-            for (int b = 0; b < QA_MAX_CLUSTER; b++)
-                if (b < C && lb[b] > 0.0f) M = fmaxf(M, mb[b]);
-            float num = 0.0f, den = 0.0f;
-#pragma unroll
-            for (int b = 0; b < QA_MAX_CLUSTER; b++) {
-                if (b < C && lb[b] > 0.0f) {
-                    const float f = exp2f(mb[b] - M);
-                    num += f * ob[b];
-                    den += f * lb[b];
-                }
-            }
-            out[(size_t)(kvh * G + r) * HD + d] = f2bf(den > 0.0f ? num / den : 0.0f);
-        }
-    } else {
-        if (tid < C * G) {
-            const qa_smem<HD, GM> *rs = cl.map_shared_rank(&sm, tid / G);
-            sm.cm[tid / G][tid % G] = rs->m[tid % G];
-            sm.cls[tid / G][tid % G] = rs->l[tid % G];
-        }
-        __syncthreads();
-        for (int e = tid; e < GH; e += QA_THREADS) {
-            const int r = e / HD, d = e % HD;
-            float ob[QA_MAX_CLUSTER];
-#pragma unroll
-            for (int b = 0; b < QA_MAX_CLUSTER; b++)
-                ob[b] = b < C ? cl.map_shared_rank(&sm, b)->pacc[r][d] : 0.0f;
-            float M = -INFINITY;
-#pragma unroll
-            for (int b = 0; b < QA_MAX_CLUSTER; b++)
-                if (b < C && sm.cls[b][r] > 0.0f) M = fmaxf(M, sm.cm[b][r]);
-            float num = 0.0f, den = 0.0f;
-#pragma unroll
-            for (int b = 0; b < QA_MAX_CLUSTER; b++) {
-                if (b < C && sm.cls[b][r] > 0.0f) {
-                    const float f = exp2f(sm.cm[b][r] - M);
-                    num += f * ob[b];
-                    den += f * sm.cls[b][r];
-                }
-            }
-            sm.ao[e] = f2bf(den > 0.0f ? num / den : 0.0f);
-        }
-        __syncthreads();
-        mbar_wait(bar_o, 0);
-        const uint4 *av = reinterpret_cast<const uint4 *>(sm.ao);
-        const int n8 = GH / 8;
-        for (int gi = warp; gi * MV2_ROWS < ro; gi += NW) {
-            const uint4 *wr[MV2_ROWS];
-#pragma unroll
-            for (int j = 0; j < MV2_ROWS; j++)
-                wr[j] = reinterpret_cast<const uint4 *>(wos) + (size_t)min(gi * MV2_ROWS + j, ro - 1) * n8;
-            float acc[MV2_ROWS];
-#pragma unroll
-            for (int j = 0; j < MV2_ROWS; j++) acc[j] = 0.0f;
-            for (int i = lane; i < n8; i += 32) {
-                const uint4 aq = av[i];
-#pragma unroll
-                for (int j = 0; j < MV2_ROWS; j++) acc[j] += dot8(wr[j][i], aq);
-            }
-#pragma unroll
-            for (int j = 0; j < MV2_ROWS; j++) {
-                acc[j] = warp_sum(acc[j]);
-                if (lane == j && gi * MV2_ROWS + j < ro)
-                    opart[(size_t)kvh * cols + rank * ro + gi * MV2_ROWS + j] = acc[j];
+        for (int b = 0; b < QA_MAX_CLUSTER; b++) { /* all remote loads in flight */
+            if (b < C) {
+                const qa_smem<HD, GM> *rs = cl.map_shared_rank(&sm, b);
+                mb[b] = rs->m[r];
+                lb[b] = rs->l[r];
+                ob[b] = rs->pacc[r][d];
             }
         }
+        float M = -INFINITY;
+#pragma unroll
+        for (int b = 0; b < QA_MAX_CLUSTER; b++)
+            if (b < C && lb[b] > 0.0f) M = fmaxf(M, mb[b]);
+        float num = 0.0f, den = 0.0f;
+#pragma unroll
+        for (int b = 0; b < QA_MAX_CLUSTER; b++) {
+            if (b < C && lb[b] > 0.0f) {
+                const float f = exp2f(mb[b] - M);
+                num += f * ob[b];
+                den += f * lb[b];
+            }
+        }
+        out[(size_t)(kvh * G + r) * HD + d] = f2bf(den > 0.0f ? num / den : 0.0f);
     }
     QA_MARK(7);
     if (tr) tr[9] = (long long)globaltimer_ns();
@@ -493,7 +408,6 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
 typedef struct qa_plan {
     int cluster; /* blocks per KV head, 0: the path does not apply */
     int rb;      /* projection rows a block */
-    bool fuse_o; /* the o projection too (each head group's part into opart) */
     size_t smem; /* dynamic shared memory a block */
 } qa_plan;
 
@@ -503,47 +417,14 @@ template <int HD, int GM> static const void *qa_func(void) {
     return reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM>);
 }
 
-/* How many clusters of c blocks with smem bytes each can be resident at once (0
- * on error). */
-static int qa_active_clusters(const void *f, int c, size_t smem, int n_clusters) {
-    if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ||
-        cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) {
-        cudaGetLastError();
-        return 0;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(n_clusters * c);
-    cfg.blockDim = dim3(QA_THREADS);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = c;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, f, &cfg) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return n;
-}
-
 /* Whether the fused path applies to this model on this GPU, and its shape: the
  * largest cluster (16, 8 or 4 blocks) whose rows a block split evenly in groups of
- * MV2_ROWS, whose shared memory fits QA_SMEM_MAX and of which n_kv clusters can
- * be resident at once; the o projection joins where asked, o_ok (the caller's:
- * gate/up and down can add its parts) and its slice fits where the q/k/v slice
- * was. LPX_CUDA_QA: 0 (the two kernels), attn (the fused kernel without o), o
- * (with o); unset: QA_DEFAULT. */
-#define QA_DEFAULT "attn"
-static qa_plan qkv_attn_plan(int n_heads, int n_kv, int hd, int cols, bool o_ok) {
-    qa_plan p = {0, 0, false, 0};
+ * MV2_ROWS, whose shared memory fits QA_SMEM_MAX and of which n_kv clusters can be
+ * resident at once. LPX_CUDA_QA=0 turns it off. */
+static qa_plan qkv_attn_plan(int n_heads, int n_kv, int hd, int cols) {
+    qa_plan p = {0, 0, 0};
     const char *env = getenv("LPX_CUDA_QA");
-    if (!env || !*env) env = QA_DEFAULT;
-    if (!strcmp(env, "0")) return p;
-    if (strcmp(env, "o")) o_ok = false;
+    if (env && !strcmp(env, "0")) return p;
     if (n_kv <= 0 || n_heads % n_kv || (hd != 64 && hd != 128) || cols % 8 ||
         cols > 8 * QA_THREADS)
         return p;
@@ -564,27 +445,45 @@ static qa_plan qkv_attn_plan(int n_heads, int n_kv, int hd, int cols, bool o_ok)
         const int rb = R / c;
         const size_t smem = fixed + (size_t)rb * cols * 2 + (size_t)cols * 2 + (size_t)rb * 4;
         if (smem > QA_SMEM_MAX) continue;
-        if (qa_active_clusters(f, c, smem, n_kv) < n_kv) continue;
+        if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ||
+            cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) {
+            cudaGetLastError();
+            return p;
+        }
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(n_kv * c);
+        cfg.blockDim = dim3(QA_THREADS);
+        cfg.dynamicSmemBytes = smem;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = c;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int n = 0;
+        if (cudaOccupancyMaxActiveClusters(&n, f, &cfg) != cudaSuccess) {
+            cudaGetLastError();
+            continue;
+        }
+        if (n < n_kv) continue;
         p.cluster = c;
         p.rb = rb;
         p.smem = smem;
-        /* o's slice (cols/c rows of G·hd) goes where the q/k/v slice was */
-        p.fuse_o = o_ok && cols % c == 0 && (size_t)(cols / c) * G * hd <= (size_t)rb * cols;
         return p;
     }
     return p;
 }
 
 /* One token: out = attention of its q/k/v projection (RMSNorm(x; norm_w) · Wᵀ +
- * bias), the token's key and value into the cache; with p->fuse_o, instead of out,
- * opart (n_kv, cols) = each head group's part of out · Woᵀ. */
+ * bias), the token's key and value into the cache. */
 static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W, const float *x,
                            const float *norm_w, const float *bias, const float *q_norm,
                            const float *k_norm, const float *inv_freq, const int32_t *tok_seq,
                            const int32_t *positions, const int32_t *slots,
                            const int32_t *block_table, int max_blocks, kv_geom g, int layer,
-                           const bf16 *Wo, float *opart, int cols, float eps, bool interleaved,
-                           int window, long long *trace, cudaStream_t st) {
+                           int cols, float eps, bool interleaved, int window, long long *trace,
+                           cudaStream_t st) {
     const float scale = 1.0f / sqrtf((float)g.head_dim);
     const int gm = qa_gm(g.n_heads / g.n_kv);
     cudaLaunchConfig_t cfg = {};
@@ -606,8 +505,8 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W,
     if (g.head_dim == HD && gm == GM)                                                              \
         e = cudaLaunchKernelEx(&cfg, qkv_attn_kernel<HD, GM>, out, kv, W, x, norm_w, bias, q_norm, \
                                k_norm, inv_freq, tok_seq, positions, slots, block_table,           \
-                               p->fuse_o ? Wo : NULL, opart, max_blocks, g, layer, cols, p->rb,    \
-                               scale, eps, (int)interleaved, window, trace);
+                               max_blocks, g, layer, cols, p->rb, scale, eps, (int)interleaved,    \
+                               window, trace);
     QA_VARIANTS(QA_LAUNCH)
 #undef QA_LAUNCH
     LPX_CUDA_TRY(e);
