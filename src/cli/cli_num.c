@@ -37,6 +37,16 @@ bool lpx_cli_opt_bad(const char *cmd, const char *opt, const char *value, const 
     return false;
 }
 
+bool lpx_cli_opt_missing(const char *cmd, const char *opt) {
+    fprintf(stderr, "lpx %s: %s: needs a value\n", cmd, opt);
+    return false;
+}
+
+bool lpx_cli_opt_unknown(const char *cmd, const char *arg) {
+    fprintf(stderr, "lpx %s: unknown option '%s' (see lpx %s --help)\n", cmd, arg, cmd);
+    return false;
+}
+
 bool lpx_cli_opt_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
                      int64_t *out) {
     if (lpx_cli_i64(s, lo, hi, out)) return true;
@@ -53,14 +63,10 @@ bool lpx_cli_opt_i32(const char *cmd, const char *opt, const char *s, int32_t lo
     return true;
 }
 
-bool lpx_cli_opt_float(const char *cmd, const char *opt, const char *s, float lo, bool above,
-                       float hi, float *out) {
-    double v;
-    /* the float, not the double, must clear an open bound: 1e-50 is 0 as a float */
-    if (lpx_cli_double(s, lo, hi, &v) && !(above && (float)v <= lo)) {
-        *out = (float)v;
-        return true;
-    }
+/* The message for a number outside [lo, hi] ((lo, hi] when `above`); a bound at +-FLT_MAX
+ * is left out. */
+static bool bad_number(const char *cmd, const char *opt, const char *s, double lo, bool above,
+                       double hi) {
     char what[96];
     if (lo <= -FLT_MAX && hi >= FLT_MAX)
         snprintf(what, sizeof what, "a number");
@@ -71,6 +77,27 @@ bool lpx_cli_opt_float(const char *cmd, const char *opt, const char *s, float lo
     else
         snprintf(what, sizeof what, "a number from %g to %g", lo, hi);
     return lpx_cli_opt_bad(cmd, opt, s, what);
+}
+
+bool lpx_cli_opt_float(const char *cmd, const char *opt, const char *s, float lo, bool above,
+                       float hi, float *out) {
+    double v;
+    /* the float, not the double, must clear an open bound: 1e-50 is 0 as a float */
+    if (lpx_cli_double(s, lo, hi, &v) && !(above && (float)v <= lo)) {
+        *out = (float)v;
+        return true;
+    }
+    return bad_number(cmd, opt, s, lo, above, hi);
+}
+
+bool lpx_cli_opt_double(const char *cmd, const char *opt, const char *s, double lo, bool above,
+                        double hi, double *out) {
+    double v;
+    if (lpx_cli_double(s, lo, hi, &v) && !(above && v <= lo)) {
+        *out = v;
+        return true;
+    }
+    return bad_number(cmd, opt, s, lo, above, hi);
 }
 
 bool lpx_cli_opt_i32_list(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t hi,

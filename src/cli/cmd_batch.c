@@ -1217,11 +1217,13 @@ static bool write_records(int fd, cJSON *arr, const bool *drop, record_fn fn, vo
     return true;
 }
 
+#define MAX_MERGE 256
+
 /* Results of all DIRs, each custom_id once, and all their failure records;
  * the summary counted as for one OUTDIR. */
 static int merge(int argc, char **argv) {
     const char *out = NULL;
-    const char *dirs[256];
+    const char *dirs[MAX_MERGE];
     int n_dirs = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -1236,14 +1238,26 @@ static int merge(int argc, char **argv) {
         }
         if (!strcmp(argv[i], "-o") && i + 1 < argc)
             out = argv[++i];
+        else if (!strcmp(argv[i], "-o"))
+            return fprintf(stderr, "lpx batch: merge: -o: needs a value\n"), 2;
         else if (argv[i][0] == '-')
-            return fprintf(stderr, "lpx batch: merge: unknown option %s\n", argv[i]), 2;
-        else if (n_dirs < 256)
-            dirs[n_dirs++] = argv[i];
-        else
-            return fprintf(stderr, "lpx batch: merge takes at most 256 directories\n"), 2;
+            return fprintf(stderr,
+                           "lpx batch: merge: unknown option '%s' (see lpx batch merge --help)\n",
+                           argv[i]),
+                   2;
+        else {
+            if (n_dirs < MAX_MERGE) dirs[n_dirs] = argv[i];
+            n_dirs++; /* counted past MAX_MERGE for the message */
+        }
     }
-    if (!out || !n_dirs) return fprintf(stderr, "lpx batch: merge needs DIR... -o OUTDIR\n"), 2;
+    if (n_dirs > MAX_MERGE)
+        return fprintf(stderr, "lpx batch: merge: at most %d directories (got %d)\n", MAX_MERGE,
+                       n_dirs),
+               2;
+    if (!out || !n_dirs)
+        return fprintf(stderr, "lpx batch: merge: DIR... and -o OUTDIR are required "
+                               "(see lpx batch merge --help)\n"),
+               2;
     struct stat sb;
     if (stat(out, &sb) == 0) return fail("output directory exists: ", out);
     job j;
@@ -1298,6 +1312,23 @@ static int merge(int argc, char **argv) {
 
 /* ---- command line ------------------------------------------------------------- */
 
+#define CMD "batch"
+
+/* "K/N" with 0 <= K < N: both whole numbers as cli_num reads them. */
+static bool parse_shard(const char *v, int32_t *k, int32_t *n) {
+    const char *slash = strchr(v, '/');
+    char kbuf[32];
+    int32_t kk, nn;
+    if (!slash || (size_t)(slash - v) >= sizeof kbuf) return false;
+    memcpy(kbuf, v, (size_t)(slash - v));
+    kbuf[slash - v] = '\0';
+    if (!lpx_cli_i32(slash + 1, 1, INT32_MAX, &nn) || !lpx_cli_i32(kbuf, 0, nn - 1, &kk))
+        return false;
+    *k = kk;
+    *n = nn;
+    return true;
+}
+
 static void help(void) {
     printf("usage: lpx batch -i INPUT.jsonl -o OUTDIR (-m MODEL | --server URL) [options]\n"
            "       lpx batch merge DIR... -o OUTDIR\n\n"
@@ -1311,21 +1342,25 @@ static void help(void) {
            "                          (-m NAME: the model field; default: GET /v1/models' first)\n"
            "  --api-key KEY           bearer token for --server (default: $OPENAI_API_KEY)\n"
            "  --resume                continue OUTDIR: skip ids that already have a result\n"
-           "  --concurrency N|auto    requests in flight (auto: from the KV budget; server: 8)\n"
-           "  --timeout S             per-attempt timeout in seconds (default: none)\n"
-           "  --retries N             retries of transient failures, with backoff (default 2)\n"
-           "  --shard K/N             run only ids in shard K of N (K = 0..N-1)\n"
-           "  --max-tokens N          default max_tokens for lines without one (256)\n"
-           "  --temperature T         default temperature (0 = greedy)\n"
-           "  --top-p P               default top_p (1)\n"
-           "  --seed S                default seed (default: derived from each id)\n"
+           "  --concurrency N|auto    requests in flight, 1 to 4096 (default auto: from the KV\n"
+           "                          budget; server: 8)\n"
+           "  --timeout S             per-attempt timeout in seconds, 0 to 1e6 (default 0: none)\n"
+           "  --retries N             retries of transient failures, with backoff, 0 to 100\n"
+           "                          (default 2)\n"
+           "  --shard K/N             run only ids in shard K of N (K = 0..N-1, N up to 2^31-1)\n"
+           "  --max-tokens N          default max_tokens for lines without one, 1 to 1e7 (256)\n"
+           "  --temperature T         default temperature, 0 to 100 (0 = greedy)\n"
+           "  --top-p P               default top_p, 1e-9 to 1 (1)\n"
+           "  --seed S                default seed, 0 to 2^53 (default: derived from each id)\n"
            "  --device DEV            cpu, cuda or cuda:N\n"
-           "  -t, --threads N         CPU threads\n"
-           "  -c, --ctx-size N        max model length\n"
-           "  --kv-bytes N            KV cache budget in bytes\n"
-           "  --repeat-ngram N        quality: n-gram size of the repetition check (3)\n"
-           "  --repeat-ratio R        quality: flag when repeated n-grams exceed R (0.5)\n"
-           "  --repeat-min N          quality: no repetition flag under N n-grams (8)\n");
+           "  -t, --threads N         CPU threads, 1 to 1024\n"
+           "  -c, --ctx-size N        max model length, 1 to 1e8\n"
+           "  --kv-bytes N            KV cache budget in bytes, 1 or more\n"
+           "  --repeat-ngram N        quality: n-gram size of the repetition check, 1 to 64 (3)\n"
+           "  --repeat-ratio R        quality: flag when repeated n-grams exceed R, 0 to 1 (0.5)\n"
+           "  --repeat-min N          quality: no repetition flag under N n-grams, 1 to 1e6 (8)\n\n"
+           "A number must be the whole value (no trailing text) and in its range; anything\n"
+           "else, like an unknown option, is a usage error (exit 2) before anything is read.\n");
 }
 
 int cmd_batch(int argc, char **argv) {
@@ -1340,6 +1375,32 @@ int cmd_batch(int argc, char **argv) {
     o->seed = -1;
     o->api_key = getenv("OPENAI_API_KEY");
     lpx_bq_opts_init(&o->quality);
+    static const char *const with_value[] = {"-i",
+                                             "--input",
+                                             "-o",
+                                             "--output",
+                                             "-m",
+                                             "--model",
+                                             "--server",
+                                             "--api-key",
+                                             "--device",
+                                             "--concurrency",
+                                             "--timeout",
+                                             "--retries",
+                                             "--shard",
+                                             "--max-tokens",
+                                             "--temperature",
+                                             "--temp",
+                                             "--top-p",
+                                             "--seed",
+                                             "-t",
+                                             "--threads",
+                                             "-c",
+                                             "--ctx-size",
+                                             "--kv-bytes",
+                                             "--repeat-ngram",
+                                             "--repeat-ratio",
+                                             "--repeat-min"};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -1350,10 +1411,15 @@ int cmd_batch(int argc, char **argv) {
             o->resume = true;
             continue;
         }
-        if (i + 1 >= argc || a[0] != '-') {
-            fprintf(stderr, "lpx batch: unknown argument or missing value: %s\n", a);
+        if (a[0] != '-') {
+            fprintf(stderr, "lpx batch: unexpected argument '%s' (see lpx batch --help)\n", a);
             return 2;
         }
+        bool known = false;
+        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+            known |= !strcmp(a, with_value[k]);
+        if (!known) return lpx_cli_opt_unknown(CMD, a), 2;
+        if (i + 1 >= argc) return lpx_cli_opt_missing(CMD, a), 2;
         const char *v = argv[++i];
         bool ok = true;
         if (!strcmp(a, "-i") || !strcmp(a, "--input"))
@@ -1369,49 +1435,45 @@ int cmd_batch(int argc, char **argv) {
         else if (!strcmp(a, "--device"))
             o->device = v;
         else if (!strcmp(a, "--concurrency")) {
-            if (strcmp(v, "auto")) ok = lpx_cli_i32(v, 1, 4096, &o->concurrency);
+            if (strcmp(v, "auto") && !lpx_cli_i32(v, 1, 4096, &o->concurrency))
+                ok = lpx_cli_opt_bad(CMD, a, v, "auto or a whole number from 1 to 4096");
         } else if (!strcmp(a, "--timeout"))
-            ok = lpx_cli_double(v, 0, 1e6, &o->timeout_s);
+            ok = lpx_cli_opt_double(CMD, a, v, 0, false, 1e6, &o->timeout_s);
         else if (!strcmp(a, "--retries"))
-            ok = lpx_cli_i32(v, 0, 100, &o->retries);
-        else if (!strcmp(a, "--shard")) {
-            int k, n, used = 0;
-            ok = sscanf(v, "%d/%d%n", &k, &n, &used) == 2 && !v[used] && n >= 1 && k >= 0 && k < n;
-            o->shard_k = k;
-            o->shard_n = n;
-        } else if (!strcmp(a, "--max-tokens"))
-            ok = lpx_cli_i32(v, 1, 10000000, &o->max_tokens);
+            ok = lpx_cli_opt_i32(CMD, a, v, 0, 100, &o->retries);
+        else if (!strcmp(a, "--shard"))
+            ok = parse_shard(v, &o->shard_k, &o->shard_n) ||
+                 lpx_cli_opt_bad(CMD, a, v, "K/N, whole numbers with 0 <= K < N <= 2147483647");
+        else if (!strcmp(a, "--max-tokens"))
+            ok = lpx_cli_opt_i32(CMD, a, v, 1, 10000000, &o->max_tokens);
         else if (!strcmp(a, "--temperature") || !strcmp(a, "--temp"))
-            ok = lpx_cli_double(v, 0, 100, &o->temperature);
+            ok = lpx_cli_opt_double(CMD, a, v, 0, false, 100, &o->temperature);
         else if (!strcmp(a, "--top-p"))
-            ok = lpx_cli_double(v, 1e-9, 1, &o->top_p);
-        else if (!strcmp(a, "--seed"))
-            ok = lpx_cli_i64(v, 0, MAX_JSON_INT, &o->seed);
+            ok = lpx_cli_opt_double(CMD, a, v, 1e-9, false, 1, &o->top_p);
+        else if (!strcmp(a, "--seed")) /* a JSON number holds it exactly */
+            ok = lpx_cli_opt_i64(CMD, a, v, 0, MAX_JSON_INT, &o->seed);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-            ok = lpx_cli_i32(v, 1, 1024, &o->threads);
+            ok = lpx_cli_opt_i32(CMD, a, v, 1, 1024, &o->threads);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
-            ok = lpx_cli_i32(v, 1, 100000000, &o->ctx);
+            ok = lpx_cli_opt_i32(CMD, a, v, 1, 100000000, &o->ctx);
         else if (!strcmp(a, "--kv-bytes"))
-            ok = lpx_cli_i64(v, 1, INT64_MAX, &o->kv_bytes);
+            ok = lpx_cli_opt_i64(CMD, a, v, 1, INT64_MAX, &o->kv_bytes);
         else if (!strcmp(a, "--repeat-ngram"))
-            ok = lpx_cli_i32(v, 1, 64, &o->quality.ngram);
+            ok = lpx_cli_opt_i32(CMD, a, v, 1, 64, &o->quality.ngram);
         else if (!strcmp(a, "--repeat-ratio"))
-            ok = lpx_cli_double(v, 0, 1, &o->quality.repeat_ratio);
-        else if (!strcmp(a, "--repeat-min"))
-            ok = lpx_cli_i32(v, 1, 1000000, &o->quality.min_ngrams);
-        else {
-            fprintf(stderr, "lpx batch: unknown option %s (lpx batch --help lists them)\n", a);
-            return 2;
-        }
-        if (!ok) {
-            fprintf(stderr, "lpx batch: bad value for %s: '%s'\n", a, v);
-            return 2;
-        }
+            ok = lpx_cli_opt_double(CMD, a, v, 0, false, 1, &o->quality.repeat_ratio);
+        else /* --repeat-min */
+            ok = lpx_cli_opt_i32(CMD, a, v, 1, 1000000, &o->quality.min_ngrams);
+        if (!ok) return 2;
     }
     if (!o->input || !o->outdir)
-        return fprintf(stderr, "lpx batch: needs -i INPUT and -o OUTDIR\n"), 2;
+        return fprintf(stderr, "lpx batch: -i INPUT and -o OUTDIR are required "
+                               "(see lpx batch --help)\n"),
+               2;
     if (!o->model && !o->server)
-        return fprintf(stderr, "lpx batch: needs -m MODEL or --server URL\n"), 2;
+        return fprintf(stderr, "lpx batch: -m MODEL or --server URL is required "
+                               "(see lpx batch --help)\n"),
+               2;
     if (o->server) curl_global_init(CURL_GLOBAL_DEFAULT);
     pthread_mutex_init(&j.mu, NULL);
     pthread_cond_init(&j.cv, NULL);

@@ -13,8 +13,9 @@
  *     if (a.help || a.bad) return lpx_opts_exit(&a, usage);
  *
  * A matcher returns true when argv holds its option with a good value, which it then
- * consumes; a missing or bad value prints "lpx CMD: ..." and sets `bad`, after which
- * every matcher returns false and the loop ends. */
+ * consumes; a missing or bad value prints "lpx CMD: ..." (cli_num.h's wording, as every
+ * subcommand words it) and sets `bad`, after which every matcher returns false and the
+ * loop ends. */
 #ifndef LPX_CLI_OPTS_H
 #define LPX_CLI_OPTS_H
 

@@ -353,6 +353,63 @@ def test_empty_missing_unwritable(tmp_path, lpx_bin, smollm2):
     assert r.returncode == 2 and "-m MODEL or --server" in r.stderr
 
 
+@pytest.mark.parametrize("opt,value,want", [
+    ("--retries", "two", "a whole number from 0 to 100"),
+    ("--retries", "2x", "a whole number from 0 to 100"),
+    ("--retries", "99999999999", "a whole number from 0 to 100"),
+    ("--retries", "101", "a whole number from 0 to 100"),
+    ("--timeout", "-5", "a number from 0 to 1e+06"),
+    ("--timeout", "60s", "a number from 0 to 1e+06"),
+    ("--timeout", "1e999", "a number from 0 to 1e+06"),
+    ("--concurrency", "0", "auto or a whole number from 1 to 4096"),
+    ("--concurrency", "8x", "auto or a whole number from 1 to 4096"),
+    ("--concurrency", "99999999999", "auto or a whole number from 1 to 4096"),
+    ("--shard", "3/3", "K/N, whole numbers with 0 <= K < N <= 2147483647"),
+    ("--shard", "1/2x", "K/N, whole numbers with 0 <= K < N <= 2147483647"),
+    ("--shard", "a/b", "K/N, whole numbers with 0 <= K < N <= 2147483647"),
+    # sscanf's %d took these: the overflowed N wrapped to 1215752191
+    ("--shard", "0/99999999999", "K/N, whole numbers with 0 <= K < N <= 2147483647"),
+    ("--shard", "4294967296/2", "K/N, whole numbers with 0 <= K < N <= 2147483647"),
+    ("--max-tokens", "0", "a whole number from 1 to 10000000"),
+    ("--temperature", "nan", "a number from 0 to 100"),
+    ("--top-p", "0", "a number from 1e-09 to 1"),
+    ("--seed", "9007199254740993", "a whole number from 0 to 9007199254740992"),
+    ("-t", "1025", "a whole number from 1 to 1024"),
+    ("-c", "1k", "a whole number from 1 to 100000000"),
+    ("--kv-bytes", "99999999999999999999", "a whole number from 1 to 9223372036854775807"),
+    ("--repeat-ngram", "65", "a whole number from 1 to 64"),
+    ("--repeat-ratio", "1.5", "a number from 0 to 1"),
+    ("--repeat-min", "-1", "a whole number from 1 to 1000000"),
+])
+def test_bad_number_is_usage_error(tmp_path, lpx_bin, opt, value, want):
+    """Garbage, trailing text, overflow and out-of-range values: one line in the wording
+    of every command (src/cli/cli_num.c), exit 2, before the input is read. Were the value
+    taken, the missing input would end it with 1."""
+    r = batch(lpx_bin, "-i", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "out"),
+              "-m", str(tmp_path / "none.gguf"), opt, value, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"lpx batch: {opt}: expected {want} (got '{value}')\n"
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["-i", "x", "--bogus", "1"], "unknown option '--bogus' (see lpx batch --help)"),
+    (["-i", "x", "extra"], "unexpected argument 'extra' (see lpx batch --help)"),
+    (["-i", "x", "--timeout"], "--timeout: needs a value"),
+    (["-m", "x", "--retries", "3"], "-i INPUT and -o OUTDIR are required (see lpx batch --help)"),
+    (["-i", "x", "-o", "y"], "-m MODEL or --server URL is required (see lpx batch --help)"),
+    (["merge", "d", "-o"], "merge: -o: needs a value"),
+    (["merge", "d", "-x", "-o", "y"], "merge: unknown option '-x' (see lpx batch merge --help)"),
+    (["merge", "d"], "merge: DIR... and -o OUTDIR are required (see lpx batch merge --help)"),
+    (["merge", *map(str, range(257)), "-o", "y"],
+     "merge: at most 256 directories (got 257)"),
+])
+def test_usage_errors(lpx_bin, args, msg):
+    r = batch(lpx_bin, *args, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"lpx batch: {msg}\n"
+
+
 def test_engine_timeout_retried_then_failed(tmp_path, lpx_bin, smollm2):
     """In-process --timeout cancels the request in the engine; a timeout is
     transient, so it is retried, and recorded as a failure when retries run

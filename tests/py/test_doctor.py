@@ -87,21 +87,42 @@ def test_monitor_usage(lpx_bin):
 
 
 @pytest.mark.parametrize("args,msg", [
-    (("doctor", "--bogus"), "unknown option '--bogus'"),
-    (("doctor", "-m"), "-m needs a value"),
+    (("doctor", "--bogus"), "unknown option '--bogus' (see lpx doctor --help)"),
+    (("doctor", "-m"), "-m: needs a value"),
     (("doctor", "--max-num-seqs", "0"),
-     "--max-num-seqs needs a whole number from 1 to 2147483647 (got '0')"),
-    (("monitor", "--interval", "0"), "--interval needs a number from 0.05 to 86400 (got '0')"),
-    (("monitor", "--count", "1.5"), "--count needs a whole number from 1 to 1000000000 (got '1.5')"),
-    (("monitor", "--json", "--log"), "--log needs a value"),
-    (("plan", "--bandwidth", "x"), "--bandwidth needs a number from 0.001 to 1000 (got 'x')"),
+     "--max-num-seqs: expected a whole number from 1 to 2147483647 (got '0')"),
+    (("doctor", "--max-model-len", "4k"),
+     "--max-model-len: expected a whole number from 1 to 2147483647 (got '4k')"),
+    (("doctor", "--max-num-seqs", "99999999999"),
+     "--max-num-seqs: expected a whole number from 1 to 2147483647 (got '99999999999')"),
+    (("doctor", "--max-model-len", "many"),
+     "--max-model-len: expected a whole number from 1 to 2147483647 (got 'many')"),
+    (("monitor", "--interval", "0"), "--interval: expected a number from 0.05 to 86400 (got '0')"),
+    (("monitor", "--interval", "1s"), "--interval: expected a number from 0.05 to 86400 (got '1s')"),
+    (("monitor", "--interval", "1e999"),
+     "--interval: expected a number from 0.05 to 86400 (got '1e999')"),
+    (("monitor", "--count", "1.5"),
+     "--count: expected a whole number from 1 to 1000000000 (got '1.5')"),
+    (("monitor", "--count", "x"), "--count: expected a whole number from 1 to 1000000000 (got 'x')"),
+    (("monitor", "--util-high", "99999999999999999999"),
+     "--util-high: expected a whole number from 0 to 100 (got '99999999999999999999')"),
+    (("monitor", "--mem-high", "101"), "--mem-high: expected a whole number from 0 to 100 (got '101')"),
+    (("monitor", "--json", "--log"), "--log: needs a value"),
+    (("plan", "--bandwidth", "x"), "--bandwidth: expected a number from 0.001 to 1000 (got 'x')"),
+    (("plan", "--bandwidth", "4.8TB"),
+     "--bandwidth: expected a number from 0.001 to 1000 (got '4.8TB')"),
+    (("plan", "--memory", "1e400"), "--memory: expected a number from 0.001 to 1e+06 (got '1e400')"),
+    (("plan", "--gpu-memory-utilization", "0"),
+     "--gpu-memory-utilization: expected a number from 0.01 to 1 (got '0')"),
     (("plan", "-m", "x.gguf", "--context", "-1"),
-     "--context needs a whole number from 0 to 2147483647 (got '-1')"),
+     "--context: expected a whole number from 0 to 2147483647 (got '-1')"),
 ])
 def test_usage_errors(lpx_bin, args, msg):
-    """doctor, monitor and plan share one option parser (src/cli/opts.c): one wording."""
+    """doctor, monitor and plan share one option parser (src/cli/opts.c) and word a bad
+    number as every other command does (src/cli/cli_num.c): garbage, trailing text,
+    overflow and out-of-range values are one line and exit 2."""
     r = run(lpx_bin, *args)
     assert r.returncode == 2 and r.stdout == ""
-    assert r.stderr == "lpx %s: %s (see lpx %s --help)\n" % (args[0], msg, args[0])
+    assert r.stderr == "lpx %s: %s\n" % (args[0], msg)
     r = run(lpx_bin, args[0], "-h", *args[1:])
     assert r.returncode == 0 and r.stdout.startswith("usage: lpx " + args[0])

@@ -517,3 +517,43 @@ def test_sigterm_timeout_ends_streams_with_error(lpx_bin, smollm2):
         assert s.proc.wait(30) == 0
     finally:
         s.stop()
+
+
+# ---- command line -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("opt,value,want", [
+    ("--port", "abc", "expected a whole number from 0 to 65535"),
+    ("--port", "80abc", "expected a whole number from 0 to 65535"),
+    ("--port", "99999999999", "expected a whole number from 0 to 65535"),
+    ("--port", "65536", "expected a whole number from 0 to 65535"),
+    ("--max-num-seqs", "4097", "expected a whole number from 1 to 4096"),
+    ("--max-model-len", "1", "expected a whole number from 2 to 2147483647"),
+    ("--max-queue", "99999999999999999999", "expected a whole number from 1 to 1048576"),
+    ("--gpu-memory-utilization", "90%", "expected a number from 0.01 to 1"),
+    ("--request-timeout", "-5", "expected a number from 0.001 to 1e+07"),
+    ("--shutdown-timeout", "1e999", "expected a number from 0 to 1e+07"),
+    ("-t", "0", "expected a whole number from 1 to 4096"),
+    ("--threads", "four", "expected a whole number from 1 to 4096"),
+])
+def test_bad_number_is_usage_error(lpx_bin, tmp_path, opt, value, want):
+    """Garbage, trailing text, overflow and out-of-range values: one line in the wording
+    of every command (src/cli/cli_num.c), exit 2, before anything listens or loads. Were
+    the value taken, the missing model would end it with 1 (--port 0: no fixed port)."""
+    r = subprocess.run([lpx_bin, "serve", "-m", str(tmp_path / "none.gguf"), "--port", "0", opt,
+                        value], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"lpx serve: {opt}: {want} (got '{value}')\n"
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--bogus", "1"], "unknown option '--bogus' (see lpx serve --help)"),
+    (["--timeout", "5"], "unknown option '--timeout' (see lpx serve --help)"),
+    (["--port"], "--port: needs a value"),
+    (["-m"], "-m: needs a value"),
+    (["--port", "0"], "-m MODEL is required (see lpx serve --help)"),
+])
+def test_usage_errors(lpx_bin, args, msg):
+    r = subprocess.run([lpx_bin, "serve", *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"lpx serve: {msg}\n"
