@@ -899,9 +899,14 @@ static int run_job(job *j) {
     batch_opts *o = &j->o;
     struct stat sb;
     bool exists = stat(o->outdir, &sb) == 0;
-    if (exists && !o->resume)
-        return fail("output directory exists (add --resume to continue it): ", o->outdir);
-    if (exists && !S_ISDIR(sb.st_mode)) return fail("not a directory: ", o->outdir);
+    if (exists && !o->resume) {
+        fprintf(stderr, "lpx batch: -o %s: exists (add --resume to continue it)\n", o->outdir);
+        return 1;
+    }
+    if (exists && !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "lpx batch: -o %s: not a directory\n", o->outdir);
+        return 1;
+    }
     /* the input first: a missing file must not leave an empty OUTDIR behind */
     lpx_status st = lpx_batch_input_read(o->input, &j->in);
     if (st != LPX_OK) return fail(lpx_last_error(), NULL);
@@ -1259,7 +1264,10 @@ static int merge(int argc, char **argv) {
                                "(see lpx batch merge --help)\n"),
                2;
     struct stat sb;
-    if (stat(out, &sb) == 0) return fail("output directory exists: ", out);
+    if (stat(out, &sb) == 0) {
+        fprintf(stderr, "lpx batch: merge: -o %s: exists (merge writes a new directory)\n", out);
+        return 1;
+    }
     job j;
     memset(&j, 0, sizeof j);
     j.log_fd = j.results_fd = j.failures_fd = -1;
@@ -1270,10 +1278,11 @@ static int merge(int argc, char **argv) {
         char rp[4096], fp[4096];
         snprintf(rp, sizeof rp, "%s/results.jsonl", dirs[d]);
         snprintf(fp, sizeof fp, "%s/failures.jsonl", dirs[d]);
-        if (access(rp, R_OK) != 0)
-            rc = fail("cannot read ", rp);
-        else if (!read_records(&j, rp, false, keep_record, results) ||
-                 !read_records(&j, fp, false, keep_record, failures))
+        if (access(rp, R_OK) != 0) {
+            fprintf(stderr, "lpx batch: merge: cannot read %s: %s\n", rp, strerror(errno));
+            rc = 1;
+        } else if (!read_records(&j, rp, false, keep_record, results) ||
+                   !read_records(&j, fp, false, keep_record, failures))
             rc = fail(lpx_last_error(), NULL);
     }
     if (!rc && (!(drop = calloc((size_t)cJSON_GetArraySize(results) + 1, sizeof *drop)) ||

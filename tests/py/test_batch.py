@@ -240,7 +240,8 @@ def test_shards_and_merge(job, lpx_bin, smollm2):
     assert whole_lines(d / "merged2" / "results.jsonl")[:len(seen_1)] == seen_1
     r = subprocess.run([lpx_bin, "batch", "merge", str(d / "shard0"), "-o", str(d / "merged")],
                        capture_output=True, text=True)
-    assert r.returncode == 1 and "exists" in r.stderr
+    assert r.returncode == 1
+    assert r.stderr == f"lpx batch: merge: -o {d / 'merged'}: exists (merge writes a new directory)\n"
     r = batch(lpx_bin, "-i", str(inp), "-o", str(d / "x"), "-m", smollm2, "--shard", "3/3")
     assert r.returncode == 2 and "--shard" in r.stderr
 
@@ -324,7 +325,8 @@ def test_bad_input(tmp_path, lpx_bin, smollm2):
     # an existing OUTDIR is refused without --resume, and left as it was
     before = (out / "results.jsonl").read_text()
     r = batch(lpx_bin, "-i", str(inp), "-o", str(out), "-m", smollm2)
-    assert r.returncode == 1 and "exists" in r.stderr and "--resume" in r.stderr
+    assert r.returncode == 1
+    assert r.stderr == f"lpx batch: -o {out}: exists (add --resume to continue it)\n"
     assert (out / "results.jsonl").read_text() == before
 
 
@@ -408,6 +410,20 @@ def test_usage_errors(lpx_bin, args, msg):
     r = batch(lpx_bin, *args, timeout=60)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == f"lpx batch: {msg}\n"
+
+
+def test_outdir_errors(tmp_path, lpx_bin):
+    """OUTDIR problems end the job (1) before the input or the model is read: each line
+    names the option and the path."""
+    f = tmp_path / "file"
+    f.write_text("")
+    r = batch(lpx_bin, "-i", str(tmp_path / "none.jsonl"), "-o", str(f), "-m", "none.gguf",
+              "--resume", timeout=60)
+    assert (r.returncode, r.stderr) == (1, f"lpx batch: -o {f}: not a directory\n")
+    r = batch(lpx_bin, "merge", str(tmp_path / "nodir"), "-o", str(tmp_path / "m"), timeout=60)
+    assert r.returncode == 1 and not (tmp_path / "m").exists()
+    assert r.stderr == (f"lpx batch: merge: cannot read {tmp_path / 'nodir' / 'results.jsonl'}: "
+                        "No such file or directory\n")
 
 
 def test_engine_timeout_retried_then_failed(tmp_path, lpx_bin, smollm2):
