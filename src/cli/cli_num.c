@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 bool lpx_cli_double(const char *s, double lo, double hi, double *out) {
     char *end;
@@ -45,6 +46,12 @@ bool lpx_cli_opt_missing(const char *cmd, const char *opt) {
 bool lpx_cli_opt_unknown(const char *cmd, const char *arg) {
     fprintf(stderr, "lpx %s: unknown option '%s' (see lpx %s --help)\n", cmd, arg, cmd);
     return false;
+}
+
+bool lpx_cli_opt_reject(const char *cmd, const char *arg, const char *const with_value[]) {
+    for (size_t k = 0; with_value[k]; k++)
+        if (!strcmp(arg, with_value[k])) return lpx_cli_opt_missing(cmd, arg);
+    return lpx_cli_opt_unknown(cmd, arg);
 }
 
 bool lpx_cli_opt_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,

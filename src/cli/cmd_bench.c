@@ -347,8 +347,9 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--report") && has) {
             report = argv[++i];
         } else {
-            fprintf(stderr, "lpx bench: unknown or incomplete option '%s' (see --help)\n", a);
-            return 2;
+            static const char *const with_value[] = {
+                "-m", "--model", "-p", "-n", "-c", "-r", "-b", "-o", "--device", "--report", NULL};
+            return lpx_cli_opt_reject("bench", a, with_value), 2;
         }
     }
     if (!model) {

@@ -1,6 +1,7 @@
 /* lpx chat: interactive chat with the model's template and the whole history
  * re-rendered each turn. Ctrl-C stops the answer being written; Ctrl-C at the
  * prompt, or twice within a second, exits; so does EOF. */
+#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "cli/gen_args.h"
 
@@ -105,9 +106,7 @@ int cmd_chat(int argc, char **argv) {
             help();
             return 0;
         }
-        fprintf(stderr, "lpx chat: unknown option or missing value: %s (lpx chat --help)\n",
-                argv[i]);
-        return 2;
+        return lpx_cli_opt_unknown("chat", argv[i]), 2;
     }
     if (!lpx_gen_args_check(&g, "chat")) return 2;
     lpx_model *m;

@@ -15,8 +15,9 @@ static void usage(FILE *f) {
                "containers and the CPU fallback. Each check prints OK, WARN or FAIL, what was\n"
                "found and the fix.\n\n"
                "  -m MODEL            also check that MODEL fits in each GPU's free memory\n"
-               "  --max-model-len L   tokens per sequence for that check (default: the model's)\n"
-               "  --max-num-seqs N    sequences for that check (default 1)\n"
+               "  --max-model-len L   tokens per sequence for that check, 1 to 2147483647\n"
+               "                      (default: the model's)\n"
+               "  --max-num-seqs N    sequences for that check, 1 to 2147483647 (default 1)\n"
                "  --json              print the report as JSON\n\n"
                "exit status: 0 all OK, 1 at least one FAIL, 3 WARN but no FAIL, 2 usage error\n");
 }

@@ -135,8 +135,10 @@ int cmd_logits(int argc, char **argv) {
         } else if (!strcmp(a, "--greedy") && has) {
             if (!lpx_cli_opt_i32("logits", a, argv[++i], 0, 1000000, &n_greedy)) return 2;
         } else {
-            fprintf(stderr, "lpx logits: unknown or incomplete option '%s' (see --help)\n", a);
-            return 2;
+            static const char *const with_value[] = {
+                "-m", "--model",  "--ids",        "--device",  "--mode",   "--chunk",
+                "-o", "--output", "--block-size", "--threads", "--greedy", NULL};
+            return lpx_cli_opt_reject("logits", a, with_value), 2;
         }
     }
     if (!model_path || !n_seqs) {

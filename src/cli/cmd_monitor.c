@@ -27,18 +27,22 @@ static void usage(FILE *f) {
             "alerts when a rule starts or stops holding. With --url, a running lpx server's\n"
             "generated tokens/s, running and waiting requests and KV cache use (from its\n"
             "/metrics) stand beside them; with no GPU here, the server alone.\n\n"
-            "  --interval S        seconds between samples (default 1)\n"
-            "  --count N           stop after N samples (default: until Ctrl-C)\n"
+            "  --interval S        seconds between samples, 0.05 to 86400 (default 1)\n"
+            "  --count N           stop after N samples, 1 to 1000000000\n"
+            "                      (default: until Ctrl-C)\n"
             "  --url URL           the lpx server (lpx serve) to read, e.g. http://127.0.0.1:8000\n"
             "  --json              JSON instead of the table: an object per GPU per sample\n"
             "                      (per sample with no GPU); --url adds a \"server\" object\n"
             "  --log FILE          append alerts to FILE too\n"
             "limits:\n"
-            "  --util-high P       utilisation %% that, with --mem-high, is 'saturated' (%d)\n"
-            "  --mem-high P        memory-in-use %% for that rule (%d)\n"
-            "  --temp-limit C      temperature alert (default: the GPU's slowdown - 5 C)\n"
-            "  --growth-mib M      memory growth that alerts when it rose at every sample (%lld)\n"
-            "  --growth-window N   samples for that rule (%d)\n",
+            "  --util-high P       utilisation %% that, with --mem-high, is 'saturated', 0 to 100\n"
+            "                      (%d)\n"
+            "  --mem-high P        memory-in-use %% for that rule, 0 to 100 (%d)\n"
+            "  --temp-limit C      temperature alert, 1 to 200\n"
+            "                      (default: the GPU's slowdown - 5 C)\n"
+            "  --growth-mib M      memory growth that alerts when it rose at every sample,\n"
+            "                      1 to 10000000 (%lld)\n"
+            "  --growth-window N   samples for that rule, 2 to 100000 (%d)\n",
             l.util_high, l.mem_high, (long long)(l.growth_bytes >> 20), l.growth_window);
 }
 

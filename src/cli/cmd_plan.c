@@ -21,12 +21,16 @@ static void usage(FILE *f) {
                "Traffic is decimal (1 GB = 1e9 bytes, 1 TB/s = 1e12 bytes/s); memory sizes are\n"
                "binary (1 GiB = 2^30 bytes), as nvidia-smi shows them.\n\n"
                "  --gpu auto|NAME     the GPU here (auto, default) or one of the table (list)\n"
-               "  --bandwidth TB/s    memory bandwidth to use instead\n"
-               "  --memory GiB        GPU memory to use instead\n"
-               "  --max-model-len L   tokens per sequence for the memory plan (default: model's)\n"
-               "  --context T         tokens per sequence for the floor table (default L/2)\n"
-               "  --batch B,...       batch sizes of the table (default 1,16,64,256)\n"
-               "  --gpu-memory-utilization U  share of GPU memory lpx may use (default 0.9)\n"
+               "  --bandwidth TB/s    memory bandwidth to use instead, 0.001 to 1000\n"
+               "  --memory GiB        GPU memory to use instead, 0.001 to 1e+06\n"
+               "  --max-model-len L   tokens per sequence for the memory plan, 1 to 2147483647\n"
+               "                      (default: model's)\n"
+               "  --context T         tokens per sequence for the floor table, 0 to 2147483647\n"
+               "                      (default L/2)\n"
+               "  --batch B,...       batch sizes of the table, up to 16 sizes of 1 to 1000000\n"
+               "                      (default 1,16,64,256)\n"
+               "  --gpu-memory-utilization U  share of GPU memory lpx may use, 0.01 to 1\n"
+               "                      (default 0.9)\n"
                "  --json              print the plan as JSON\n");
 }
 

@@ -108,9 +108,9 @@ int cmd_run(int argc, char **argv) {
             chat = true;
         else if (!strcmp(a, "--json"))
             json = true;
-        else if ((is_opt(a, "-p", "--prompt") || is_opt(a, "-f", "--file") ||
-                  is_opt(a, "--logprobs", NULL)) &&
-                 i + 1 < argc) {
+        else if (is_opt(a, "-p", "--prompt") || is_opt(a, "-f", "--file") ||
+                 is_opt(a, "--logprobs", NULL)) {
+            if (i + 1 >= argc) return lpx_cli_opt_missing("run", a), 2;
             const char *v = argv[++i];
             if (is_opt(a, "-p", "--prompt"))
                 prompt = v;
@@ -118,10 +118,8 @@ int cmd_run(int argc, char **argv) {
                 file = v;
             else if (!lpx_cli_opt_i32("run", a, v, 0, 20, &g.req.sampling.logprobs))
                 return 2;
-        } else {
-            fprintf(stderr, "lpx run: unknown option or missing value: %s (lpx run --help)\n", a);
-            return 2;
-        }
+        } else
+            return lpx_cli_opt_unknown("run", a), 2;
     }
     if (!lpx_gen_args_check(&g, "run")) return 2;
     if (!prompt == !file) {

@@ -35,8 +35,9 @@ int cmd_slice(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--layers") && has) {
             if (!lpx_cli_opt_i32("slice", "--layers", argv[++i], 1, 100000, &layers)) return 2;
         } else {
-            fprintf(stderr, "lpx slice: unknown or incomplete option '%s' (see --help)\n", argv[i]);
-            return 2;
+            static const char *const with_value[] = {"-m",       "--model",  "-o",
+                                                     "--output", "--layers", NULL};
+            return lpx_cli_opt_reject("slice", argv[i], with_value), 2;
         }
     }
     if (!in || !out || layers < 1) {

@@ -2,6 +2,7 @@
  * exactly as transformers' apply_chat_template would; a tool for checking a
  * template (and what the tests drive the renderer through). */
 #include "base/readall.h"
+#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "lpx.h"
 #include "tokenizer/template.h"
@@ -91,22 +92,15 @@ int cmd_template(int argc, char **argv) {
                            : !strcmp(a, "--eos")         ? &o.eos_token
                                                          : NULL;
         if (!strcmp(a, "--enable-thinking")) {
-            if (!v || (strcmp(v, "true") && strcmp(v, "false"))) {
-                fprintf(stderr, "lpx template: --enable-thinking takes true or false\n");
-                return 2;
-            }
+            if (!v) return lpx_cli_opt_missing("template", a), 2;
+            if (strcmp(v, "true") && strcmp(v, "false"))
+                return lpx_cli_opt_bad("template", a, v, "true or false"), 2;
             o.enable_thinking = !strcmp(v, "true");
             i++;
             continue;
         }
-        if (!dst) {
-            fprintf(stderr, "lpx template: unknown option '%s' (lpx template --help)\n", a);
-            return 2;
-        }
-        if (!v) {
-            fprintf(stderr, "lpx template: %s needs a value\n", a);
-            return 2;
-        }
+        if (!dst) return lpx_cli_opt_unknown("template", a), 2;
+        if (!v) return lpx_cli_opt_missing("template", a), 2;
         *dst = v;
         i++;
     }

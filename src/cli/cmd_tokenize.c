@@ -406,9 +406,9 @@ int cmd_tokenize(int argc, char **argv) {
         else if (!strcmp(a, "--stats"))
             o.stats = true;
         else if (a[0] == '-' && a[1]) {
-            fprintf(stderr, "lpx tokenize: unknown or incomplete option %s (lpx tokenize --help)\n",
-                    a);
-            return 2;
+            static const char *const with_value[] = {"-m",          "--model", "-t",
+                                                     "--tokenizer", "--jsonl", NULL};
+            return lpx_cli_opt_reject("tokenize", a, with_value), 2;
         } else if (!text)
             text = a;
         else {

@@ -41,6 +41,10 @@ def test_slice_usage_errors(lpx_bin, smollm2, tmp_path):
     r = run(lpx_bin, "slice", "-m", smollm2, "--layers", "2x", "-o", tmp_path / "x.gguf")
     assert r.returncode == 2
     assert r.stderr == "lpx slice: --layers: expected a whole number from 1 to 100000 (got '2x')\n"
+    r = run(lpx_bin, "slice", "-m", smollm2, "--bogus", "-o", tmp_path / "x.gguf")
+    assert r.returncode == 2 and r.stderr == "lpx slice: unknown option '--bogus' (see lpx slice --help)\n"
+    r = run(lpx_bin, "slice", "-m", smollm2, "-o", tmp_path / "x.gguf", "--layers")
+    assert r.returncode == 2 and r.stderr == "lpx slice: --layers: needs a value\n"
     r = run(lpx_bin, "slice", "-m", smollm2, "--layers", "99", "-o", tmp_path / "x.gguf")
     assert r.returncode == 1 and "1..30" in r.stderr
     assert not (tmp_path / "x.gguf").exists()
@@ -63,6 +67,10 @@ def test_bench_usage(lpx_bin):
     assert run(lpx_bin, "bench", "--help").returncode == 0
     assert run(lpx_bin, "bench", "-m", "x", "-b", "0").returncode == 2
     assert run(lpx_bin, "bench").returncode == 2
+    r = run(lpx_bin, "bench", "-m", "x", "--bogus", "1")
+    assert r.returncode == 2 and r.stderr == "lpx bench: unknown option '--bogus' (see lpx bench --help)\n"
+    r = run(lpx_bin, "bench", "-m", "x", "-b")
+    assert r.returncode == 2 and r.stderr == "lpx bench: -b: needs a value\n"
     for opt, value in [("-p", "12abc"), ("-n", "99999999999999999999"), ("-c", "0"),
                        ("-r", "65"), ("-b", "1,2,x"), ("-b", "1,"), ("-b", ",".join(["1"] * 17))]:
         r = run(lpx_bin, "bench", "-m", "x", opt, value)

@@ -117,6 +117,11 @@ def test_bad_arguments(lpx_bin):
         r = subprocess.run([lpx_bin, "logits", *args], capture_output=True, text=True)
         assert r.returncode == code, (args, r.stderr)
         assert r.stderr.startswith("lpx logits: "), r.stderr
+    # an unknown option and an option without its value, told apart
+    for args, msg in [(["--bogus", "-m", model], "unknown option '--bogus' (see lpx logits --help)"),
+                      (["-m", model, "--ids"], "--ids: needs a value")]:
+        r = subprocess.run([lpx_bin, "logits", *args], capture_output=True, text=True)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr == f"lpx logits: {msg}\n"
     # numbers: trailing text, sign, range and list shape, each naming its option
     for opt, value in [("--greedy", "-1"), ("--block-size", "0"), ("--threads", "1.5"),
                        ("--chunk", "1,0"), ("--chunk", "1,2"), ("--ids", "1,,2"),

@@ -126,3 +126,37 @@ def test_usage_errors(lpx_bin, args, msg):
     assert r.stderr == "lpx %s: %s\n" % (args[0], msg)
     r = run(lpx_bin, args[0], "-h", *args[1:])
     assert r.returncode == 0 and r.stdout.startswith("usage: lpx " + args[0])
+
+
+def help_entry(text, opt):
+    """The lines of --help that describe `opt` (its line and the indented lines after it)."""
+    lines, entry = text.splitlines(), None
+    for line in lines:
+        if entry is not None and line.startswith("    ") and not line.lstrip().startswith("-"):
+            entry.append(line.strip())
+        elif entry is not None:
+            break
+        elif line.startswith("  " + opt + " "):
+            entry = [line.strip()]
+    assert entry, opt
+    return " ".join(entry)
+
+
+@pytest.mark.parametrize("cmd,opts", [
+    ("doctor", ["--max-model-len", "--max-num-seqs"]),
+    ("monitor", ["--interval", "--count", "--util-high", "--mem-high", "--temp-limit",
+                 "--growth-mib", "--growth-window"]),
+    ("plan", ["--bandwidth", "--memory", "--max-model-len", "--context",
+              "--gpu-memory-utilization"]),
+])
+def test_help_states_the_ranges(lpx_bin, cmd, opts):
+    """--help gives each numeric option the range its parser enforces: the range in the
+    error message for a bad value is the one the help line states."""
+    text = run(lpx_bin, cmd, "--help").stdout
+    for opt in opts:
+        r = run(lpx_bin, cmd, opt, "x")
+        assert r.returncode == 2, opt
+        lo_hi = r.stderr.split(" from ", 1)[1].split(" (got ")[0]
+        assert ", " + lo_hi + " " in help_entry(text, opt) + " ", (opt, lo_hi)
+    if cmd == "plan":
+        assert "up to 16 sizes of 1 to 1000000" in help_entry(text, "--batch")

@@ -140,6 +140,22 @@ def test_bad_arguments(lpx_bin, smollm2, args, code, msg):
     assert r.stdout == ""
 
 
+@pytest.mark.parametrize("cmd,args,msg", [
+    ("run", ["-p", "hi", "--bogus"], "unknown option '--bogus' (see lpx run --help)"),
+    ("run", ["-m", "x.gguf", "-p"], "-p: needs a value"),
+    ("run", ["-p", "hi", "--logprobs"], "--logprobs: needs a value"),
+    ("run", ["-p", "hi", "-n"], "-n: needs a value"),
+    ("chat", ["-m", "x.gguf", "--bogus"], "unknown option '--bogus' (see lpx chat --help)"),
+    ("chat", ["-m", "x.gguf", "--system"], "--system: needs a value"),
+])
+def test_unknown_option_and_missing_value(lpx_bin, cmd, args, msg):
+    """An unknown option and a known one without its value are told apart (cli_num.c's
+    wording, as every command's), exit 2 before any model is opened."""
+    r = run(lpx_bin, cmd, *args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr == f"lpx {cmd}: {msg}\n"
+
+
 def test_missing_model_flag(lpx_bin):
     r = run(lpx_bin, "run", "-p", "hi")
     assert r.returncode == 2 and "-m MODEL" in r.stderr

@@ -152,11 +152,13 @@ def test_template_errors(lpx_bin, tmp_path, template, needle):
 def test_usage(lpx_bin):
     r = subprocess.run([lpx_bin, "template", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--messages" in r.stdout
-    r = subprocess.run([lpx_bin, "template", "--file"], capture_output=True, text=True)
-    assert r.returncode == 2
-    r = subprocess.run([lpx_bin, "template", "--enable-thinking", "maybe"], capture_output=True,
-                       text=True)
-    assert r.returncode == 2
+    for args, msg in [(["--file"], "--file: needs a value"),
+                      (["--bogus", "x"], "unknown option '--bogus' (see lpx template --help)"),
+                      (["--enable-thinking"], "--enable-thinking: needs a value"),
+                      (["--enable-thinking", "maybe"],
+                       "--enable-thinking: expected true or false (got 'maybe')")]:
+        r = subprocess.run([lpx_bin, "template", *args], capture_output=True, text=True)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr == f"lpx template: {msg}\n"
 
 
 

@@ -244,6 +244,11 @@ def test_cli_usage_and_errors(lpx_bin, tmp_path):
     r = subprocess.run([lpx_bin, "tokenize", "hello"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("lpx tokenize: ")
     tok = str(FIX / "tiny_spm/tokenizer.json")
+    for args, msg in [(["-t", tok, "--bogus", "x"],
+                       "unknown option '--bogus' (see lpx tokenize --help)"),
+                      (["x", "-t"], "-t: needs a value")]:
+        r = subprocess.run([lpx_bin, "tokenize", *args], capture_output=True, text=True)
+        assert r.returncode == 2 and r.stdout == "" and r.stderr == f"lpx tokenize: {msg}\n"
     for ids in ["1 x 2", "1 -5", "1,99999999999", "3.0"]:
         r = subprocess.run([lpx_bin, "tokenize", "-t", tok, "--decode", ids], capture_output=True,
                            text=True)
