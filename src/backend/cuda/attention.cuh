@@ -195,15 +195,10 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
         __pipeline_commit();
     };
     issue(k0);
-    /* the rotation of the lane's head dims lane*DPL .. (RoPE pairs d, d^1 within the
-     * lane, or d, d±HD/2 in lanes l, l^16) */
+    /* the rotation of the lane's head dims lane*DPL .. */
     const int slot = slots[t0];
     float cs[DPL], sn[DPL];
-#pragma unroll
-    for (int e = 0; e < DPL; e++) {
-        const int d = lane * DPL + e;
-        sincosf((float)p0 * inv_freq[interleaved ? d / 2 : d % (HD / 2)], &sn[e], &cs[e]);
-    }
+    head_rope_angles<HD, DPL>(p0, inv_freq, interleaved, cs, sn);
     AD_MARK(2);
     grid_wait();
     grid_launch_next();
@@ -234,18 +229,7 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
         const float *nw = r < G ? q_norm : k_norm;
         if (nw) head_rmsnorm<DPL>(v, nw, HD, eps);
         float rot[DPL];
-#pragma unroll
-        for (int e = 0; e < DPL; e++) {
-            float vp, sign;
-            if (interleaved) {
-                vp = v[e ^ 1];
-                sign = (e & 1) ? 1.0f : -1.0f;
-            } else {
-                vp = __shfl_xor_sync(0xffffffffu, v[e], 16);
-                sign = lane < 16 ? -1.0f : 1.0f;
-            }
-            rot[e] = v[e] * cs[e] + sign * vp * sn[e];
-        }
+        head_rope<DPL>(v, cs, sn, interleaved, rot);
 #pragma unroll
         for (int e = 0; e < DPL; e++) {
             if (r < G) {

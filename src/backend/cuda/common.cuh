@@ -90,6 +90,40 @@ static __device__ __forceinline__ void rope_pair(int i, int hd, int interleaved,
     }
 }
 
+/* RoPE of one head held by a warp, DPL dims a lane (lane*DPL ..): pairs (d, d^1)
+ * within the lane when interleaved, else (d, d±HD/2) in lanes l and l^16.
+ * head_rope_angles gives the lane's cos/sin at position pos; head_rope rotates v
+ * into rot (every lane of the warp takes part: a shuffle). */
+template <int HD, int DPL>
+static __device__ __forceinline__ void head_rope_angles(int pos, const float *inv_freq,
+                                                        int interleaved, float (&cs)[DPL],
+                                                        float (&sn)[DPL]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int e = 0; e < DPL; e++) {
+        const int d = lane * DPL + e;
+        sincosf((float)pos * inv_freq[interleaved ? d / 2 : d % (HD / 2)], &sn[e], &cs[e]);
+    }
+}
+template <int DPL>
+static __device__ __forceinline__ void head_rope(const float (&v)[DPL], const float (&cs)[DPL],
+                                                 const float (&sn)[DPL], int interleaved,
+                                                 float (&rot)[DPL]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int e = 0; e < DPL; e++) {
+        float vp, sign;
+        if (interleaved) {
+            vp = v[e ^ 1];
+            sign = (e & 1) ? 1.0f : -1.0f;
+        } else {
+            vp = __shfl_xor_sync(0xffffffffu, v[e], 16);
+            sign = lane < 16 ? -1.0f : 1.0f;
+        }
+        rot[e] = v[e] * cs[e] + sign * vp * sn[e];
+    }
+}
+
 /* Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every
  * thread gets the result. */
 static __device__ __forceinline__ float block_sum(float v) {

@@ -154,11 +154,7 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     if (warp < G + 2) row_consts(warp);
     const int slot = slots[0];
     float cs[DPL], sn[DPL];
-#pragma unroll
-    for (int e = 0; e < DPL; e++) {
-        const int d = lane * DPL + e;
-        sincosf((float)p0 * inv_freq[interleaved ? d / 2 : d % (HD / 2)], &sn[e], &cs[e]);
-    }
+    head_rope_angles<HD, DPL>(p0, inv_freq, interleaved, cs, sn);
     QA_MARK(1);
     __syncthreads(); /* the mbarrier is initialised before anyone waits on it */
     grid_wait();
@@ -250,18 +246,7 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
         }
         if (r < G ? q_norm != NULL : k_norm != NULL) head_rmsnorm_regs<DPL>(v, nwv, HD, eps);
         float rot[DPL];
-#pragma unroll
-        for (int e = 0; e < DPL; e++) {
-            float vp, sign;
-            if (interleaved) {
-                vp = v[e ^ 1];
-                sign = (e & 1) ? 1.0f : -1.0f;
-            } else {
-                vp = __shfl_xor_sync(0xffffffffu, v[e], 16);
-                sign = lane < 16 ? -1.0f : 1.0f;
-            }
-            rot[e] = v[e] * cs[e] + sign * vp * sn[e];
-        }
+        head_rope<DPL>(v, cs, sn, interleaved, rot);
 #pragma unroll
         for (int e = 0; e < DPL; e++) {
             if (r < G) {
