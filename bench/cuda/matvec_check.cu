@@ -55,25 +55,15 @@ static void model_ops(const model_spec &m, op_spec ops[4]) {
 
 static const float EPS = 1e-6f;
 
-/* The T <= MV_MAX_TOKENS branch of matmul() (without its cuBLAS path, so this
- * program needs no cuBLAS): matvec_any picks matvec_tma_kernel or matvec_kernel. */
+/* matmul()'s path for T <= MV_MAX_TOKENS (matvec_tokens: no cuBLAS, so this program
+ * needs none): matvec_any picks matvec_tma_kernel or matvec_kernel. */
 static lpx_status mv(const matmul_ctx *mc, float *y, bf16 *act, const bf16 *W, const void *x,
                      const float *norm_w, int T, int rows, int cols, bool accumulate,
                      cudaStream_t st) {
-    const int ns = mc->n_sms;
-    cudaError_t e;
-    switch (T) {
-    case 1: e = matvec_any<1>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
-    case 2: e = matvec_any<2>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
-    case 3: e = matvec_any<3>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
-    case 4: e = matvec_any<4>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
-    case 5: e = matvec_any<5>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
-    case 6: e = matvec_any<6>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
-    case 7: e = matvec_any<7>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
-    case 8: e = matvec_any<8>(y, act, W, x, norm_w, rows, cols, ns, accumulate, EPS, st); break;
-    default: return lpx_errorf(LPX_ERR_INVALID_ARG, "mv: T=%d > %d", T, MV_MAX_TOKENS);
-    }
-    LPX_CUDA_TRY(e);
+    if (T < 1 || T > MV_MAX_TOKENS)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "mv: T=%d outside 1..%d", T, MV_MAX_TOKENS);
+    LPX_CUDA_TRY(matvec_tokens(T, y, act, W, x, norm_w, rows, cols, mc->n_sms,
+                               accumulate ? MM_ADD : 0, EPS, st));
     return LPX_OK;
 }
 

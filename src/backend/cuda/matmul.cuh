@@ -519,6 +519,24 @@ static lpx_status matvec_init(void) {
     return LPX_OK;
 }
 
+/* y = x · Wᵀ for T = 1..MV_MAX_TOKENS tokens on the matvec kernels (matmul's path
+ * for few tokens, without cuBLAS): matvec_any<T>. */
+static cudaError_t matvec_tokens(int T, float *y, bf16 *act, const bf16 *W, const void *x,
+                                 const float *norm_w, int rows, int cols, int n_sms, int flags,
+                                 float eps, cudaStream_t st) {
+    switch (T) {
+    case 1: return matvec_any<1>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
+    case 2: return matvec_any<2>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
+    case 3: return matvec_any<3>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
+    case 4: return matvec_any<4>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
+    case 5: return matvec_any<5>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
+    case 6: return matvec_any<6>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
+    case 7: return matvec_any<7>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
+    case 8: return matvec_any<8>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 typedef struct matmul_ctx {
     cublasHandle_t blas;
     int n_sms;
@@ -540,19 +558,7 @@ static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, c
         norm_w = NULL;
     }
     if (T <= MV_MAX_TOKENS) {
-        const int ns = mc->n_sms;
-        cudaError_t e;
-        switch (T) {
-        case 1: e = matvec_any<1>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
-        case 2: e = matvec_any<2>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
-        case 3: e = matvec_any<3>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
-        case 4: e = matvec_any<4>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
-        case 5: e = matvec_any<5>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
-        case 6: e = matvec_any<6>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
-        case 7: e = matvec_any<7>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
-        default: e = matvec_any<8>(y, act, W, x, norm_w, rows, cols, ns, flags, eps, st); break;
-        }
-        LPX_CUDA_TRY(e);
+        LPX_CUDA_TRY(matvec_tokens(T, y, act, W, x, norm_w, rows, cols, mc->n_sms, flags, eps, st));
         return LPX_OK;
     }
     /* Column-major view: Yᵀ (rows × T) = W (rows × cols, stored as cols × rows) · Xᵀ. */
