@@ -83,6 +83,26 @@ typedef struct lpx_backend_ops {
      * only token ids leave the device. */
     lpx_status (*step_sample)(lpx_backend *b, const lpx_batch *batch, const lpx_sample_batch *s,
                               int32_t *tokens);
+    /* Optional (both NULL or both set; needs step_sample). step_sample in two halves,
+     * so that the host prepares and enqueues step N+1 while the device runs step N
+     * (one step ahead; docs/backend.md):
+     *  - step_begin checks a step as step_sample does, enqueues it and returns
+     *    without waiting for it (batch, s and feed may be reused once it returns);
+     *  - step_end waits for the oldest step begun and not yet ended and writes its
+     *    n_logits tokens to tokens, the same tokens step_sample would have drawn.
+     * At most two steps are in flight (begun, not ended): a third step_begin is
+     * LPX_ERR_BUSY, and so are step and step_sample while any step is in flight.
+     * feed: [n_tokens] or NULL. Where feed[i] >= 0, token i is the token that the
+     * previous step_begin's step draws for its logits row feed[i] (the host need not
+     * know it yet; batch->tokens[i] is ignored). That step must have been begun
+     * successfully, with no step or step_sample call since, and feed[i] must be below
+     * its n_logits (else LPX_ERR_INVALID_ARG). A row with a penalty counts every
+     * output token, so a step with feed must have no penalised row (checked).
+     * A step_begin that fails enqueues nothing. A step_end that fails ends every step
+     * in flight: their sequences' caches are unknown, as after a failed step. */
+    lpx_status (*step_begin)(lpx_backend *b, const lpx_batch *batch, const lpx_sample_batch *s,
+                             const int32_t *feed);
+    lpx_status (*step_end)(lpx_backend *b, int32_t *tokens);
 } lpx_backend_ops;
 
 struct lpx_backend {
