@@ -85,8 +85,8 @@ static void mock_destroy(lpx_backend *be) {
     free(be);
 }
 
-static const lpx_backend_ops mock_ops = {"mock", mock_create, mock_step, NULL, NULL, mock_destroy,
-                                         NULL};
+static const lpx_backend_ops mock_ops = {
+    .name = "mock", .create = mock_create, .step = mock_step, .destroy = mock_destroy};
 
 /* ---- helpers -------------------------------------------------------------- */
 
