@@ -55,6 +55,15 @@ typedef struct cpu_backend {
     lpx_sampler sampler;
     float *sample_logits; /* [sample_rows][vocab] */
     int32_t sample_rows;
+
+    /* step_begin/step_end, synchronously: step_begin runs the step at once and
+     * queues its tokens; step_end hands them out in order. */
+    int32_t *ahead_tokens[2]; /* [2][max_batch_tokens] a FIFO of the steps in flight */
+    int32_t ahead_n[2];       /* their n_logits */
+    int ahead_head, ahead_count;
+    int ahead_last;      /* slot of the last step begun (stays valid after its step_end) */
+    bool ahead_feedable; /* ahead_last may be fed from: no step/step_sample/failed begin since */
+    int32_t *fed;        /* [max_batch_tokens] the batch's tokens with feed resolved */
 } cpu_backend;
 
 /* ---- creation ----------------------------------------------------------- */
@@ -206,6 +215,9 @@ static void cpu_destroy(lpx_backend *base) {
     free(b->tok_seq);
     lpx_sampler_free(&b->sampler);
     free(b->sample_logits);
+    free(b->ahead_tokens[0]);
+    free(b->ahead_tokens[1]);
+    free(b->fed);
     free(b);
 }
 
@@ -269,7 +281,11 @@ static lpx_status cpu_create_into(cpu_backend *b, const lpx_model *m) {
         return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: attention scratch overflows");
     LPX_TRY(alloc_floats(b, &b->scores, score_floats, "attention scratch"));
     b->tok_seq = calloc((size_t)T, sizeof *b->tok_seq);
-    if (!b->tok_seq) return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: out of memory");
+    b->ahead_tokens[0] = calloc((size_t)T, sizeof(int32_t));
+    b->ahead_tokens[1] = calloc((size_t)T, sizeof(int32_t));
+    b->fed = calloc((size_t)T, sizeof *b->fed);
+    if (!b->tok_seq || !b->ahead_tokens[0] || !b->ahead_tokens[1] || !b->fed)
+        return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: out of memory");
     return LPX_OK;
 }
 
@@ -465,7 +481,7 @@ static void layer_forward(cpu_backend *b, const lpx_batch *bt, int l) {
     matmul(b, &down, 1, b->gate, c->d_ff, T);
 }
 
-static lpx_status cpu_step(lpx_backend *base, const lpx_batch *bt, float *logits) {
+static lpx_status forward(lpx_backend *base, const lpx_batch *bt, float *logits) {
     cpu_backend *b = (cpu_backend *)base;
     const lpx_model *m = base->model;
     const lpx_config *c = &m->cfg;
@@ -500,8 +516,8 @@ static lpx_status cpu_step(lpx_backend *base, const lpx_batch *bt, float *logits
 
 /* step_sample on the host: the step's logits, then the host sampler, so the
  * engine's device-sampling path runs (and is tested) without a GPU. */
-static lpx_status cpu_step_sample(lpx_backend *base, const lpx_batch *bt,
-                                  const lpx_sample_batch *sb, int32_t *tokens) {
+static lpx_status forward_sample(lpx_backend *base, const lpx_batch *bt, const lpx_sample_batch *sb,
+                                 int32_t *tokens) {
     cpu_backend *b = (cpu_backend *)base;
     const int32_t V = base->model->cfg.vocab_size;
     LPX_TRY(lpx_sample_batch_check(sb, bt->n_logits, V));
@@ -517,7 +533,7 @@ static lpx_status cpu_step_sample(lpx_backend *base, const lpx_batch *bt,
         b->sample_logits = l;
         b->sample_rows = bt->n_logits;
     }
-    LPX_TRY(cpu_step(base, bt, b->sample_logits));
+    LPX_TRY(forward(base, bt, b->sample_logits));
     for (int32_t i = 0; i < bt->n_logits; i++) {
         const lpx_sample_row *r = &sb->rows[i];
         const bool pen = lpx_sampling_penalized(&r->p);
@@ -525,6 +541,91 @@ static lpx_status cpu_step_sample(lpx_backend *base, const lpx_batch *bt,
                                b->sample_logits + (size_t)i * V, pen ? sb->seen + r->seen_start : NULL,
                                pen ? r->n_seen : 0, NULL, NULL);
     }
+    return LPX_OK;
+}
+
+/* step and step_sample: refused while a step_begin's step is in flight; they end
+ * what a later step_begin may feed from. */
+static lpx_status check_idle(cpu_backend *b, const char *op) {
+    if (b->ahead_count > 0)
+        return lpx_errorf(LPX_ERR_BUSY, "cpu backend: %s while %d step(s) begun are not ended", op,
+                          b->ahead_count);
+    b->ahead_feedable = false;
+    return LPX_OK;
+}
+
+static lpx_status cpu_step(lpx_backend *base, const lpx_batch *bt, float *logits) {
+    LPX_TRY(check_idle((cpu_backend *)base, "step"));
+    return forward(base, bt, logits);
+}
+
+static lpx_status cpu_step_sample(lpx_backend *base, const lpx_batch *bt,
+                                  const lpx_sample_batch *sb, int32_t *tokens) {
+    LPX_TRY(check_idle((cpu_backend *)base, "step_sample"));
+    return forward_sample(base, bt, sb, tokens);
+}
+
+/* The batch's tokens into b->fed, each fed one taken from the last step begun. */
+static lpx_status resolve_feed(cpu_backend *b, const lpx_batch *bt, const lpx_sample_batch *sb,
+                               const int32_t *feed) {
+    if (bt->n_tokens <= 0 || bt->n_tokens > b->base.opts.max_batch_tokens || bt->n_logits < 0 ||
+        bt->n_logits > bt->n_tokens)
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "cpu backend: step_begin: %d tokens (limit %d), %d logit rows",
+                          bt->n_tokens, b->base.opts.max_batch_tokens, bt->n_logits);
+    bool fed = false;
+    for (int32_t i = 0; i < bt->n_tokens; i++) {
+        b->fed[i] = bt->tokens[i];
+        if (!feed || feed[i] < 0) continue;
+        if (!b->ahead_feedable)
+            return lpx_errorf(LPX_ERR_INVALID_ARG,
+                              "cpu backend: step_begin: token %d is fed (row %d) but the last "
+                              "call was not a successful step_begin",
+                              i, feed[i]);
+        if (feed[i] >= b->ahead_n[b->ahead_last])
+            return lpx_errorf(LPX_ERR_INVALID_ARG,
+                              "cpu backend: step_begin: token %d is fed from row %d of a step "
+                              "with %d logit rows",
+                              i, feed[i], b->ahead_n[b->ahead_last]);
+        b->fed[i] = b->ahead_tokens[b->ahead_last][feed[i]];
+        fed = true;
+    }
+    for (int32_t i = 0; fed && sb && sb->rows && i < bt->n_logits; i++)
+        if (lpx_sampling_penalized(&sb->rows[i].p))
+            return lpx_errorf(LPX_ERR_INVALID_ARG,
+                              "cpu backend: step_begin: row %d has a penalty in a step with fed "
+                              "tokens (its token counts would miss them)",
+                              i);
+    return LPX_OK;
+}
+
+static lpx_status cpu_step_begin(lpx_backend *base, const lpx_batch *bt, const lpx_sample_batch *sb,
+                                 const int32_t *feed) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (b->ahead_count == 2)
+        return lpx_errorf(LPX_ERR_BUSY, "cpu backend: step_begin: two steps in flight already");
+    lpx_status st = resolve_feed(b, bt, sb, feed);
+    lpx_batch run = *bt;
+    run.tokens = b->fed;
+    int slot = (b->ahead_head + b->ahead_count) % 2;
+    if (st == LPX_OK) st = forward_sample(base, &run, sb, b->ahead_tokens[slot]);
+    b->ahead_feedable = st == LPX_OK;
+    if (st != LPX_OK) return st;
+    b->ahead_n[slot] = bt->n_logits;
+    b->ahead_last = slot;
+    b->ahead_count++;
+    return LPX_OK;
+}
+
+static lpx_status cpu_step_end(lpx_backend *base, int32_t *tokens) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (b->ahead_count == 0)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cpu backend: step_end: no step in flight");
+    int slot = b->ahead_head;
+    if (b->ahead_n[slot] > 0)
+        memcpy(tokens, b->ahead_tokens[slot], (size_t)b->ahead_n[slot] * sizeof *tokens);
+    b->ahead_head = (slot + 1) % 2;
+    b->ahead_count--;
     return LPX_OK;
 }
 
@@ -551,4 +652,6 @@ const lpx_backend_ops lpx_cpu_backend_ops = {
     .memory_used = cpu_memory_used,
     .destroy = cpu_destroy,
     .step_sample = cpu_step_sample,
+    .step_begin = cpu_step_begin,
+    .step_end = cpu_step_end,
 };

@@ -1,0 +1,215 @@
+/* The backend's step_begin/step_end (backend.h) on the real SmolLM2:
+ *  1. a prefill and five decode steps of four sequences run one step ahead, each
+ *     decode step's tokens fed on the device from the previous step's rows (in
+ *     another sequence order every step), give exactly the tokens of step_sample
+ *     with the tokens written out;
+ *  2. the contract's refusals: a third step in flight, step and step_sample while
+ *     one is in flight (LPX_ERR_BUSY); feed with no step_begin before it, after
+ *     step or step_sample, after a failed step_begin, from a row the previous step
+ *     does not have, or with a penalised row (LPX_ERR_INVALID_ARG); a failed
+ *     step_begin enqueues nothing; step_end with nothing in flight fails.
+ * LPX_TEST_DEVICE=cuda runs the same checks on the CUDA backend. */
+#include "backend/backend.h"
+#include "engine/sampler.h"
+#include "test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { NSEQ = 4, PROMPT = 6, STEPS = 5, BS = 16, MAXB = 1 };
+
+static const lpx_sampling_params settings[NSEQ] = {
+    {.temperature = 0, .top_p = 1, .repetition_penalty = 1},
+    {.temperature = 0.8f, .top_k = 40, .top_p = 0.9f, .repetition_penalty = 1},
+    {.temperature = 1, .top_p = 1, .repetition_penalty = 1},
+    {.temperature = 1.2f, .top_p = 0.95f, .min_p = 0.02f, .repetition_penalty = 1},
+};
+
+static const int32_t prompt[NSEQ][PROMPT] = {
+    {1, 504, 3458, 28, 253, 6512},
+    {1373, 30, 5248, 2, 1, 504},
+    {28, 253, 1373, 30, 504, 3458},
+    {2, 6512, 28, 5248, 253, 30},
+};
+
+/* One step's descriptor: the prefill (k = 0) or decode step k of the sequences
+ * in order[], each with a logits row and its sampling row (output index k). */
+typedef struct step {
+    int32_t ids[NSEQ * PROMPT], pos[NSEQ * PROMPT], start[NSEQ + 1], len[NSEQ], rows[NSEQ];
+    int32_t table[NSEQ * MAXB];
+    lpx_sample_row srow[NSEQ];
+    lpx_batch b;
+    lpx_sample_batch sb;
+} step;
+
+static void make_step(step *st, int k, const int order[NSEQ], const int32_t *tokens) {
+    int32_t n = 0;
+    for (int i = 0; i < NSEQ; i++) {
+        int s = order[i];
+        st->start[i] = n;
+        if (k == 0) {
+            for (int t = 0; t < PROMPT; t++, n++) {
+                st->ids[n] = prompt[s][t];
+                st->pos[n] = t;
+            }
+        } else {
+            st->ids[n] = tokens ? tokens[s] : -1; /* -1: fed */
+            st->pos[n++] = PROMPT + k - 1;
+        }
+        st->len[i] = k == 0 ? PROMPT : PROMPT + k;
+        st->rows[i] = n - 1;
+        st->table[i * MAXB] = s;
+        st->srow[i] = (lpx_sample_row){.p = settings[s], .seed = 100u + (uint64_t)s, .index = k};
+    }
+    st->start[NSEQ] = n;
+    st->b =
+        (lpx_batch){n, st->ids, st->pos, NSEQ, st->start, st->len, st->table, MAXB, NSEQ, st->rows};
+    st->sb = (lpx_sample_batch){st->srow, NULL, 0};
+}
+
+static const int fwd[NSEQ] = {0, 1, 2, 3}, rev[NSEQ] = {3, 2, 1, 0};
+
+/* ref[k][s]: the token step k draws for sequence s, by step_sample. */
+static void reference(const lpx_backend_ops *ops, lpx_backend *be, int32_t ref[STEPS + 1][NSEQ]) {
+    step st;
+    for (int k = 0; k <= STEPS; k++) {
+        make_step(&st, k, fwd, k ? ref[k - 1] : NULL);
+        CHECK(ops->step_sample(be, &st.b, &st.sb, ref[k]) == LPX_OK);
+    }
+}
+
+/* The same steps one ahead: step k+1 is begun before step k ends; its tokens
+ * are fed from step k's rows, and every odd step runs the sequences reversed. */
+static void ahead(const lpx_backend_ops *ops, lpx_backend *be, int32_t got[STEPS + 1][NSEQ]) {
+    step st;
+    int32_t feed[NSEQ], out[NSEQ];
+    make_step(&st, 0, fwd, NULL);
+    CHECK(ops->step_begin(be, &st.b, &st.sb, NULL) == LPX_OK);
+    for (int k = 0; k <= STEPS; k++) {
+        const int *prev = k % 2 ? rev : fwd, *next = k % 2 ? fwd : rev;
+        if (k < STEPS) {
+            make_step(&st, k + 1, next, NULL);
+            for (int i = 0; i < NSEQ; i++)
+                for (int j = 0; j < NSEQ; j++)
+                    if (prev[j] == next[i]) feed[i] = j;
+            CHECK(ops->step_begin(be, &st.b, &st.sb, feed) == LPX_OK);
+        }
+        CHECK(ops->step_end(be, out) == LPX_OK);
+        for (int j = 0; j < NSEQ; j++)
+            got[k][prev[j]] = out[j];
+    }
+}
+
+static void expect(lpx_status got, lpx_status want, const char *what) {
+    if (got != want)
+        fprintf(stderr, "%s: %s, expected %s (%s)\n", what, lpx_status_name(got),
+                lpx_status_name(want), lpx_last_error());
+    CHECK(got == want);
+}
+
+static void refusals(const lpx_backend_ops *ops, lpx_backend *be, int32_t ref[STEPS + 1][NSEQ]) {
+    step a, b, pen;
+    int32_t feed[NSEQ] = {0, 1, 2, 3}, bad[NSEQ] = {0, 1, 2, NSEQ}, out[NSEQ];
+    float *logits = malloc((size_t)NSEQ * be->model->cfg.vocab_size * sizeof *logits);
+    make_step(&a, 1, fwd, ref[0]);
+    make_step(&b, 2, fwd, NULL);
+    make_step(&pen, 2, fwd, NULL);
+    pen.srow[2].p.repetition_penalty = 1.3f;
+
+    /* Two in flight; a third, step and step_sample are refused, and nothing is
+     * enqueued by them: two step_ends, then a third fails. */
+    expect(ops->step_begin(be, &a.b, &a.sb, NULL), LPX_OK, "begin");
+    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_OK, "begin fed");
+    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_ERR_BUSY, "third begin");
+    expect(ops->step(be, &a.b, logits), LPX_ERR_BUSY, "step in flight");
+    expect(ops->step_sample(be, &a.b, &a.sb, out), LPX_ERR_BUSY, "step_sample in flight");
+    expect(ops->step_end(be, out), LPX_OK, "end 1");
+    CHECK(!memcmp(out, ref[1], sizeof out));
+    expect(ops->step_end(be, out), LPX_OK, "end 2");
+    CHECK(!memcmp(out, ref[2], sizeof out));
+    CHECK(ops->step_end(be, out) != LPX_OK);
+
+    /* Feed after step_sample, after step: nothing to feed from. */
+    expect(ops->step_sample(be, &a.b, &a.sb, out), LPX_OK, "step_sample");
+    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_ERR_INVALID_ARG, "feed after step_sample");
+    expect(ops->step(be, &a.b, logits), LPX_OK, "step");
+    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_ERR_INVALID_ARG, "feed after step");
+    CHECK(ops->step_end(be, out) != LPX_OK); /* the refused begins enqueued nothing */
+
+    /* Feed from a row the previous step lacks; then the previous step_begin
+     * failed, so a good feed is refused too; the first step still ends. */
+    expect(ops->step_begin(be, &a.b, &a.sb, NULL), LPX_OK, "begin");
+    expect(ops->step_begin(be, &b.b, &b.sb, bad), LPX_ERR_INVALID_ARG, "feed row = n_logits");
+    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_ERR_INVALID_ARG, "feed after a refusal");
+    expect(ops->step_end(be, out), LPX_OK, "end");
+    CHECK(!memcmp(out, ref[1], sizeof out));
+    CHECK(ops->step_end(be, out) != LPX_OK);
+
+    /* A penalised row: refused with feed, taken without. Feeding from a step
+     * already ended is allowed (no step or step_sample since). */
+    expect(ops->step_begin(be, &a.b, &a.sb, NULL), LPX_OK, "begin");
+    expect(ops->step_begin(be, &pen.b, &pen.sb, feed), LPX_ERR_INVALID_ARG, "penalty with feed");
+    expect(ops->step_begin(be, &a.b, &a.sb, NULL), LPX_OK, "begin again");
+    expect(ops->step_end(be, out), LPX_OK, "end");
+    expect(ops->step_end(be, out), LPX_OK, "end");
+    CHECK(!memcmp(out, ref[1], sizeof out));
+    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_OK, "feed from an ended step");
+    expect(ops->step_end(be, out), LPX_OK, "end");
+    CHECK(!memcmp(out, ref[2], sizeof out));
+    memcpy(pen.ids, ref[1], sizeof ref[1]); /* the tokens, written out */
+    expect(ops->step_begin(be, &pen.b, &pen.sb, NULL), LPX_OK, "penalty without feed");
+    expect(ops->step_end(be, out), LPX_OK, "end");
+
+    CHECK(ops->step_end(be, out) != LPX_OK);
+    free(logits);
+}
+
+int main(void) {
+    const char *device = getenv("LPX_TEST_DEVICE") ? getenv("LPX_TEST_DEVICE") : "cpu";
+    char def[4096];
+    const char *path = test_model_path(def, sizeof def);
+    lpx_model *m;
+    if (lpx_model_open(path, &m) != LPX_OK) {
+        fprintf(stderr, "%s (scripts/fetch-model.sh fetches the model)\n", lpx_last_error());
+        CHECK(0);
+        TEST_DONE();
+    }
+    const lpx_backend_ops *ops;
+    int ordinal;
+    CHECK(lpx_backend_select(device, &ops, &ordinal) == LPX_OK);
+    CHECK(ops && ops->step_sample && ops->step_begin && ops->step_end);
+    lpx_backend_opts o = {ordinal, 0, BS, NSEQ * MAXB, NSEQ * PROMPT, NSEQ};
+    lpx_backend *be = NULL;
+    if (ops && ops->step_begin && ops->create(m, &o, &be) != LPX_OK)
+        fprintf(stderr, "%s\n", lpx_last_error());
+    if (be) {
+        /* Feed before any step_begin. */
+        step st;
+        int32_t feed[NSEQ] = {0, 1, 2, 3};
+        make_step(&st, 1, fwd, NULL);
+        expect(ops->step_begin(be, &st.b, &st.sb, feed), LPX_ERR_INVALID_ARG, "feed first");
+
+        static int32_t ref[STEPS + 1][NSEQ], got[STEPS + 1][NSEQ];
+        reference(ops, be, ref);
+        ahead(ops, be, got);
+        for (int k = 0; k <= STEPS; k++) {
+            printf("step %d:", k);
+            for (int s = 0; s < NSEQ; s++)
+                printf(" %d/%d", ref[k][s], got[k][s]);
+            printf("\n");
+        }
+        CHECK(!memcmp(ref, got, sizeof ref));
+        /* The sampled sequences differ from greedy (the rows really sample). */
+        int differ = 0;
+        for (int k = 0; k <= STEPS; k++)
+            differ += ref[k][1] != ref[k][0] || ref[k][2] != ref[k][0];
+        CHECK(differ > 0);
+        refusals(ops, be, ref);
+        ops->destroy(be);
+    } else {
+        CHECK(0);
+    }
+    lpx_model_close(m);
+    TEST_DONE();
+}
