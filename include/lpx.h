@@ -122,6 +122,9 @@ typedef struct lpx_engine_opts {
     float gpu_memory_utilization;   /* cuda, when kv_cache_bytes == 0; 0 = 0.9 */
     int32_t block_size;             /* tokens per KV block; 0 = 16 */
     int32_t n_threads;              /* cpu threads; 0 = all cores */
+    int32_t step_ahead;             /* decode one step ahead when the backend can (the host
+                                       enqueues step N+1 before it reads step N's tokens):
+                                       1 = on, -1 = off, 0 = on unless env LPX_STEP_AHEAD=0 */
 } lpx_engine_opts;
 
 /* Sampling, applied in this order (vLLM's): repetition, presence and frequency
@@ -245,6 +248,7 @@ typedef struct lpx_engine_stats {
     int32_t max_model_len, max_num_seqs, max_num_batched_tokens;
     size_t backend_memory;      /* backend's memory_used */
     size_t peak_rss;            /* this process, bytes */
+    int64_t steps_ahead;        /* of n_steps, those begun before the previous one ended */
 } lpx_engine_stats;
 
 lpx_status lpx_engine_get_stats(lpx_engine *e, lpx_engine_stats *out);

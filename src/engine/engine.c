@@ -89,6 +89,11 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
         e->b_rows = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
         e->sampled = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
         e->s_rows = alloc_array((size_t)c->max_num_seqs, sizeof(lpx_sample_row), &ok);
+        e->b_feed = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
+        for (int f = 0; f < 2; f++) {
+            e->flight[f].seqs = alloc_array((size_t)c->max_num_seqs, sizeof(lpx_seq *), &ok);
+            e->flight[f].row = alloc_array((size_t)c->max_num_seqs, sizeof(bool), &ok);
+        }
         size_t cells;
         ok = ok && lpx_mul_size((size_t)c->max_num_seqs, stride, &cells);
         e->b_table = ok ? alloc_array(cells, sizeof(int32_t), &ok) : NULL;
@@ -358,8 +363,9 @@ static void snapshot(lpx_engine *e) {
 }
 
 /* Ends s: frees its blocks, takes it off the lists, sends the last event
- * (with ev's token, if any) and frees it. flush releases held text: every end
- * but a stop string (whose text is dropped) and an error. The stats count the
+ * (with ev's token, if any) and frees it; while a step in flight reads s, its
+ * blocks and struct stay until that step ends (flight_pop). flush releases
+ * held text: every end but a stop string (whose text is dropped) and an error. The stats count the
  * last token and show s gone in one update, before the event: whoever hears of
  * the end (an HTTP client) and then reads the stats never sees s running. */
 static void finish(lpx_engine *e, lpx_seq *s, lpx_event *ev, lpx_finish_reason why, bool flush,
@@ -367,7 +373,7 @@ static void finish(lpx_engine *e, lpx_seq *s, lpx_event *ev, lpx_finish_reason w
     bool stopped = false;
     if (flush && !flush_text(e, s, &stopped)) why = LPX_FINISH_ERROR, error = "out of memory";
     if (stopped && why == LPX_FINISH_LENGTH) why = LPX_FINISH_STOP;
-    lpx_kv_release(&e->pool, &s->bt);
+    if (s->n_flight == 0) lpx_kv_release(&e->pool, &s->bt);
     lpx_seq_list_remove(&e->running, s);
     lpx_seq_list_remove(&e->waiting, s);
     double t = now_ms();
@@ -393,7 +399,10 @@ static void finish(lpx_engine *e, lpx_seq *s, lpx_event *ev, lpx_finish_reason w
     }
     pthread_mutex_unlock(&e->mu);
     s->cb(ev, s->user);
-    seq_free(s);
+    if (s->n_flight > 0)
+        s->done = true; /* a step in flight still writes its KV: freed when it ends */
+    else
+        seq_free(s);
 }
 
 static void finish_alone(lpx_engine *e, lpx_seq *s, lpx_finish_reason why, const char *error) {
@@ -483,7 +492,7 @@ static lpx_status advance(lpx_engine *e, lpx_seq *s, int32_t tok, const lpx_toke
 /* ---- stepping ------------------------------------------------------------- */
 
 static bool has_work(const lpx_engine *e) {
-    return e->waiting.n > 0 || e->running.n > 0;
+    return e->waiting.n > 0 || e->running.n > 0 || e->n_flights > 0;
 }
 
 static lpx_seq *take_seq(lpx_engine *e, uint64_t id) {
@@ -494,8 +503,88 @@ static lpx_seq *take_seq(lpx_engine *e, uint64_t id) {
     return NULL;
 }
 
-static lpx_status step_once(lpx_engine *e, bool *busy) {
-    /* Take what other threads queued. */
+/* Stats of one stepping call that began at t0: busy time, and the step it
+ * began or ran (n_tok < 0: none). */
+static void account(lpx_engine *e, double t0, int32_t n_tok, bool ahead) {
+    pthread_mutex_lock(&e->mu);
+    if (n_tok >= 0) {
+        e->st.n_steps++;
+        e->st.computed_tokens += n_tok;
+        if (ahead) e->st.steps_ahead++;
+    }
+    e->st.busy_s += (now_ms() - t0) * 1e-3;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Row i of the batch's block table: s's blocks, then -1. */
+static void put_table(lpx_engine *e, int32_t i, const lpx_seq *s, int32_t stride) {
+    memcpy(e->b_table + (size_t)i * stride, s->bt.ids, (size_t)s->bt.n * sizeof(int32_t));
+    for (int32_t j = s->bt.n; j < stride; j++)
+        e->b_table[(size_t)i * stride + j] = -1;
+}
+
+/* Records the step just begun over q (batch order): its chunks count as
+ * computed; continuation: each sequence draws a token (rows in batch order). */
+static void flight_push(lpx_engine *e, const lpx_seq_list *q, bool continuation) {
+    lpx_flight *f = &e->flight[(e->flight_head + e->n_flights) % 2];
+    e->n_flights++;
+    f->n = q->n;
+    for (int32_t i = 0; i < q->n; i++) {
+        lpx_seq *s = q->v[i];
+        f->row[i] = continuation || s->n_computed + s->n_new == s->n_tokens;
+        s->n_computed += s->n_new;
+        s->n_flight++;
+        f->seqs[i] = s;
+    }
+}
+
+/* The oldest step in flight is over: each of its sequences that draws a token
+ * gets tokens[its row]; when the step failed (tokens NULL) each ends with error
+ * msg. One that finished while the step ran is freed once no step reads it. */
+static lpx_status flight_pop(lpx_engine *e, const int32_t *tokens, const char *msg) {
+    lpx_flight *f = &e->flight[e->flight_head];
+    e->flight_head = (e->flight_head + 1) % 2;
+    e->n_flights--;
+    lpx_status st = LPX_OK;
+    for (int32_t i = 0, row = 0; i < f->n; i++) {
+        lpx_seq *s = f->seqs[i];
+        int32_t r = f->row[i] ? row++ : -1;
+        s->n_flight--;
+        if (s->done) {
+            if (s->n_flight == 0) {
+                lpx_kv_release(&e->pool, &s->bt);
+                seq_free(s);
+            }
+        } else if (!tokens) {
+            finish_alone(e, s, LPX_FINISH_ERROR, msg);
+        } else if (r >= 0) {
+            lpx_status st2 = advance(e, s, tokens[r], NULL, 0);
+            if (st == LPX_OK) st = st2;
+        }
+    }
+    f->n = 0;
+    return st;
+}
+
+/* Every step in flight ends with error msg (a failed step_end ends them all). */
+static lpx_status fail_flights(lpx_engine *e, lpx_status st, const char *msg) {
+    while (e->n_flights > 0)
+        flight_pop(e, NULL, msg);
+    return lpx_errorf(st, "%s", msg);
+}
+
+/* Waits for the oldest step in flight and reports its tokens. */
+static lpx_status end_oldest(lpx_engine *e) {
+    lpx_status st = e->cfg.ops->step_end(e->be, e->sampled);
+    if (st == LPX_OK) return flight_pop(e, e->sampled, NULL);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", lpx_last_error());
+    return fail_flights(e, st, msg);
+}
+
+/* Takes what other threads queued: submitted requests join the waiting queue;
+ * cancelled ones end now (one in a step in flight drops that step's token). */
+static lpx_status take_queued(lpx_engine *e) {
     pthread_mutex_lock(&e->mu);
     lpx_status st = LPX_OK;
     if (!lpx_seq_list_reserve(&e->waiting, e->waiting.n + e->incoming.n))
@@ -516,13 +605,111 @@ static lpx_status step_once(lpx_engine *e, bool *busy) {
         e->n_cancels -= n_cancels;
     }
     pthread_mutex_unlock(&e->mu);
-    LPX_TRY(st);
-
     for (int32_t i = 0; i < n_cancels; i++) {
         lpx_seq *s = take_seq(e, cancels[i]);
         if (s) finish_alone(e, s, LPX_FINISH_CANCELLED, NULL);
     }
+    return st;
+}
 
+/* Builds, in e->sched and the batch buffers, the step that continues f: each
+ * sequence of f that still wants a token after f's gets one more position,
+ * whose input token is f's draw for it, fed on the device from its row of f.
+ * Returns the block table stride, or 0 when f cannot be continued and the
+ * scheduler must run next: waiting work could be admitted, a running sequence
+ * is not in f or is mid-prompt, no sequence goes on, or a block is missing
+ * (preempting is the scheduler's job). */
+static int32_t continuation(lpx_engine *e, const lpx_flight *f, lpx_status *st) {
+    *st = LPX_OK;
+    lpx_seq_list *q = &e->sched;
+    q->n = 0;
+    if ((e->waiting.n > 0 && e->running.n < e->cfg.max_num_seqs) || !lpx_seq_list_reserve(q, f->n))
+        return 0;
+    int32_t live = 0, need = 0;
+    for (int32_t i = 0, row = 0; i < f->n; i++) {
+        lpx_seq *s = f->seqs[i];
+        int32_t r = f->row[i] ? row++ : -1;
+        if (s->done) continue;
+        if (r < 0) return 0;
+        live++;
+        /* Whether f's token reaches a length limit is known before the token. */
+        int32_t n_after = s->n_tokens + 1;
+        if ((s->max_tokens > 0 && n_after - s->n_prompt >= s->max_tokens) || n_after >= s->limit)
+            continue;
+        int32_t more = lpx_kv_blocks_needed(&e->pool, n_after) - s->bt.n;
+        need += more > 0 ? more : 0;
+        e->b_feed[q->n] = r;
+        q->v[q->n++] = s;
+    }
+    if (live != e->running.n || q->n == 0 || need > e->pool.n_free) return 0;
+    int32_t stride = 1;
+    for (int32_t i = 0; i < q->n; i++) {
+        lpx_seq *s = q->v[i];
+        if (!lpx_kv_reserve(&e->pool, &s->bt, (int64_t)s->n_tokens + 1, st)) return 0;
+        if (s->bt.n > stride) stride = s->bt.n;
+    }
+    for (int32_t i = 0; i < q->n; i++) {
+        lpx_seq *s = q->v[i];
+        s->n_new = 1;
+        e->b_tokens[i] = 0; /* fed */
+        e->b_pos[i] = s->n_computed;
+        e->b_start[i] = i;
+        e->b_len[i] = s->n_computed + 1;
+        e->b_rows[i] = i;
+        put_table(e, i, s, stride);
+        e->s_rows[i] =
+            (lpx_sample_row){.p = s->sp, .seed = s->seed, .index = s->n_tokens + 1 - s->n_prompt};
+    }
+    e->b_start[q->n] = q->n;
+    return stride;
+}
+
+/* A step is in flight: begin the one that continues it if it can, then end it,
+ * so the device runs the next step while the host reports this one's tokens. */
+static lpx_status step_ahead(lpx_engine *e) {
+    LPX_TRY(take_queued(e));
+    double t0 = now_ms();
+    lpx_status st;
+    int32_t stride = continuation(e, &e->flight[e->flight_head], &st);
+    lpx_seq_list *q = &e->sched;
+    int32_t n_tok = -1;
+    if (stride > 0) {
+        lpx_batch b = {
+            .n_tokens = q->n,
+            .tokens = e->b_tokens,
+            .positions = e->b_pos,
+            .n_seqs = q->n,
+            .seq_start = e->b_start,
+            .seq_len = e->b_len,
+            .block_table = e->b_table,
+            .max_blocks = stride,
+            .n_logits = q->n,
+            .logit_rows = e->b_rows,
+        };
+        lpx_sample_batch sb = {.rows = e->s_rows, .seen = e->seen, .n_seen = 0};
+        st = e->cfg.ops->step_begin(e->be, &b, &sb, e->b_feed);
+        if (st != LPX_OK) {
+            /* Its sequences are the older step's: that step ends, and all of them fail. */
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", lpx_last_error());
+            e->cfg.ops->step_end(e->be, e->sampled);
+            st = fail_flights(e, st, msg);
+            account(e, t0, -1, false);
+            return st;
+        }
+        flight_push(e, q, true);
+        n_tok = q->n;
+    }
+    lpx_status st2 = end_oldest(e);
+    account(e, t0, n_tok, true);
+    return st != LPX_OK ? st : st2;
+}
+
+/* Nothing in flight: schedule a step and run it, or begin it when it may run
+ * ahead (every row samples on the device, without penalties). */
+static lpx_status step_scheduled(lpx_engine *e) {
+    LPX_TRY(take_queued(e));
+    lpx_status st;
     double t0 = now_ms();
     st = lpx_schedule(e);
     int32_t n_tok = 0, n_rows = 0, stride = 1;
@@ -538,85 +725,91 @@ static lpx_status step_once(lpx_engine *e, bool *busy) {
             e->b_pos[n_tok] = s->n_computed + j;
         }
         e->b_len[i] = s->n_computed + s->n_new;
-        memcpy(e->b_table + (size_t)i * stride, s->bt.ids, (size_t)s->bt.n * sizeof(int32_t));
-        for (int32_t j = s->bt.n; j < stride; j++)
-            e->b_table[(size_t)i * stride + j] = -1;
+        put_table(e, i, s, stride);
         if (e->b_len[i] == s->n_tokens) e->b_rows[n_rows++] = n_tok - 1;
     }
-    if (st == LPX_OK && q->n > 0) {
-        e->b_start[q->n] = n_tok;
-        lpx_batch b = {
-            .n_tokens = n_tok,
-            .tokens = e->b_tokens,
-            .positions = e->b_pos,
-            .n_seqs = q->n,
-            .seq_start = e->b_start,
-            .seq_len = e->b_len,
-            .block_table = e->b_table,
-            .max_blocks = stride,
-            .n_logits = n_rows,
-            .logit_rows = e->b_rows,
-        };
-        /* Rows sample on the device unless one needs the logits (logprobs). */
-        bool dev = e->device_sampling && e->cfg.ops->step_sample;
-        int32_t n_seen = 0;
-        for (int32_t i = 0, row = 0; dev && i < q->n; i++) {
-            lpx_seq *s = q->v[i];
-            if (s->n_computed + s->n_new < s->n_tokens) continue;
-            lpx_sample_row *r = &e->s_rows[row++];
-            *r = (lpx_sample_row){.p = s->sp,
-                                  .seed = s->seed,
-                                  .index = s->n_tokens - s->n_prompt,
-                                  .seen_start = n_seen};
-            if (s->sp.logprobs > 0) dev = false;
-            if (dev && lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n_seen))
-                st = lpx_errorf(LPX_ERR_NOMEM, "engine: token counts: out of memory");
-            r->n_seen = n_seen - r->seen_start;
-        }
-        if (st == LPX_OK && dev) {
-            lpx_sample_batch sb = {.rows = e->s_rows, .seen = e->seen, .n_seen = n_seen};
-            st = e->cfg.ops->step_sample(e->be, &b, &sb, e->sampled);
-        } else if (st == LPX_OK) {
-            st = e->cfg.ops->step(e->be, &b, e->logits);
-        }
-        if (st != LPX_OK) {
-            /* The step's sequences cannot go on (their cache is unknown); others can. */
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", lpx_last_error());
-            for (int32_t i = 0; i < q->n; i++)
-                finish_alone(e, q->v[i], LPX_FINISH_ERROR, msg);
-            q->n = 0;
-            lpx_errorf(st, "%s", msg);
-        }
-        int32_t row = 0;
-        for (int32_t i = 0; i < q->n; i++) {
-            lpx_seq *s = q->v[i];
-            s->n_computed += s->n_new;
-            if (s->n_computed < s->n_tokens) continue;
-            lpx_token_logprob top[LPX_MAX_LOGPROBS];
-            float lp = 0;
-            int32_t tok;
-            if (dev) {
-                tok = e->sampled[row++];
-            } else {
-                int32_t n = 0;
-                if (lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n)) {
-                    finish_alone(e, s, LPX_FINISH_ERROR, "out of memory");
-                    row++;
-                    continue;
-                }
-                tok = lpx_sample(&e->sampler, &s->sp, s->seed, s->n_tokens - s->n_prompt,
-                                 e->logits + (size_t)row++ * e->vocab, e->seen, n, top, &lp);
-            }
-            lpx_status st2 = advance(e, s, tok, top, lp);
-            if (st == LPX_OK) st = st2;
-        }
-        pthread_mutex_lock(&e->mu);
-        e->st.n_steps++;
-        e->st.computed_tokens += n_tok;
-        e->st.busy_s += (now_ms() - t0) * 1e-3;
-        pthread_mutex_unlock(&e->mu);
+    if (st != LPX_OK || q->n == 0) return st;
+    e->b_start[q->n] = n_tok;
+    lpx_batch b = {
+        .n_tokens = n_tok,
+        .tokens = e->b_tokens,
+        .positions = e->b_pos,
+        .n_seqs = q->n,
+        .seq_start = e->b_start,
+        .seq_len = e->b_len,
+        .block_table = e->b_table,
+        .max_blocks = stride,
+        .n_logits = n_rows,
+        .logit_rows = e->b_rows,
+    };
+    /* Rows sample on the device unless one needs the logits (logprobs); the
+     * step runs ahead unless a row has a penalty (its counts need every token). */
+    bool dev = e->device_sampling && e->cfg.ops->step_sample;
+    bool ahead = e->cfg.step_ahead && e->cfg.ops->step_begin && e->cfg.ops->step_end;
+    int32_t n_seen = 0;
+    for (int32_t i = 0, row = 0; dev && i < q->n; i++) {
+        lpx_seq *s = q->v[i];
+        if (s->n_computed + s->n_new < s->n_tokens) continue;
+        lpx_sample_row *r = &e->s_rows[row++];
+        *r = (lpx_sample_row){
+            .p = s->sp, .seed = s->seed, .index = s->n_tokens - s->n_prompt, .seen_start = n_seen};
+        if (s->sp.logprobs > 0) dev = false;
+        if (lpx_sampling_penalized(&s->sp)) ahead = false;
+        if (dev && lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n_seen))
+            st = lpx_errorf(LPX_ERR_NOMEM, "engine: token counts: out of memory");
+        r->n_seen = n_seen - r->seen_start;
     }
+    lpx_sample_batch sb = {.rows = e->s_rows, .seen = e->seen, .n_seen = n_seen};
+    if (st == LPX_OK && dev && ahead) {
+        st = e->cfg.ops->step_begin(e->be, &b, &sb, NULL);
+        if (st == LPX_OK) {
+            flight_push(e, q, false);
+            account(e, t0, n_tok, false);
+            return LPX_OK;
+        }
+    } else if (st == LPX_OK && dev) {
+        st = e->cfg.ops->step_sample(e->be, &b, &sb, e->sampled);
+    } else if (st == LPX_OK) {
+        st = e->cfg.ops->step(e->be, &b, e->logits);
+    }
+    if (st != LPX_OK) {
+        /* The step's sequences cannot go on (their cache is unknown); others can. */
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", lpx_last_error());
+        for (int32_t i = 0; i < q->n; i++)
+            finish_alone(e, q->v[i], LPX_FINISH_ERROR, msg);
+        q->n = 0;
+        lpx_errorf(st, "%s", msg);
+    }
+    int32_t row = 0;
+    for (int32_t i = 0; i < q->n; i++) {
+        lpx_seq *s = q->v[i];
+        s->n_computed += s->n_new;
+        if (s->n_computed < s->n_tokens) continue;
+        lpx_token_logprob top[LPX_MAX_LOGPROBS];
+        float lp = 0;
+        int32_t tok;
+        if (dev) {
+            tok = e->sampled[row++];
+        } else {
+            int32_t n = 0;
+            if (lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n)) {
+                finish_alone(e, s, LPX_FINISH_ERROR, "out of memory");
+                row++;
+                continue;
+            }
+            tok = lpx_sample(&e->sampler, &s->sp, s->seed, s->n_tokens - s->n_prompt,
+                             e->logits + (size_t)row++ * e->vocab, e->seen, n, top, &lp);
+        }
+        lpx_status st2 = advance(e, s, tok, top, lp);
+        if (st == LPX_OK) st = st2;
+    }
+    account(e, t0, n_tok, false);
+    return st;
+}
+
+static lpx_status step_once(lpx_engine *e, bool *busy) {
+    lpx_status st = e->n_flights > 0 ? step_ahead(e) : step_scheduled(e);
     pthread_mutex_lock(&e->mu);
     snapshot(e);
     *busy = has_work(e) || e->incoming.n > 0 || e->n_cancels > 0;
@@ -696,6 +889,8 @@ lpx_status lpx_engine_get_stats(lpx_engine *e, lpx_engine_stats *out) {
 void lpx_engine_destroy(lpx_engine *e) {
     if (!e) return;
     lpx_engine_stop(e);
+    while (e->n_flights > 0)
+        end_oldest(e);
     /* Outstanding requests end as cancelled, so every caller hears an end. */
     pthread_mutex_lock(&e->mu);
     for (int32_t i = 0; i < e->incoming.n; i++)
@@ -722,6 +917,11 @@ void lpx_engine_destroy(lpx_engine *e) {
     free(e->b_rows);
     free(e->sampled);
     free(e->s_rows);
+    free(e->b_feed);
+    for (int f = 0; f < 2; f++) {
+        free(e->flight[f].seqs);
+        free(e->flight[f].row);
+    }
     free(e->seen);
     free(e->logits);
     free(e->text);

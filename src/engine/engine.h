@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "lpx.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,6 +22,7 @@ typedef struct lpx_engine_config {
     int32_t block_size;
     int32_t n_blocks;
     size_t kv_bytes_per_token;
+    bool step_ahead; /* use the backend's step_begin/step_end when it has them */
 } lpx_engine_config;
 
 lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config *c,

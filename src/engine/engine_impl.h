@@ -35,12 +35,24 @@ typedef struct lpx_seq {
     double t_sched; /* the first step that ran it; 0 until then */
     /* This step's share (scheduler): tokens n_computed .. +n_new. */
     int32_t n_new;
+    /* Steps in flight (begun, not ended) that read its KV: while > 0 its blocks
+     * and this struct stay; done: it has finished (its event was sent) meanwhile,
+     * and is freed when the last of them ends. */
+    int32_t n_flight;
+    bool done;
 } lpx_seq;
 
 typedef struct lpx_seq_list {
     lpx_seq **v;
     int32_t n, cap;
 } lpx_seq_list;
+
+/* A step begun with the backend's step_begin and not yet ended. */
+typedef struct lpx_flight {
+    lpx_seq **seqs; /* [max_num_seqs] batch order */
+    bool *row;      /* [max_num_seqs] seqs[i] draws a token (logits rows in batch order) */
+    int32_t n;
+} lpx_flight;
 
 struct lpx_engine {
     const lpx_model *model;
@@ -64,6 +76,11 @@ struct lpx_engine {
     lpx_sample_row *s_rows;    /* [max_num_seqs] */
     lpx_token_count *seen;     /* [seen_cap] token counts of the rows with penalties */
     int32_t seen_cap;
+    /* One step ahead (docs/engine.md): the steps in flight, oldest at flight_head;
+     * at most one between steps, two while the next is begun before the oldest ends. */
+    lpx_flight flight[2];
+    int flight_head, n_flights;
+    int32_t *b_feed; /* [max_num_seqs] the continuing step's tokens: rows of the previous */
     char *piece; /* [piece_cap] one token\'s decoded text */
     size_t piece_cap;
     char *text; /* event text being built */
