@@ -139,16 +139,17 @@ static void lex_string(lexer *L) {
         case 'u':
         case 'U': {
             int nd = e == 'x' ? 2 : e == 'u' ? 4 : 8;
-            cp = 0;
+            int64_t v = 0; /* 8 hex digits overflow an int */
             for (int k = 0; k < nd; k++) {
                 int h = i + (size_t)k < L->n ? hexval(L->s[i + (size_t)k]) : -1;
                 if (h < 0)
                     tpl_fail(c, LPX_ERR_INVALID_ARG,
                              "chat template line %d: truncated \\%c escape in a string literal",
                              L->line, e);
-                cp = cp * 16 + h;
+                v = v * 16 + h;
             }
             i += (size_t)nd;
+            cp = v > 0x10ffff ? 0x110000 : (int)v;
             if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
                 tpl_fail(c, LPX_ERR_INVALID_ARG,
                          "chat template line %d: escape \\%c outside Unicode in a string literal",

@@ -102,6 +102,7 @@ int main(void) {
     CHECK(
         fails("{{ undefined_thing.attr }}", LPX_ERR_INVALID_ARG, "'undefined_thing' is undefined"));
     CHECK(fails("bad \xff utf-8", LPX_ERR_INVALID_ARG, "not valid UTF-8"));
+    CHECK(fails("{{ \"\\U88888888\" }}", LPX_ERR_INVALID_ARG, "escape \\U outside Unicode"));
     char deep[4096] = "{{ ";
     for (int i = 0; i < 1000; i++)
         strcat(deep, "(");
