@@ -1,7 +1,9 @@
 /* The engine over a mock backend whose logits are a hash of the whole context
  * it reads back through the block tables: any paging, chunking, batching or
  * preemption mistake changes the tokens. Every run is compared with a plain
- * reference loop that never touches the engine. */
+ * reference loop that never touches the engine. The batch runs also go through
+ * the mock's step_begin/step_end (one step ahead, docs/engine.md), where the
+ * input tokens of a continuation are fed from the previous step's draws. */
 #include "engine/engine_impl.h"
 #include "test.h"
 
@@ -9,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { VOCAB = 64, MAXPOS = 512, EOS = 63 };
+enum { VOCAB = 64, MAXPOS = 512, EOS = 63, MAXROWS = 16, MAXTOK = 256 };
 
 /* ---- mock backend --------------------------------------------------------- */
 
@@ -17,6 +19,12 @@ typedef struct mock {
     lpx_backend base;
     int32_t *slots; /* [n_blocks * block_size] token ids written to the cache */
     int fail_next;  /* make the next step fail */
+    /* step_sample, step_begin/step_end (mock_ahead_ops) */
+    lpx_sampler sampler;
+    int32_t drawn[2][MAXROWS]; /* FIFO of the steps in flight; drawn[last]: the last begun */
+    int n_drawn[2], head, n_flight, last;
+    bool feedable;
+    int32_t fed[MAXTOK];
 } mock;
 
 static int violations;
@@ -81,12 +89,98 @@ static lpx_status mock_step(lpx_backend *be, const lpx_batch *bt, float *logits)
 }
 
 static void mock_destroy(lpx_backend *be) {
+    lpx_sampler_free(&((mock *)be)->sampler);
     free(((mock *)be)->slots);
     free(be);
 }
 
 static const lpx_backend_ops mock_ops = {
     .name = "mock", .create = mock_create, .step = mock_step, .destroy = mock_destroy};
+
+/* The host sampler over mock_step's logits. */
+static lpx_status mock_step_sample(lpx_backend *be, const lpx_batch *bt, const lpx_sample_batch *sb,
+                                   int32_t *tokens) {
+    mock *b = (mock *)be;
+    float logits[MAXROWS * VOCAB];
+    if (bt->n_logits > MAXROWS) {
+        violations++;
+        return LPX_ERR_INVALID_ARG;
+    }
+    if (!b->sampler.vocab) lpx_sampler_init(&b->sampler, VOCAB);
+    lpx_status st = mock_step(be, bt, logits);
+    for (int32_t i = 0; st == LPX_OK && i < bt->n_logits; i++) {
+        const lpx_sample_row *r = &sb->rows[i];
+        const bool pen = lpx_sampling_penalized(&r->p);
+        tokens[i] =
+            lpx_sample(&b->sampler, &r->p, r->seed, r->index, logits + i * VOCAB,
+                       pen ? sb->seen + r->seen_start : NULL, pen ? r->n_seen : 0, NULL, NULL);
+    }
+    return st;
+}
+
+/* Synchronous, as the CPU backend's: the step runs at begin, its tokens wait. */
+static lpx_status mock_step_begin(lpx_backend *be, const lpx_batch *bt, const lpx_sample_batch *sb,
+                                  const int32_t *feed) {
+    mock *b = (mock *)be;
+    if (b->n_flight == 2 || bt->n_tokens > MAXTOK) {
+        violations++;
+        return LPX_ERR_BUSY;
+    }
+    lpx_batch run = *bt;
+    for (int32_t i = 0; i < bt->n_tokens; i++) {
+        b->fed[i] = bt->tokens[i];
+        if (!feed || feed[i] < 0) continue;
+        if (!b->feedable || feed[i] >= b->n_drawn[b->last]) {
+            violations++;
+            return LPX_ERR_INVALID_ARG;
+        }
+        b->fed[i] = b->drawn[b->last][feed[i]];
+    }
+    run.tokens = b->fed;
+    int slot = (b->head + b->n_flight) % 2;
+    lpx_status st = mock_step_sample(be, &run, sb, b->drawn[slot]);
+    b->feedable = st == LPX_OK;
+    if (st != LPX_OK) return st;
+    b->n_drawn[slot] = bt->n_logits;
+    b->last = slot;
+    b->n_flight++;
+    return LPX_OK;
+}
+
+static lpx_status mock_step_end(lpx_backend *be, int32_t *tokens) {
+    mock *b = (mock *)be;
+    if (b->n_flight == 0) {
+        violations++;
+        return LPX_ERR_INVALID_ARG;
+    }
+    memcpy(tokens, b->drawn[b->head], (size_t)b->n_drawn[b->head] * sizeof *tokens);
+    b->head = (b->head + 1) % 2;
+    b->n_flight--;
+    return LPX_OK;
+}
+
+static lpx_status mock_step_idle(lpx_backend *be, const lpx_batch *bt, float *logits) {
+    mock *b = (mock *)be;
+    if (b->n_flight) violations++;
+    b->feedable = false;
+    return mock_step(be, bt, logits);
+}
+
+static lpx_status mock_step_sample_idle(lpx_backend *be, const lpx_batch *bt,
+                                        const lpx_sample_batch *sb, int32_t *tokens) {
+    mock *b = (mock *)be;
+    if (b->n_flight) violations++;
+    b->feedable = false;
+    return mock_step_sample(be, bt, sb, tokens);
+}
+
+static const lpx_backend_ops mock_ahead_ops = {.name = "mock",
+                                               .create = mock_create,
+                                               .step = mock_step_idle,
+                                               .destroy = mock_destroy,
+                                               .step_sample = mock_step_sample_idle,
+                                               .step_begin = mock_step_begin,
+                                               .step_end = mock_step_end};
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -141,8 +235,10 @@ static int reference(const int32_t *prompt, int n_prompt, const lpx_sampling_par
 
 static lpx_model model;
 
-static lpx_engine *make(int max_seqs, int max_tokens_step, int n_blocks, int block_size) {
-    lpx_engine_config c = {.ops = &mock_ops,
+static lpx_engine *make_on(const lpx_backend_ops *ops, int max_seqs, int max_tokens_step,
+                           int n_blocks, int block_size) {
+    lpx_engine_config c = {.ops = ops,
+                           .step_ahead = true,
                            .device_name = "mock",
                            .max_num_seqs = max_seqs,
                            .max_num_batched_tokens = max_tokens_step,
@@ -153,6 +249,10 @@ static lpx_engine *make(int max_seqs, int max_tokens_step, int n_blocks, int blo
     lpx_engine *e = NULL;
     CHECK(lpx_engine_create_config(&model, &c, &e) == LPX_OK);
     return e;
+}
+
+static lpx_engine *make(int max_seqs, int max_tokens_step, int n_blocks, int block_size) {
+    return make_on(&mock_ops, max_seqs, max_tokens_step, n_blocks, block_size);
 }
 
 static void drain(lpx_engine *e) {
@@ -168,10 +268,14 @@ static void make_prompt(int k, int32_t *p, int n) {
 }
 
 /* Runs n requests together on an engine shaped by the arguments and checks
- * each against the reference; returns the preemptions seen. */
+ * each against the reference; returns the preemptions seen. sampled: 0
+ * greedy, 1 seeded with penalties, 2 seeded without (steps run ahead). ahead:
+ * on the mock's step_begin/step_end, checking that steps did run ahead when
+ * the requests allow it. */
 static int64_t batch_run(int n, int max_seqs, int step_tokens, int n_blocks, int block_size,
-                         bool sampled) {
-    lpx_engine *e = make(max_seqs, step_tokens, n_blocks, block_size);
+                         int sampled, bool ahead) {
+    lpx_engine *e =
+        make_on(ahead ? &mock_ahead_ops : &mock_ops, max_seqs, step_tokens, n_blocks, block_size);
     if (!e) return -1;
     static result res[16];
     int32_t prompts[16][64];
@@ -190,6 +294,8 @@ static int64_t batch_run(int n, int max_seqs, int step_tokens, int n_blocks, int
         if (sampled) {
             rq[k].sampling.temperature = 0.9f;
             rq[k].sampling.top_p = 0.9f;
+        }
+        if (sampled == 1) {
             rq[k].sampling.repetition_penalty = 1.2f;
             rq[k].sampling.frequency_penalty = 0.3f;
         }
@@ -207,6 +313,7 @@ static int64_t batch_run(int n, int max_seqs, int step_tokens, int n_blocks, int
     lpx_engine_get_stats(e, &st);
     CHECK(st.kv_blocks_used == 0 && st.n_running == 0 && st.n_waiting == 0);
     CHECK(st.n_finished == n && st.n_submitted == n);
+    CHECK((st.steps_ahead > 0) == (ahead && sampled != 1));
     lpx_engine_destroy(e);
     return st.n_preemptions;
 }
@@ -243,16 +350,18 @@ int main(void) {
     model.gen.n_eos = 1;
 
     /* Alone, batched, chunked prefill, and under KV pressure: all equal the
-     * reference (greedy, then seeded sampling with penalties). */
-    for (int sampled = 0; sampled < 2; sampled++) {
-        CHECK(batch_run(1, 8, 256, 64, 16, sampled) == 0);
-        CHECK(batch_run(8, 8, 256, 256, 16, sampled) == 0);
-        CHECK(batch_run(8, 8, 7, 256, 4, sampled) == 0); /* prefill in chunks of <= 7 */
-        /* 12 blocks of 8 tokens: 96 slots for 8 sequences of up to ~70. */
-        int64_t pre = batch_run(8, 8, 64, 12, 8, sampled);
-        CHECK(pre > 0);
-        CHECK(batch_run(16, 3, 16, 16, 4, sampled) > 0);
-    }
+     * reference (greedy, seeded sampling with and without penalties), with
+     * steps run synchronously and one ahead. */
+    for (int ahead = 0; ahead < 2; ahead++)
+        for (int sampled = 0; sampled < 3; sampled++) {
+            CHECK(batch_run(1, 8, 256, 64, 16, sampled, ahead) == 0);
+            CHECK(batch_run(8, 8, 256, 256, 16, sampled, ahead) == 0);
+            CHECK(batch_run(8, 8, 7, 256, 4, sampled, ahead) == 0); /* prefill in chunks of <= 7 */
+            /* 12 blocks of 8 tokens: 96 slots for 8 sequences of up to ~70. */
+            int64_t pre = batch_run(8, 8, 64, 12, 8, sampled, ahead);
+            CHECK(pre > 0);
+            CHECK(batch_run(16, 3, 16, 16, 4, sampled, ahead) > 0);
+        }
     CHECK(violations == 0);
 
     /* EOS ends a greedy run with "stop" exactly where the reference emits it;
