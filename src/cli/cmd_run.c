@@ -203,6 +203,8 @@ int cmd_run(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "max_model_len", es.max_model_len);
             cJSON_AddNumberToObject(o, "seed", (double)g.req.sampling.seed);
             cJSON_AddStringToObject(o, "device", es.device);
+            cJSON_AddNumberToObject(o, "steps", (double)es.n_steps);
+            cJSON_AddNumberToObject(o, "steps_ahead", (double)es.steps_ahead);
             if (r.logprobs) {
                 cJSON_AddItemToObject(o, "logprobs", r.logprobs);
                 r.logprobs = NULL;

@@ -365,8 +365,9 @@ static void snapshot(lpx_engine *e) {
 /* Ends s: frees its blocks, takes it off the lists, sends the last event
  * (with ev's token, if any) and frees it; while a step in flight reads s, its
  * blocks and struct stay until that step ends (flight_pop). flush releases
- * held text: every end but a stop string (whose text is dropped) and an error. The stats count the
- * last token and show s gone in one update, before the event: whoever hears of
+ * held text: every end but a stop string (whose text is dropped) and an error.
+ * The stats count the last token and show s gone (its blocks too, unless a
+ * step in flight holds them) in one update, before the event: whoever hears of
  * the end (an HTTP client) and then reads the stats never sees s running. */
 static void finish(lpx_engine *e, lpx_seq *s, lpx_event *ev, lpx_finish_reason why, bool flush,
                    const char *error) {

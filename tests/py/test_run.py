@@ -100,6 +100,24 @@ def test_seed_reproduces(lpx_bin, smollm2):
     assert a["token_ids"] != c["token_ids"]
 
 
+def test_step_ahead_gives_the_same_output(lpx_bin, smollm2):
+    """Decode one step ahead (the default; LPX_STEP_AHEAD=0 turns it off): the same
+    sampled tokens and text, a stop string met while the next token is in flight."""
+    args = ["-p", "Once upon a time", "-n", 12, "--temp", 0.8, "--top-k", 40, "--seed", 3,
+            "--ignore-eos"]
+    off = run(lpx_bin, "run", "-m", smollm2, "--device", "cpu", "--json", *args,
+              env={**os.environ, "LPX_STEP_AHEAD": "0"})
+    assert off.returncode == 0, off.stderr
+    off = json.loads(off.stdout)
+    on = run_json(lpx_bin, smollm2, *args)
+    assert on["token_ids"] == off["token_ids"] and on["text"] == off["text"]
+    assert off["steps_ahead"] == 0 and on["steps_ahead"] == on["steps"] - 1
+    stop = off["text"][len(off["text"]) // 2:][:4]
+    on = run_json(lpx_bin, smollm2, *args, "--stop", stop)
+    assert on["finish_reason"] == "stop" and stop not in on["text"]
+    assert off["text"].startswith(on["text"]) and on["steps_ahead"] > 0
+
+
 def test_logprobs(lpx_bin, smollm2):
     out = run_json(lpx_bin, smollm2, "-p", "The capital of France is", "-n", 2, "--temp", 0,
                    "--ignore-eos", "--logprobs", 3)
