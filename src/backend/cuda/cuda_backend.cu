@@ -92,6 +92,9 @@ typedef struct cuda_backend {
     bool use_graphs;
     int n_buckets;
     cudaGraphExec_t graphs[MAX_BUCKETS];
+    /* the same steps with the device sampler and the token copy to tok_host inside
+     * (step_sample): one launch a step; dropped when seen_dev moves (grow_seen) */
+    cudaGraphExec_t graphs_s[MAX_BUCKETS];
 
     /* the persistent batch-1 decode kernel (decode1.cu); d1_blocks 0: not used */
     int d1_blocks;
@@ -446,9 +449,18 @@ static lpx_status pack_batch(cuda_backend *b, const lpx_batch *bt, int T_pad, in
     return LPX_OK;
 }
 
-static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks) {
-    LPX_CUDA_TRY(cudaMemcpyAsync(b->in_dev, b->in_host, sizeof(int32_t) * IN_BT * b->tok_cap,
-                                 cudaMemcpyHostToDevice, b->stream));
+/* The step's inputs to the device: with T > 0 (a decode step of T tokens, padding
+ * included) the T entries of tokens .. logit rows, the parts a decode step reads,
+ * as one strided copy; else every part whole (prefill tiles included). Then the
+ * used columns of the block table. */
+static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks, int T) {
+    if (T > 0)
+        LPX_CUDA_TRY(cudaMemcpy2DAsync(b->in_dev, sizeof(int32_t) * b->tok_cap, b->in_host,
+                                       sizeof(int32_t) * b->tok_cap, sizeof(int32_t) * T,
+                                       IN_TILES, cudaMemcpyHostToDevice, b->stream));
+    else
+        LPX_CUDA_TRY(cudaMemcpyAsync(b->in_dev, b->in_host, sizeof(int32_t) * IN_BT * b->tok_cap,
+                                     cudaMemcpyHostToDevice, b->stream));
     LPX_CUDA_TRY(cudaMemcpy2DAsync(in_part(b, b->in_dev, IN_BT), sizeof(int32_t) * b->max_blocks,
                                    in_part(b, b->in_host, IN_BT),
                                    sizeof(int32_t) * b->max_blocks, sizeof(int32_t) * used_blocks,
@@ -456,19 +468,39 @@ static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks) {
     return LPX_OK;
 }
 
-static lpx_status capture_decode_graph(cuda_backend *b, int k) {
+/* Hands logits rows r0 .. r0+n (in b->logits) to the caller: copied to the host,
+ * or, with tokens (step_sample), sampled here so only token ids are copied. */
+static lpx_status emit_rows(cuda_backend *b, int r0, int n, float *logits, bool sample) {
+    const int V = b->cfg.vocab_size;
+    if (sample) {
+        if (!(b->skip & SK_SAMPLE))
+            LPX_TRY(sample_rows(b->logits, V, n, b->srow_dev + r0, b->seen_dev, b->amax_v,
+                                b->amax_i, b->tok_dev + r0, b->stream));
+        LPX_CUDA_TRY(cudaMemcpyAsync(b->tok_host + r0, b->tok_dev + r0, sizeof(int32_t) * n,
+                                     cudaMemcpyDeviceToHost, b->stream));
+    } else {
+        LPX_CUDA_TRY(cudaMemcpyAsync(logits + (size_t)r0 * V, b->logits, sizeof(float) * V * n,
+                                     cudaMemcpyDeviceToHost, b->stream));
+    }
+    return LPX_OK;
+}
+
+/* The decode graph of bucket k (1 << k tokens); with sample, the sampler and the
+ * token copy too (every row of the bucket: padding rows are plain greedy). */
+static lpx_status capture_decode_graph(cuda_backend *b, int k, bool sample) {
     const int T = 1 << k;
     cudaGraph_t g;
     LPX_CUDA_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
     lpx_status s = forward_layers(b, T, 0);
     if (s == LPX_OK) s = forward_logits(b, in_part(b, b->in_dev, IN_ROWS), T);
+    if (s == LPX_OK && sample) s = emit_rows(b, 0, T, NULL, true);
     cudaError_t e = cudaStreamEndCapture(b->stream, &g);
     if (s != LPX_OK) {
         if (e == cudaSuccess) cudaGraphDestroy(g);
         return s;
     }
     LPX_CUDA_TRY(e);
-    e = cudaGraphInstantiate(&b->graphs[k], g, 0);
+    e = cudaGraphInstantiate(sample ? &b->graphs_s[k] : &b->graphs[k], g, 0);
     cudaGraphDestroy(g);
     LPX_CUDA_TRY(e);
     return LPX_OK;
@@ -490,20 +522,20 @@ static lpx_status decode1_trace_add(cuda_backend *b) {
     return LPX_OK;
 }
 
-/* Hands logits rows r0 .. r0+n (in b->logits) to the caller: copied to the host,
- * or, with tokens (step_sample), sampled here so only token ids are copied. */
-static lpx_status emit_rows(cuda_backend *b, int r0, int n, float *logits, bool sample) {
-    const int V = b->cfg.vocab_size;
-    if (sample) {
-        if (!(b->skip & SK_SAMPLE))
-            LPX_TRY(sample_rows(b->logits, V, n, b->srow_dev + r0, b->seen_dev, b->amax_v,
-                                b->amax_i, b->tok_dev + r0, b->stream));
-        LPX_CUDA_TRY(cudaMemcpyAsync(b->tok_host + r0, b->tok_dev + r0, sizeof(int32_t) * n,
-                                     cudaMemcpyDeviceToHost, b->stream));
-    } else {
-        LPX_CUDA_TRY(cudaMemcpyAsync(logits + (size_t)r0 * V, b->logits, sizeof(float) * V * n,
-                                     cudaMemcpyDeviceToHost, b->stream));
+
+/* step_sample's rows (srow_host, n of them) to the device, followed by plain
+ * greedy rows up to T (a sampled decode graph samples every row of its bucket;
+ * these read no penalty counts). */
+static lpx_status upload_sample_rows(cuda_backend *b, int n, int T) {
+    for (int i = n; i < T; i++) {
+        lpx_sample_row *r = &b->srow_host[i];
+        memset(r, 0, sizeof(*r));
+        r->p.top_p = 1.0f;
+        r->p.repetition_penalty = 1.0f;
     }
+    if (T > 0)
+        LPX_CUDA_TRY(cudaMemcpyAsync(b->srow_dev, b->srow_host, sizeof(lpx_sample_row) * T,
+                                     cudaMemcpyHostToDevice, b->stream));
     return LPX_OK;
 }
 
@@ -522,6 +554,7 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
         LPX_CUDA_TRY(cudaMemcpyAsync(b->d1_in_dev, in, sizeof(int32_t) * (3 + used_blocks),
                                      cudaMemcpyHostToDevice, b->stream));
         LPX_TRY(decode1(&b->d1, b->cfg.head_dim, b->d1_widest, b->d1_blocks, b->stream));
+        if (sample) LPX_TRY(upload_sample_rows(b, 1, 1));
         LPX_TRY(emit_rows(b, 0, 1, logits, sample));
         LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
         if (b->d1.trace) LPX_TRY(decode1_trace_add(b));
@@ -541,14 +574,17 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
                             : flash_tiles(bt->seq_start, bt->n_seqs,
                                           b->cfg.n_heads / b->cfg.n_kv_heads,
                                           in_part(b, b->in_host, IN_TILES));
-    LPX_TRY(upload_inputs(b, bt->n_seqs, used_blocks));
-    if (decode) {
-        if (!b->graphs[k]) LPX_TRY(capture_decode_graph(b, k));
+    LPX_TRY(upload_inputs(b, bt->n_seqs, used_blocks, decode ? T_pad : 0));
+    if (decode) { /* n_logits == n_tokens: every row */
+        if (sample) LPX_TRY(upload_sample_rows(b, bt->n_logits, T_pad));
+        cudaGraphExec_t *gx = sample ? &b->graphs_s[k] : &b->graphs[k];
+        if (!*gx) LPX_TRY(capture_decode_graph(b, k, sample));
         if (b->ev[0]) LPX_CUDA_TRY(cudaEventRecord(b->ev[0], b->stream));
-        LPX_CUDA_TRY(cudaGraphLaunch(b->graphs[k], b->stream));
+        LPX_CUDA_TRY(cudaGraphLaunch(*gx, b->stream));
         if (b->ev[0]) LPX_CUDA_TRY(cudaEventRecord(b->ev[1], b->stream));
-        if (bt->n_logits > 0) LPX_TRY(emit_rows(b, 0, bt->n_logits, logits, sample));
+        if (!sample) LPX_TRY(emit_rows(b, 0, bt->n_logits, logits, false));
     } else {
+        if (sample) LPX_TRY(upload_sample_rows(b, bt->n_logits, bt->n_logits));
         LPX_TRY(forward_layers(b, bt->n_tokens, n_tiles));
         for (int r0 = 0; r0 < bt->n_logits; r0 += b->logit_cap) {
             const int n = bt->n_logits - r0 < b->logit_cap ? bt->n_logits - r0 : b->logit_cap;
@@ -603,6 +639,10 @@ static lpx_status grow_seen(cuda_backend *b, int n) {
     if (n <= b->seen_cap) return LPX_OK;
     int c = b->seen_cap ? b->seen_cap : 4096;
     while (c < n) c = c > INT32_MAX / 2 ? n : 2 * c;
+    for (int k = 0; k < MAX_BUCKETS; k++) { /* they captured the old seen_dev */
+        if (b->graphs_s[k]) cudaGraphExecDestroy(b->graphs_s[k]);
+        b->graphs_s[k] = NULL;
+    }
     if (b->seen_host) cudaFreeHost(b->seen_host);
     cudaFree(b->seen_dev);
     b->seen_host = b->seen_dev = NULL;
@@ -632,11 +672,7 @@ static lpx_status cuda_step_sample(lpx_backend *base, const lpx_batch *bt,
         LPX_TRY(dalloc(b, (void **)&b->amax_i, T * AM_BLOCKS * sizeof(int)));
     }
     LPX_TRY(grow_seen(b, sb->n_seen));
-    if (n > 0) {
-        memcpy(b->srow_host, sb->rows, sizeof(lpx_sample_row) * n);
-        LPX_CUDA_TRY(cudaMemcpyAsync(b->srow_dev, b->srow_host, sizeof(lpx_sample_row) * n,
-                                     cudaMemcpyHostToDevice, b->stream));
-    }
+    if (n > 0) memcpy(b->srow_host, sb->rows, sizeof(lpx_sample_row) * n); /* run_step uploads */
     if (sb->n_seen > 0) {
         memcpy(b->seen_host, sb->seen, sizeof(lpx_token_count) * sb->n_seen);
         LPX_CUDA_TRY(cudaMemcpyAsync(b->seen_dev, b->seen_host,
@@ -718,12 +754,18 @@ static void cuda_destroy(lpx_backend *base) {
     free(b->d1_trace_host);
     for (int k = 0; k < MAX_BUCKETS; k++)
         if (b->graphs[k]) cudaGraphExecDestroy(b->graphs[k]);
+    for (int k = 0; k < MAX_BUCKETS; k++)
+        if (b->graphs_s[k]) cudaGraphExecDestroy(b->graphs_s[k]);
     if (b->mc.blas) cublasDestroy(b->mc.blas);
     for (int i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
     if (b->in_host) cudaFreeHost(b->in_host);
     if (b->d1_in_host) cudaFreeHost(b->d1_in_host);
     if (b->srow_host) cudaFreeHost(b->srow_host);
     if (b->tok_host) cudaFreeHost(b->tok_host);
+    for (int k = 0; k < MAX_BUCKETS; k++) { /* they captured the old seen_dev */
+        if (b->graphs_s[k]) cudaGraphExecDestroy(b->graphs_s[k]);
+        b->graphs_s[k] = NULL;
+    }
     if (b->seen_host) cudaFreeHost(b->seen_host);
     cudaFree(b->seen_dev);
     if (b->stream) cudaStreamDestroy(b->stream);
