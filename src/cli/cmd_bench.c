@@ -34,8 +34,11 @@ static void usage(FILE *f) {
                "(median of r repetitions after one warm-up, ± standard deviation), ms per step\n"
                "(a decode step ends in greedy sampling on the device, as the engine's do, so\n"
                "only token ids come back) and the %% of the bandwidth floor: (weight bytes +\n"
-               "KV bytes read per step) over the read bandwidth measured at start.\n"
-               "LPX_DEVICE_SAMPLING=0 copies every decode step's logits to the host instead.\n\n"
+               "KV bytes read per step) over the read bandwidth measured at start. Decode steps\n"
+               "run one step ahead where the backend can (step N+1 queued before step N's\n"
+               "tokens are read, its tokens the ones step N draws), as the engine's do.\n"
+               "LPX_STEP_AHEAD=0 waits for each step first; LPX_DEVICE_SAMPLING=0 copies every\n"
+               "decode step's logits to the host instead (and waits too).\n\n"
                "  -m, --model MODEL   .gguf file or Hugging Face model directory\n"
                "  -p N                prompt tokens of the prefill test ppN (0: skip)\n"
                "  -n N                decode steps per test (tg and batched)\n"
@@ -80,6 +83,8 @@ typedef struct bench {
     lpx_sample_row *greedy; /* [max batch] decode steps sample greedily */
     int32_t *sampled;       /* [max batch] */
     bool device_sampling;   /* off with LPX_DEVICE_SAMPLING=0: logits to the host */
+    bool ahead;             /* step_begin/step_end (off with LPX_STEP_AHEAD=0) */
+    int32_t *feed;          /* [max batch] row s feeds sequence s */
     double weight_bytes, kv_bytes_per_token, bandwidth;
     uint64_t rng;
 } bench;
@@ -121,8 +126,9 @@ static lpx_status prefill(bench *b, int s0, int ns, int ctx) {
     return b->ops->step(b->be, &bt, b->logits);
 }
 
-/* One decode step of B sequences at context length len (after the step). */
-static lpx_status decode_step(bench *b, int B, int len) {
+/* One decode step of B sequences at context length len (after the step); with
+ * b->ahead only queued (step_begin), its tokens the previous step's when fed. */
+static lpx_status decode_step(bench *b, int B, int len, bool fed) {
     for (int s = 0; s < B; s++) {
         b->ids[s] = next_id(b);
         b->pos[s] = len - 1;
@@ -133,10 +139,9 @@ static lpx_status decode_step(bench *b, int B, int len) {
     b->seq_start[B] = B;
     lpx_batch bt = {B,          b->ids,   b->pos,        B, b->seq_start,
                     b->seq_len, b->table, b->max_blocks, B, b->rows};
-    if (b->device_sampling) {
-        lpx_sample_batch sb = {.rows = b->greedy};
-        return b->ops->step_sample(b->be, &bt, &sb, b->sampled);
-    }
+    lpx_sample_batch sb = {.rows = b->greedy};
+    if (b->ahead) return b->ops->step_begin(b->be, &bt, &sb, fed ? b->feed : NULL);
+    if (b->device_sampling) return b->ops->step_sample(b->be, &bt, &sb, b->sampled);
     return b->ops->step(b->be, &bt, b->logits);
 }
 
@@ -178,8 +183,11 @@ static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_
         for (int s0 = 0; s0 < B; s0 += per_step)
             LPX_TRY(prefill(b, s0, B - s0 < per_step ? B - s0 : per_step, ctx));
         const double t0 = now_s();
-        for (int k = 0; k < n; k++)
-            LPX_TRY(decode_step(b, B, ctx + k + 1));
+        for (int k = 0; k < n; k++) {
+            LPX_TRY(decode_step(b, B, ctx + k + 1, k > 0));
+            if (b->ahead && k > 0) LPX_TRY(b->ops->step_end(b->be, b->sampled));
+        }
+        if (b->ahead) LPX_TRY(b->ops->step_end(b->be, b->sampled));
         if (i >= 0) t[i] = now_s() - t0;
     }
     if (B == 1)
@@ -408,13 +416,17 @@ int cmd_bench(int argc, char **argv) {
     b.logits = malloc(cap * (size_t)m->cfg.vocab_size * sizeof(float));
     b.greedy = calloc((size_t)maxB, sizeof *b.greedy);
     b.sampled = malloc((size_t)maxB * sizeof *b.sampled);
+    b.feed = malloc((size_t)maxB * sizeof *b.feed);
     if (!b.ids || !b.pos || !b.rows || !b.seq_start || !b.seq_len || !b.table || !b.logits ||
-        !b.greedy || !b.sampled) {
+        !b.greedy || !b.sampled || !b.feed) {
         fprintf(stderr, "lpx bench: out of memory\n");
         goto done;
     }
     const char *env = getenv("LPX_DEVICE_SAMPLING");
     b.device_sampling = ops->step_sample && !(env && !strcmp(env, "0"));
+    env = getenv("LPX_STEP_AHEAD");
+    b.ahead = b.device_sampling && ops->step_begin && ops->step_end && !(env && !strcmp(env, "0"));
+    for (int i = 0; i < maxB; i++) b.feed[i] = i;
     for (int i = 0; i < maxB; i++)
         b.greedy[i].p = (lpx_sampling_params){.top_p = 1, .repetition_penalty = 1};
     if (lpx_model_info_get(m, &info) != LPX_OK) goto fail;
@@ -474,6 +486,7 @@ done:
     free(b.logits);
     free(b.greedy);
     free(b.sampled);
+    free(b.feed);
     lpx_model_close(m);
     return rc;
 }

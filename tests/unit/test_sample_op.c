@@ -3,7 +3,11 @@
  *     to the host, then lpx_sample per row) and with `step_sample` for many
  *     sampling settings (greedy, penalties, temperature, min_p, top_k, top_p,
  *     flat distributions), seeds and output indices: every token equal;
- *  2. engine level: requests of each setting batched together give the same
+ *  2. one step ahead: NSEQ sequences decode AHEAD tokens with step_sample (each
+ *     step's tokens fed back by the host) and with step_begin/step_end (step N+1
+ *     queued before step N ends, its tokens fed on the device): every token
+ *     equal; and the contract's errors (backend.h);
+ *  3. engine level: requests of each setting batched together give the same
  *     tokens with device sampling (the default) and with LPX_DEVICE_SAMPLING=0.
  * On the CPU backend step_sample is the host sampler, so this checks the
  * engine's wiring; LPX_TEST_DEVICE=cuda (scripts/gpu-check.sh) checks the CUDA
@@ -17,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { NSEQ = 16, PROMPT = 8, ROUNDS = 8, GEN = 6, NREQ = 4 };
+enum { NSEQ = 16, PROMPT = 8, ROUNDS = 8, GEN = 6, NREQ = 4, AHEAD = 12 };
 
 static const lpx_sampling_params settings[] = {
     {.temperature = 0, .top_p = 1, .repetition_penalty = 1},
@@ -161,6 +165,138 @@ static void backend_level(const lpx_model *m, const char *device) {
     ops->destroy(be);
 }
 
+/* A backend with NSEQ prompts of PROMPT tokens prefilled (blocks s*2, s*2+1 of
+ * 16 slots: room for AHEAD more tokens). */
+static lpx_backend *prefilled(const lpx_model *m, const lpx_backend_ops *ops, int ordinal,
+                              int32_t *table) {
+    lpx_backend_opts o = {ordinal, 0, 16, NSEQ * 2, NSEQ * PROMPT, NSEQ};
+    lpx_backend *be;
+    if (ops->create(m, &o, &be) != LPX_OK) {
+        fprintf(stderr, "%s\n", lpx_last_error());
+        return NULL;
+    }
+    int32_t ids[NSEQ * PROMPT], pos[NSEQ * PROMPT], start[NSEQ + 1], len[NSEQ], rows[NSEQ];
+    for (int s = 0; s < NSEQ; s++) {
+        start[s] = s * PROMPT;
+        len[s] = PROMPT;
+        rows[s] = s * PROMPT + PROMPT - 1;
+        table[2 * s] = 2 * s;
+        table[2 * s + 1] = 2 * s + 1;
+        for (int t = 0; t < PROMPT; t++) {
+            ids[s * PROMPT + t] = 20 + (s * 131 + t * 977) % 3000;
+            pos[s * PROMPT + t] = t;
+        }
+    }
+    start[NSEQ] = NSEQ * PROMPT;
+    float *logits = malloc((size_t)NSEQ * m->cfg.vocab_size * sizeof *logits);
+    lpx_batch pre = {NSEQ * PROMPT, ids, pos, NSEQ, start, len, table, 2, NSEQ, rows};
+    if (!logits || ops->step(be, &pre, logits) != LPX_OK) {
+        fprintf(stderr, "%s\n", lpx_last_error());
+        free(logits);
+        ops->destroy(be);
+        return NULL;
+    }
+    free(logits);
+    return be;
+}
+
+/* Decode step k (0-based) of the NSEQ sequences: token PROMPT + k of each. */
+typedef struct dstep {
+    int32_t ids[NSEQ], pos[NSEQ], start[NSEQ + 1], len[NSEQ], rows[NSEQ];
+    lpx_batch b;
+} dstep;
+
+static void dstep_make(dstep *d, int k, const int32_t *ids, const int32_t *table) {
+    for (int s = 0; s < NSEQ; s++) {
+        d->ids[s] = ids ? ids[s] : 100 + s;
+        d->pos[s] = PROMPT + k;
+        d->start[s] = s;
+        d->len[s] = PROMPT + k + 1;
+        d->rows[s] = s;
+    }
+    d->start[NSEQ] = NSEQ;
+    d->b = (lpx_batch){NSEQ, d->ids, d->pos, NSEQ, d->start, d->len, table, 2, NSEQ, d->rows};
+}
+
+static void step_ahead(const lpx_model *m, const char *device) {
+    const lpx_backend_ops *ops;
+    int ordinal;
+    CHECK(lpx_backend_select(device, &ops, &ordinal) == LPX_OK);
+    if (!ops || !ops->step_begin || !ops->step_end) {
+        fprintf(stderr, "%s: no step_begin/step_end\n", device);
+        CHECK(0);
+        return;
+    }
+    /* rows without penalties (a fed step may have none): greedy and sampled */
+    static const int sets[] = {0, 2, 3, 5, 7, 8, 10};
+    lpx_sample_row srow[AHEAD][NSEQ];
+    for (int k = 0; k < AHEAD; k++)
+        for (int s = 0; s < NSEQ; s++)
+            srow[k][s] = (lpx_sample_row){.p = settings[sets[(s + k / 4) % 7]],
+                                          .seed = 77u + (uint64_t)s,
+                                          .index = k};
+    int32_t table[NSEQ * 2], want[AHEAD][NSEQ], got[AHEAD][NSEQ];
+    dstep d;
+    /* reference: step_sample, the host feeding each step's tokens to the next */
+    lpx_backend *be = prefilled(m, ops, ordinal, table);
+    CHECK(be != NULL);
+    if (!be) return;
+    for (int k = 0; k < AHEAD; k++) {
+        dstep_make(&d, k, k ? want[k - 1] : NULL, table);
+        lpx_sample_batch sb = {srow[k], NULL, 0};
+        CHECK(ops->step_sample(be, &d.b, &sb, want[k]) == LPX_OK);
+    }
+    ops->destroy(be);
+    /* one step ahead: step k+1 begun before step k ends, fed on the device */
+    be = prefilled(m, ops, ordinal, table);
+    CHECK(be != NULL);
+    if (!be) return;
+    int32_t feed[NSEQ];
+    for (int s = 0; s < NSEQ; s++) feed[s] = s;
+    for (int k = 0; k < AHEAD; k++) {
+        dstep_make(&d, k, NULL, table); /* ids ignored where fed (k > 0) */
+        lpx_sample_batch sb = {srow[k], NULL, 0};
+        CHECK(ops->step_begin(be, &d.b, &sb, k ? feed : NULL) == LPX_OK);
+        if (k == 1) { /* two in flight: a third, or a waited step, is refused */
+            CHECK(ops->step_begin(be, &d.b, &sb, feed) == LPX_ERR_BUSY);
+            CHECK(ops->step_sample(be, &d.b, &sb, got[0]) == LPX_ERR_BUSY);
+        }
+        if (k) CHECK(ops->step_end(be, got[k - 1]) == LPX_OK);
+    }
+    CHECK(ops->step_end(be, got[AHEAD - 1]) == LPX_OK);
+    int equal = 0;
+    for (int k = 0; k < AHEAD; k++)
+        for (int s = 0; s < NSEQ; s++) {
+            equal += want[k][s] == got[k][s];
+            if (want[k][s] != got[k][s])
+                fprintf(stderr, "step %d row %d: step_sample %d, step ahead %d\n", k, s,
+                        want[k][s], got[k][s]);
+        }
+    printf("%s step_begin/step_end one step ahead vs step_sample: %d/%d tokens equal\n", device,
+           equal, AHEAD * NSEQ);
+    CHECK(equal == AHEAD * NSEQ);
+    /* the contract's errors */
+    int32_t tok[NSEQ];
+    CHECK(ops->step_end(be, tok) == LPX_ERR_INVALID_ARG); /* none in flight */
+    dstep_make(&d, AHEAD - 1, want[AHEAD - 2], table);
+    lpx_sample_batch sb = {srow[0], NULL, 0};
+    CHECK(ops->step_sample(be, &d.b, &sb, tok) == LPX_OK);
+    CHECK(ops->step_begin(be, &d.b, &sb, feed) == LPX_ERR_INVALID_ARG); /* a step since */
+    CHECK(ops->step_begin(be, &d.b, &sb, NULL) == LPX_OK);
+    int32_t bad[NSEQ];
+    for (int s = 0; s < NSEQ; s++) bad[s] = s ? -1 : NSEQ; /* past the rows of the step before */
+    CHECK(ops->step_begin(be, &d.b, &sb, bad) == LPX_ERR_INVALID_ARG);
+    lpx_sample_row pen[NSEQ];
+    for (int s = 0; s < NSEQ; s++) pen[s] = (lpx_sample_row){.p = settings[1]};
+    lpx_sample_batch sbp = {pen, NULL, 0};
+    CHECK(ops->step_begin(be, &d.b, &sbp, feed) == LPX_ERR_INVALID_ARG); /* penalty + feed */
+    CHECK(ops->step_begin(be, &d.b, &sb, feed) == LPX_OK); /* the refusals queued nothing */
+    CHECK(ops->step_end(be, tok) == LPX_OK);
+    CHECK(ops->step_end(be, got[0]) == LPX_OK);
+    CHECK(ops->step_end(be, tok) == LPX_ERR_INVALID_ARG);
+    ops->destroy(be);
+}
+
 typedef struct out {
     int32_t ids[GEN];
     int n;
@@ -219,6 +355,7 @@ int main(void) {
         TEST_DONE();
     }
     backend_level(m, device);
+    step_ahead(m, device);
 
     /* Engine: device sampling vs host sampling, greedy and seeded with penalties. */
     const int engine_sets[] = {1, 4, 6};

@@ -20,6 +20,7 @@
 extern "C" {
 #include "backend/backend.h"
 #include "base/checked.h"
+#include "engine/sampler.h"
 #include "model/model.h"
 }
 
@@ -28,6 +29,7 @@ extern "C" {
 #endif
 
 #define MAX_BUCKETS 10 /* decode graphs for 1, 2, 4, ..., 512 sequences */
+#define N_SLOTS 2      /* steps in flight at most (step_begin/step_end) */
 
 typedef struct cuda_layer {
     const float *attn_norm, *ffn_norm; /* (d_model) */
@@ -65,7 +67,7 @@ typedef struct cuda_backend {
     /* step inputs, int32, same layout on host (pinned) and device:
      * tokens | positions | slots | tok_seq | logit_rows (tok_cap each) | prefill
      * attention tiles (2*tok_cap: flash_tiles makes at most 1.125 per token) |
-     * block table */
+     * block table. The current slot's (see slots below). */
     int32_t *in_host, *in_dev;
 
     float *x;       /* (tok_cap, d_model) residual stream */
@@ -81,7 +83,9 @@ typedef struct cuda_backend {
     float *logits;  /* (logit_cap, vocab) */
 
     /* step_sample (sampling.cuh): rows and token counts in, token ids out, pinned
-     * on the host; allocated at the first call */
+     * on the host; allocated at the first call. srow_host, srow_dev and tok_host
+     * are the current slot's. tok_dev keeps the last sampled step's tokens until
+     * the next one's sampler: the next step reads its fed tokens there first. */
     lpx_sample_row *srow_host, *srow_dev;  /* (tok_cap) */
     int32_t *tok_host, *tok_dev;           /* (tok_cap) */
     float *amax_v;                         /* (tok_cap, AM_BLOCKS) argmax parts */
@@ -91,10 +95,30 @@ typedef struct cuda_backend {
 
     bool use_graphs;
     int n_buckets;
-    cudaGraphExec_t graphs[MAX_BUCKETS];
+    /* Two slots, so that step N+1 is prepared while step N runs (step_begin): each
+     * has its own inputs (pinned and device), sampling rows and token buffer, and
+     * its own graphs, which captured those addresses. step and step_sample use the
+     * current slot and leave it current; step_begin moves to the other one. The
+     * inputs go up on the side stream `up` while the step before still runs. */
+    int cur;
+    int32_t *slot_in_host[N_SLOTS], *slot_in_dev[N_SLOTS];
+    lpx_sample_row *slot_srow_host[N_SLOTS], *slot_srow_dev[N_SLOTS];
+    int32_t *slot_tok_host[N_SLOTS];
+    cudaStream_t up;
+    cudaEvent_t up_done[N_SLOTS], step_done[N_SLOTS];
+    cudaGraphExec_t graphs[N_SLOTS][MAX_BUCKETS];
     /* the same steps with the device sampler and the token copy to tok_host inside
      * (step_sample): one launch a step; dropped when seen_dev moves (grow_seen) */
-    cudaGraphExec_t graphs_s[MAX_BUCKETS];
+    cudaGraphExec_t graphs_s[N_SLOTS][MAX_BUCKETS];
+    /* steps in flight: n_flight of them, the oldest in slot `oldest`; what the
+     * end of each needs (flight[slot]); feed_rows: the logits rows of the last
+     * step_begin's step, which the next step_begin may feed from (-1: none) */
+    int n_flight, oldest, feed_rows;
+    struct {
+        int rows, k;
+        bool decode, d1;
+    } flight[N_SLOTS];
+    bool tracing; /* a trace buffer is on: step_begin waits for its step */
 
     /* the persistent batch-1 decode kernel (decode1.cu); d1_blocks 0: not used */
     int d1_blocks;
@@ -110,7 +134,7 @@ typedef struct cuda_backend {
      * leaves ops out of the step (wrong output, for timing differences only);
      * LPX_CUDA_TIMING=1 times each decode graph on the GPU with events */
     unsigned skip;
-    cudaEvent_t ev[2];
+    cudaEvent_t ev[N_SLOTS][2];
     double graph_ms;
     int graph_steps;
     /* LPX_CUDA_ATTN_TRACE=1: phase marks of the decode attention (AD_TRACE a layer) */
@@ -335,7 +359,8 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     int32_t *in = b->in_dev;
     const int S = attn_splits(T, c->n_kv_heads, b->mc.n_sms);
     const unsigned sk = b->skip;
-    if (!(sk & SK_EMBED)) LPX_TRY(embed(b->x, b->tok_embd, in_part(b, in, IN_TOK), T, d, st));
+    if (!(sk & SK_EMBED))
+        LPX_TRY(embed(b->x, b->tok_embd, in_part(b, in, IN_TOK), b->tok_dev, T, d, st));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         const float eps = c->rms_norm_eps;
@@ -383,7 +408,8 @@ static int bucket_of(int n) {
 
 /* Checks the batch against the contract in backend.h and packs it into in_host
  * (T_pad tokens: padding tokens have slot -1 and sequence -1). */
-static lpx_status pack_batch(cuda_backend *b, const lpx_batch *bt, int T_pad, int *used_blocks) {
+static lpx_status pack_batch(cuda_backend *b, const lpx_batch *bt, const int32_t *feed, int T_pad,
+                             int *used_blocks) {
     const lpx_config *c = &b->cfg;
     const int bs = b->geom.block_size;
     if (bt->n_tokens < 1 || bt->n_tokens > b->tok_cap)
@@ -423,10 +449,18 @@ static lpx_status pack_batch(cuda_backend *b, const lpx_batch *bt, int T_pad, in
             if (bt->positions[t] != p)
                 return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: token %d: position %d, expected %d",
                                   t, bt->positions[t], p);
-            if (bt->tokens[t] < 0 || bt->tokens[t] >= c->vocab_size)
+            if (feed && feed[t] >= 0) { /* embed_kernel reads it from tok_dev */
+                if (feed[t] >= b->feed_rows)
+                    return lpx_errorf(LPX_ERR_INVALID_ARG,
+                                      "cuda: token %d: feed row %d (the step before has %d rows)",
+                                      t, feed[t], b->feed_rows < 0 ? 0 : b->feed_rows);
+                tok[t] = -1 - feed[t];
+            } else if (bt->tokens[t] < 0 || bt->tokens[t] >= c->vocab_size) {
                 return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: token id %d outside vocab (%d)",
                                   bt->tokens[t], c->vocab_size);
-            tok[t] = bt->tokens[t];
+            } else {
+                tok[t] = bt->tokens[t];
+            }
             pos[t] = p;
             slot[t] = src[p / bs] * bs + p % bs;
             seq[t] = s;
@@ -449,7 +483,8 @@ static lpx_status pack_batch(cuda_backend *b, const lpx_batch *bt, int T_pad, in
     return LPX_OK;
 }
 
-/* The step's inputs to the device: with T > 0 (a decode step of T tokens, padding
+/* The step's inputs to the device, on the side stream (so that they go up while
+ * the step before still runs): with T > 0 (a decode step of T tokens, padding
  * included) the T entries of tokens .. logit rows, the parts a decode step reads,
  * as one strided copy; else every part whole (prefill tiles included). Then the
  * used columns of the block table. */
@@ -457,14 +492,14 @@ static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks, in
     if (T > 0)
         LPX_CUDA_TRY(cudaMemcpy2DAsync(b->in_dev, sizeof(int32_t) * b->tok_cap, b->in_host,
                                        sizeof(int32_t) * b->tok_cap, sizeof(int32_t) * T,
-                                       IN_TILES, cudaMemcpyHostToDevice, b->stream));
+                                       IN_TILES, cudaMemcpyHostToDevice, b->up));
     else
         LPX_CUDA_TRY(cudaMemcpyAsync(b->in_dev, b->in_host, sizeof(int32_t) * IN_BT * b->tok_cap,
-                                     cudaMemcpyHostToDevice, b->stream));
+                                     cudaMemcpyHostToDevice, b->up));
     LPX_CUDA_TRY(cudaMemcpy2DAsync(in_part(b, b->in_dev, IN_BT), sizeof(int32_t) * b->max_blocks,
                                    in_part(b, b->in_host, IN_BT),
                                    sizeof(int32_t) * b->max_blocks, sizeof(int32_t) * used_blocks,
-                                   n_seqs, cudaMemcpyHostToDevice, b->stream));
+                                   n_seqs, cudaMemcpyHostToDevice, b->up));
     return LPX_OK;
 }
 
@@ -485,8 +520,9 @@ static lpx_status emit_rows(cuda_backend *b, int r0, int n, float *logits, bool 
     return LPX_OK;
 }
 
-/* The decode graph of bucket k (1 << k tokens); with sample, the sampler and the
- * token copy too (every row of the bucket: padding rows are plain greedy). */
+/* The decode graph of bucket k (1 << k tokens) for the current slot; with sample,
+ * the sampler and the token copy too (every row of the bucket: padding rows are
+ * plain greedy). Nothing may be in flight: the stream is captured. */
 static lpx_status capture_decode_graph(cuda_backend *b, int k, bool sample) {
     const int T = 1 << k;
     cudaGraph_t g;
@@ -500,7 +536,7 @@ static lpx_status capture_decode_graph(cuda_backend *b, int k, bool sample) {
         return s;
     }
     LPX_CUDA_TRY(e);
-    e = cudaGraphInstantiate(sample ? &b->graphs_s[k] : &b->graphs[k], g, 0);
+    e = cudaGraphInstantiate(sample ? &b->graphs_s[b->cur][k] : &b->graphs[b->cur][k], g, 0);
     cudaGraphDestroy(g);
     LPX_CUDA_TRY(e);
     return LPX_OK;
@@ -522,7 +558,6 @@ static lpx_status decode1_trace_add(cuda_backend *b) {
     return LPX_OK;
 }
 
-
 /* step_sample's rows (srow_host, n of them) to the device, followed by plain
  * greedy rows up to T (a sampled decode graph samples every row of its bucket;
  * these read no penalty counts). */
@@ -535,16 +570,33 @@ static lpx_status upload_sample_rows(cuda_backend *b, int n, int T) {
     }
     if (T > 0)
         LPX_CUDA_TRY(cudaMemcpyAsync(b->srow_dev, b->srow_host, sizeof(lpx_sample_row) * T,
-                                     cudaMemcpyHostToDevice, b->stream));
+                                     cudaMemcpyHostToDevice, b->up));
     return LPX_OK;
 }
 
-/* One step; its logits rows go to logits (host), or with sample to tok_host. */
-static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, bool sample) {
-    LPX_CUDA_TRY(cudaSetDevice(b->device));
-    if (b->d1_blocks > 0 && bt->n_tokens == 1 && bt->n_seqs == 1 && bt->n_logits == 1) {
+/* Makes slot i current: the step prepared next uses its buffers and graphs. */
+static void use_slot(cuda_backend *b, int i) {
+    b->cur = i;
+    b->in_host = b->slot_in_host[i];
+    b->in_dev = b->slot_in_dev[i];
+    b->srow_host = b->slot_srow_host[i];
+    b->srow_dev = b->slot_srow_dev[i];
+    b->tok_host = b->slot_tok_host[i];
+}
+
+/* Queues one step in the current slot, without waiting: its logits rows go to
+ * logits (host), or with sample to tok_host. feed: step_begin's (NULL otherwise).
+ * The persistent batch-1 kernel (d1) runs only when the caller waits at once
+ * (sync): it reads its inputs from one buffer of its own. */
+static lpx_status enqueue_step(cuda_backend *b, const lpx_batch *bt, const int32_t *feed,
+                               float *logits, bool sample, bool sync) {
+    const int slot = b->cur;
+    b->flight[slot].rows = bt->n_logits;
+    b->flight[slot].decode = b->flight[slot].d1 = false;
+    b->flight[slot].k = 0;
+    if (sync && b->d1_blocks > 0 && bt->n_tokens == 1 && bt->n_seqs == 1 && bt->n_logits == 1) {
         int used_blocks = 0;
-        LPX_TRY(pack_batch(b, bt, 1, &used_blocks));
+        LPX_TRY(pack_batch(b, bt, NULL, 1, &used_blocks));
         /* one small copy: the three inputs and the used part of the block table */
         int32_t *in = b->d1_in_host;
         in[0] = in_part(b, b->in_host, IN_TOK)[0];
@@ -554,10 +606,14 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
         LPX_CUDA_TRY(cudaMemcpyAsync(b->d1_in_dev, in, sizeof(int32_t) * (3 + used_blocks),
                                      cudaMemcpyHostToDevice, b->stream));
         LPX_TRY(decode1(&b->d1, b->cfg.head_dim, b->d1_widest, b->d1_blocks, b->stream));
-        if (sample) LPX_TRY(upload_sample_rows(b, 1, 1));
+        if (sample) {
+            LPX_TRY(upload_sample_rows(b, 1, 1));
+            LPX_CUDA_TRY(cudaEventRecord(b->up_done[slot], b->up));
+            LPX_CUDA_TRY(cudaStreamWaitEvent(b->stream, b->up_done[slot], 0));
+        }
         LPX_TRY(emit_rows(b, 0, 1, logits, sample));
-        LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
-        if (b->d1.trace) LPX_TRY(decode1_trace_add(b));
+        LPX_CUDA_TRY(cudaEventRecord(b->step_done[slot], b->stream));
+        b->flight[slot].d1 = true;
         return LPX_OK;
     }
     bool decode = b->use_graphs && bt->n_tokens == bt->n_seqs && bt->n_logits == bt->n_tokens &&
@@ -566,7 +622,7 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
     const int k = decode ? bucket_of(bt->n_tokens) : 0;
     const int T_pad = decode ? 1 << k : bt->n_tokens;
     int used_blocks = 0;
-    LPX_TRY(pack_batch(b, bt, T_pad, &used_blocks));
+    LPX_TRY(pack_batch(b, bt, feed, T_pad, &used_blocks));
     /* A step with a prefill chunk goes through the flash prefill kernel (its
      * one-token sequences too); one token per sequence, the decode kernel. */
     const int n_tiles = decode || bt->n_tokens == bt->n_seqs
@@ -574,17 +630,28 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
                             : flash_tiles(bt->seq_start, bt->n_seqs,
                                           b->cfg.n_heads / b->cfg.n_kv_heads,
                                           in_part(b, b->in_host, IN_TILES));
+    cudaGraphExec_t *gx = NULL;
+    if (decode) {
+        gx = sample ? &b->graphs_s[slot][k] : &b->graphs[slot][k];
+        if (!*gx) { /* capture (once a bucket and slot) needs the stream idle */
+            LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
+            LPX_TRY(capture_decode_graph(b, k, sample));
+        }
+    }
+    /* The slot's last step has ended (at most N_SLOTS in flight), so its buffers
+     * are free; the wait only orders the side stream after it on the device. */
+    LPX_CUDA_TRY(cudaStreamWaitEvent(b->up, b->step_done[slot], 0));
     LPX_TRY(upload_inputs(b, bt->n_seqs, used_blocks, decode ? T_pad : 0));
+    if (sample) LPX_TRY(upload_sample_rows(b, bt->n_logits, decode ? T_pad : bt->n_logits));
+    LPX_CUDA_TRY(cudaEventRecord(b->up_done[slot], b->up));
+    LPX_CUDA_TRY(cudaStreamWaitEvent(b->stream, b->up_done[slot], 0));
     if (decode) { /* n_logits == n_tokens: every row */
-        if (sample) LPX_TRY(upload_sample_rows(b, bt->n_logits, T_pad));
-        cudaGraphExec_t *gx = sample ? &b->graphs_s[k] : &b->graphs[k];
-        if (!*gx) LPX_TRY(capture_decode_graph(b, k, sample));
-        if (b->ev[0]) LPX_CUDA_TRY(cudaEventRecord(b->ev[0], b->stream));
+        cudaEvent_t *ev = b->ev[slot];
+        if (ev[0]) LPX_CUDA_TRY(cudaEventRecord(ev[0], b->stream));
         LPX_CUDA_TRY(cudaGraphLaunch(*gx, b->stream));
-        if (b->ev[0]) LPX_CUDA_TRY(cudaEventRecord(b->ev[1], b->stream));
+        if (ev[0]) LPX_CUDA_TRY(cudaEventRecord(ev[1], b->stream));
         if (!sample) LPX_TRY(emit_rows(b, 0, bt->n_logits, logits, false));
     } else {
-        if (sample) LPX_TRY(upload_sample_rows(b, bt->n_logits, bt->n_logits));
         LPX_TRY(forward_layers(b, bt->n_tokens, n_tiles));
         for (int r0 = 0; r0 < bt->n_logits; r0 += b->logit_cap) {
             const int n = bt->n_logits - r0 < b->logit_cap ? bt->n_logits - r0 : b->logit_cap;
@@ -592,42 +659,63 @@ static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, 
             LPX_TRY(emit_rows(b, r0, n, logits, sample));
         }
     }
-    LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
-    if (decode && b->attn_trace && k == 0) {
+    LPX_CUDA_TRY(cudaEventRecord(b->step_done[slot], b->stream));
+    b->flight[slot].decode = decode;
+    b->flight[slot].k = k;
+    return LPX_OK;
+}
+
+/* Waits for the step in slot i and adds its traces and timings (LPX_CUDA_*). */
+static lpx_status finish_step(cuda_backend *b, int i) {
+    LPX_CUDA_TRY(cudaEventSynchronize(b->step_done[i]));
+    const bool decode = b->flight[i].decode, k0 = b->flight[i].k == 0;
+    if (b->d1.trace && b->flight[i].d1) LPX_TRY(decode1_trace_add(b));
+    if (decode && b->attn_trace && k0) {
         const int nl = b->cfg.n_layers;
         LPX_CUDA_TRY(cudaMemcpy(b->attn_trace_host, b->attn_trace,
                                 sizeof(long long) * AD_TRACE * nl, cudaMemcpyDeviceToHost));
         for (int l = 0; l < nl; l++) {
             const long long *t = b->attn_trace_host + (size_t)l * AD_TRACE;
-            for (int i = 1; i < 8; i++) b->attn_phase[i] += (double)(t[i] - t[i - 1]);
+            for (int j = 1; j < 8; j++) b->attn_phase[j] += (double)(t[j] - t[j - 1]);
             b->attn_phase[8] += (double)(t[9] - t[8]);
             /* gap from this layer's attention end to the next layer's start */
             if (l + 1 < nl) b->attn_phase[9] += (double)(t[AD_TRACE + 8] - t[9]);
-            for (int i = 10; i < 13 && b->qa.cluster; i++) b->attn_phase[i] += (double)(t[i] - t[8]);
+            for (int j = 10; j < 13 && b->qa.cluster; j++) b->attn_phase[j] += (double)(t[j] - t[8]);
         }
         b->attn_traced++;
     }
-    if (decode && g_mv_trace && k == 0 && g_mv_trace_n == g_mv_trace_cap) {
+    if (decode && g_mv_trace && k0 && g_mv_trace_n == g_mv_trace_cap) {
         const int n = g_mv_trace_cap;
         LPX_CUDA_TRY(cudaMemcpy(b->mv_trace_host, g_mv_trace, sizeof(long long) * MV_TRACE * n,
                                 cudaMemcpyDeviceToHost));
-        for (int i = 0; i < n; i++) {
-            const long long *t = b->mv_trace_host + (size_t)MV_TRACE * i;
-            const int nk = b->qa.cluster ? 3 : 4, kind = 4 - nk + i % nk;
+        for (int j = 0; j < n; j++) {
+            const long long *t = b->mv_trace_host + (size_t)MV_TRACE * j;
+            const int nk = b->qa.cluster ? 3 : 4, kind = 4 - nk + j % nk;
             double *ph = b->mv_phase[kind];
-            for (int j = 0; j < 4; j++) ph[j] += (double)t[2 + j];
+            for (int q = 0; q < 4; q++) ph[q] += (double)t[2 + q];
             ph[4] += (double)(t[6] - t[1]);
-            if (i > 0 && kind != 1) ph[5] += (double)(t[1] - t[6 - MV_TRACE]);
+            if (j > 0 && kind != 1) ph[5] += (double)(t[1] - t[6 - MV_TRACE]);
         }
         b->mv_traced++;
     }
-    if (decode && b->ev[0] && k == 0) {
+    if (decode && b->ev[i][0] && k0) {
         float ms = 0.0f;
-        LPX_CUDA_TRY(cudaEventElapsedTime(&ms, b->ev[0], b->ev[1]));
+        LPX_CUDA_TRY(cudaEventElapsedTime(&ms, b->ev[i][0], b->ev[i][1]));
         b->graph_ms += ms;
         b->graph_steps++;
     }
     return LPX_OK;
+}
+
+/* One step, waited for (step and step_sample). */
+static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, bool sample) {
+    if (b->n_flight > 0)
+        return lpx_errorf(LPX_ERR_BUSY, "cuda: a step while %d begun steps are not ended",
+                          b->n_flight);
+    LPX_CUDA_TRY(cudaSetDevice(b->device));
+    b->feed_rows = -1;
+    LPX_TRY(enqueue_step(b, bt, NULL, logits, sample, true));
+    return finish_step(b, b->cur);
 }
 
 static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logits) {
@@ -639,10 +727,12 @@ static lpx_status grow_seen(cuda_backend *b, int n) {
     if (n <= b->seen_cap) return LPX_OK;
     int c = b->seen_cap ? b->seen_cap : 4096;
     while (c < n) c = c > INT32_MAX / 2 ? n : 2 * c;
-    for (int k = 0; k < MAX_BUCKETS; k++) { /* they captured the old seen_dev */
-        if (b->graphs_s[k]) cudaGraphExecDestroy(b->graphs_s[k]);
-        b->graphs_s[k] = NULL;
-    }
+    LPX_CUDA_TRY(cudaStreamSynchronize(b->stream)); /* steps in flight read seen_dev */
+    for (int i = 0; i < N_SLOTS; i++)
+        for (int k = 0; k < MAX_BUCKETS; k++) { /* they captured the old seen_dev */
+            if (b->graphs_s[i][k]) cudaGraphExecDestroy(b->graphs_s[i][k]);
+            b->graphs_s[i][k] = NULL;
+        }
     if (b->seen_host) cudaFreeHost(b->seen_host);
     cudaFree(b->seen_dev);
     b->seen_host = b->seen_dev = NULL;
@@ -653,34 +743,106 @@ static lpx_status grow_seen(cuda_backend *b, int n) {
     return LPX_OK;
 }
 
-static lpx_status cuda_step_sample(lpx_backend *base, const lpx_batch *bt,
-                                   const lpx_sample_batch *sb, int32_t *tokens) {
-    cuda_backend *b = (cuda_backend *)base;
+/* The sampler's buffers, at the first sampled step: a row per token at most, per
+ * slot. tok_dev last: it marks the rest as there (the graphs captured before it
+ * read no fed tokens: embed reads tok_dev only for negative ids). */
+static lpx_status sample_buffers(cuda_backend *b) {
+    if (b->tok_dev) return LPX_OK;
+    const size_t T = (size_t)b->tok_cap;
+    for (int i = 0; i < N_SLOTS; i++) {
+        LPX_CUDA_TRY(cudaMallocHost((void **)&b->slot_srow_host[i], T * sizeof(lpx_sample_row)));
+        LPX_CUDA_TRY(cudaMallocHost((void **)&b->slot_tok_host[i], T * sizeof(int32_t)));
+        LPX_TRY(dalloc(b, (void **)&b->slot_srow_dev[i], T * sizeof(lpx_sample_row)));
+    }
+    LPX_TRY(dalloc(b, (void **)&b->amax_v, T * AM_BLOCKS * sizeof(float)));
+    LPX_TRY(dalloc(b, (void **)&b->amax_i, T * AM_BLOCKS * sizeof(int)));
+    LPX_TRY(dalloc(b, (void **)&b->tok_dev, T * sizeof(int32_t)));
+    use_slot(b, b->cur);
+    return LPX_OK;
+}
+
+/* The checks and uploads step_sample and step_begin share: the rows into the
+ * current slot (enqueue_step uploads them), the token counts to the device. */
+static lpx_status prepare_sample(cuda_backend *b, const lpx_batch *bt, const lpx_sample_batch *sb) {
     const int n = bt->n_logits;
     LPX_TRY(lpx_sample_batch_check(sb, n, b->cfg.vocab_size));
     if (n < 0 || n > bt->n_tokens || n > b->tok_cap)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: %d logits rows for %d tokens (at most %d)",
                           n, bt->n_tokens, b->tok_cap);
     LPX_CUDA_TRY(cudaSetDevice(b->device));
-    if (!b->srow_host) { /* a row per token at most */
-        const size_t T = (size_t)b->tok_cap;
-        LPX_CUDA_TRY(cudaMallocHost((void **)&b->srow_host, T * sizeof(lpx_sample_row)));
-        LPX_CUDA_TRY(cudaMallocHost((void **)&b->tok_host, T * sizeof(int32_t)));
-        LPX_TRY(dalloc(b, (void **)&b->srow_dev, T * sizeof(lpx_sample_row)));
-        LPX_TRY(dalloc(b, (void **)&b->tok_dev, T * sizeof(int32_t)));
-        LPX_TRY(dalloc(b, (void **)&b->amax_v, T * AM_BLOCKS * sizeof(float)));
-        LPX_TRY(dalloc(b, (void **)&b->amax_i, T * AM_BLOCKS * sizeof(int)));
-    }
+    LPX_TRY(sample_buffers(b));
     LPX_TRY(grow_seen(b, sb->n_seen));
-    if (n > 0) memcpy(b->srow_host, sb->rows, sizeof(lpx_sample_row) * n); /* run_step uploads */
+    if (n > 0) memcpy(b->srow_host, sb->rows, sizeof(lpx_sample_row) * n);
     if (sb->n_seen > 0) {
+        LPX_CUDA_TRY(cudaStreamSynchronize(b->stream)); /* steps in flight read seen_dev */
         memcpy(b->seen_host, sb->seen, sizeof(lpx_token_count) * sb->n_seen);
         LPX_CUDA_TRY(cudaMemcpyAsync(b->seen_dev, b->seen_host,
                                      sizeof(lpx_token_count) * sb->n_seen,
-                                     cudaMemcpyHostToDevice, b->stream));
+                                     cudaMemcpyHostToDevice, b->up));
     }
+    return LPX_OK;
+}
+
+static lpx_status cuda_step_sample(lpx_backend *base, const lpx_batch *bt,
+                                   const lpx_sample_batch *sb, int32_t *tokens) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (b->n_flight > 0)
+        return lpx_errorf(LPX_ERR_BUSY, "cuda: a step while %d begun steps are not ended",
+                          b->n_flight);
+    LPX_TRY(prepare_sample(b, bt, sb));
     LPX_TRY(run_step(b, bt, NULL, true));
-    memcpy(tokens, b->tok_host, sizeof(int32_t) * n);
+    memcpy(tokens, b->tok_host, sizeof(int32_t) * bt->n_logits);
+    return LPX_OK;
+}
+
+/* Ends every step in flight after a failure (their caches are unknown). */
+static lpx_status drop_flight(cuda_backend *b, lpx_status s) {
+    b->n_flight = 0;
+    b->feed_rows = -1;
+    return s;
+}
+
+static lpx_status cuda_step_begin(lpx_backend *base, const lpx_batch *bt,
+                                  const lpx_sample_batch *sb, const int32_t *feed) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (b->n_flight >= N_SLOTS)
+        return lpx_errorf(LPX_ERR_BUSY, "cuda: step_begin with %d steps in flight (at most %d)",
+                          b->n_flight, N_SLOTS);
+    LPX_CUDA_TRY(cudaSetDevice(b->device));
+    LPX_TRY(sample_buffers(b));
+    /* the slot after the last begun step's (the one in flight, if any) */
+    const int prev = b->cur, slot = (prev + 1) % N_SLOTS;
+    use_slot(b, slot);
+    lpx_status s = prepare_sample(b, bt, sb);
+    for (int i = 0; s == LPX_OK && feed && i < bt->n_logits; i++)
+        if (lpx_sampling_penalized(&sb->rows[i].p))
+            s = lpx_errorf(LPX_ERR_INVALID_ARG,
+                           "cuda: step_begin: row %d has a penalty and the step a feed", i);
+    if (s == LPX_OK) s = enqueue_step(b, bt, feed, NULL, true, false);
+    if (s != LPX_OK) { /* a failed check queued nothing; a failed launch shows at the next wait */
+        use_slot(b, prev);
+        return s;
+    }
+    if (b->n_flight == 0) b->oldest = slot;
+    b->n_flight++;
+    b->feed_rows = bt->n_logits;
+    if (b->tracing) { /* the trace buffers are the graph's: read them before the next step */
+        s = finish_step(b, slot);
+        if (s != LPX_OK) return drop_flight(b, s);
+    }
+    return LPX_OK;
+}
+
+static lpx_status cuda_step_end(lpx_backend *base, int32_t *tokens) {
+    cuda_backend *b = (cuda_backend *)base;
+    if (b->n_flight == 0)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: step_end with no step in flight");
+    const int i = b->oldest;
+    lpx_status s = b->tracing ? LPX_OK : finish_step(b, i);
+    if (s != LPX_OK) return drop_flight(b, s);
+    memcpy(tokens, b->slot_tok_host[i], sizeof(int32_t) * b->flight[i].rows);
+    b->oldest = (i + 1) % N_SLOTS;
+    b->n_flight--;
     return LPX_OK;
 }
 
@@ -690,6 +852,8 @@ static void cuda_destroy(lpx_backend *base) {
     cuda_backend *b = (cuda_backend *)base;
     if (!b) return;
     cudaSetDevice(b->device);
+    if (b->stream) cudaStreamSynchronize(b->stream); /* steps begun and not ended */
+    if (b->up) cudaStreamSynchronize(b->up);
     if (b->d1_traced > 0) {
         const double n = b->d1_traced, L = b->cfg.n_layers;
         fprintf(stderr,
@@ -704,8 +868,9 @@ static void cuda_destroy(lpx_backend *base) {
     if (b->graph_steps > 0)
         fprintf(stderr, "lpx cuda: batch-1 decode graph, %d steps, %.2f us per step on the GPU\n",
                 b->graph_steps, 1e3 * b->graph_ms / b->graph_steps);
-    for (int i = 0; i < 2; i++)
-        if (b->ev[i]) cudaEventDestroy(b->ev[i]);
+    for (int i = 0; i < N_SLOTS; i++)
+        for (int j = 0; j < 2; j++)
+            if (b->ev[i][j]) cudaEventDestroy(b->ev[i][j]);
     if (b->attn_traced > 0) {
         const double n = (double)b->attn_traced * b->cfg.n_layers;
         /* the marks of attn_decode_kernel, or of qkv_attn_kernel (qkv_attn.cuh) */
@@ -752,22 +917,23 @@ static void cuda_destroy(lpx_backend *base) {
     if (b->mv_trace_host) g_mv_trace = NULL; /* freed with b's allocations below */
     free(b->mv_trace_host);
     free(b->d1_trace_host);
-    for (int k = 0; k < MAX_BUCKETS; k++)
-        if (b->graphs[k]) cudaGraphExecDestroy(b->graphs[k]);
-    for (int k = 0; k < MAX_BUCKETS; k++)
-        if (b->graphs_s[k]) cudaGraphExecDestroy(b->graphs_s[k]);
+    for (int i = 0; i < N_SLOTS; i++) {
+        for (int k = 0; k < MAX_BUCKETS; k++) {
+            if (b->graphs[i][k]) cudaGraphExecDestroy(b->graphs[i][k]);
+            if (b->graphs_s[i][k]) cudaGraphExecDestroy(b->graphs_s[i][k]);
+        }
+        if (b->slot_in_host[i]) cudaFreeHost(b->slot_in_host[i]);
+        if (b->slot_srow_host[i]) cudaFreeHost(b->slot_srow_host[i]);
+        if (b->slot_tok_host[i]) cudaFreeHost(b->slot_tok_host[i]);
+        if (b->up_done[i]) cudaEventDestroy(b->up_done[i]);
+        if (b->step_done[i]) cudaEventDestroy(b->step_done[i]);
+    }
     if (b->mc.blas) cublasDestroy(b->mc.blas);
     for (int i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
-    if (b->in_host) cudaFreeHost(b->in_host);
     if (b->d1_in_host) cudaFreeHost(b->d1_in_host);
-    if (b->srow_host) cudaFreeHost(b->srow_host);
-    if (b->tok_host) cudaFreeHost(b->tok_host);
-    for (int k = 0; k < MAX_BUCKETS; k++) { /* they captured the old seen_dev */
-        if (b->graphs_s[k]) cudaGraphExecDestroy(b->graphs_s[k]);
-        b->graphs_s[k] = NULL;
-    }
     if (b->seen_host) cudaFreeHost(b->seen_host);
     cudaFree(b->seen_dev);
+    if (b->up) cudaStreamDestroy(b->up);
     if (b->stream) cudaStreamDestroy(b->stream);
     free(b->allocs);
     free(b->layers);
@@ -960,9 +1126,11 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
         g_mv_trace_cap = n;
         g_mv_trace_n = 0;
     }
+    b->tracing = b->attn_trace || g_mv_trace;
     env = getenv("LPX_CUDA_TIMING");
     if (env && !strcmp(env, "1"))
-        for (int i = 0; i < 2; i++) LPX_CUDA_TRY(cudaEventCreate(&b->ev[i]));
+        for (int i = 0; i < N_SLOTS; i++)
+            for (int j = 0; j < 2; j++) LPX_CUDA_TRY(cudaEventCreate(&b->ev[i][j]));
     LPX_TRY(matvec_init());
     LPX_TRY(attention_init());
     LPX_TRY(flash_prefill_init());
@@ -991,6 +1159,12 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
                           total_b / 1048576.0);
 
     LPX_CUDA_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
+    LPX_CUDA_TRY(cudaStreamCreateWithFlags(&b->up, cudaStreamNonBlocking));
+    for (int i = 0; i < N_SLOTS; i++) {
+        LPX_CUDA_TRY(cudaEventCreateWithFlags(&b->up_done[i], cudaEventDisableTiming));
+        LPX_CUDA_TRY(cudaEventCreateWithFlags(&b->step_done[i], cudaEventDisableTiming));
+    }
+    b->feed_rows = -1;
     LPX_CUBLAS_TRY(cublasCreate(&b->mc.blas));
     LPX_TRY(dalloc(b, &b->blas_ws, 32u << 20));
     LPX_CUBLAS_TRY(cublasSetWorkspace(b->mc.blas, b->blas_ws, 32u << 20));
@@ -1074,10 +1248,13 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     LPX_TRY(dalloc(b, (void **)&b->kv, kvbytes));
     LPX_CUDA_TRY(cudaMemset(b->kv, 0, kvbytes));
     const size_t in_elems = IN_BT * T + (size_t)b->seq_cap * b->max_blocks;
-    LPX_CUDA_TRY(cudaMallocHost((void **)&b->in_host, in_elems * sizeof(int32_t)));
-    memset(b->in_host, 0, in_elems * sizeof(int32_t));
-    LPX_TRY(dalloc(b, (void **)&b->in_dev, in_elems * sizeof(int32_t)));
-    LPX_CUDA_TRY(cudaMemset(b->in_dev, 0, in_elems * sizeof(int32_t)));
+    for (int i = 0; i < N_SLOTS; i++) {
+        LPX_CUDA_TRY(cudaMallocHost((void **)&b->slot_in_host[i], in_elems * sizeof(int32_t)));
+        memset(b->slot_in_host[i], 0, in_elems * sizeof(int32_t));
+        LPX_TRY(dalloc(b, (void **)&b->slot_in_dev[i], in_elems * sizeof(int32_t)));
+        LPX_CUDA_TRY(cudaMemset(b->slot_in_dev[i], 0, in_elems * sizeof(int32_t)));
+    }
+    use_slot(b, 0);
     LPX_TRY(dalloc(b, (void **)&b->x, T * d * 4));
     LPX_TRY(dalloc(b, (void **)&b->h, T * d * 2));
     LPX_TRY(dalloc(b, (void **)&b->qkv, T * b->qkv_rows * 4));
@@ -1131,6 +1308,6 @@ static size_t cuda_memory_used(const lpx_backend *base) {
 }
 
 extern "C" const lpx_backend_ops lpx_cuda_backend_ops = {
-    "cuda", cuda_create, cuda_step, cuda_copy_block, cuda_memory_used, cuda_destroy,
-    cuda_step_sample,
+    "cuda",           cuda_create,  cuda_step,       cuda_copy_block, cuda_memory_used,
+    cuda_destroy,     cuda_step_sample, cuda_step_begin, cuda_step_end,
 };

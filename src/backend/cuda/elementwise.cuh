@@ -7,15 +7,19 @@
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
-/* x[t] = emb[tokens[t]] as float. One block per token. */
+/* x[t] = emb[tokens[t]] as float. One block per token. A token -1-r stands for
+ * fed[r], the token the previous step drew for its logits row r (step_begin's
+ * feed: the host did not know it when it queued this step). */
 __global__ void embed_kernel(float *__restrict__ x,          // (T, d)
                              const bf16 *__restrict__ emb,   // (vocab, d)
                              const int32_t *__restrict__ tokens, // (T)
+                             const int32_t *__restrict__ fed,    // (rows of the previous step) or NULL
                              int d) {
     grid_wait();
     grid_launch_next();
     const int t = blockIdx.x;
-    const bf16 *row = emb + (size_t)tokens[t] * d;
+    const int id = tokens[t] >= 0 ? tokens[t] : fed[-1 - tokens[t]];
+    const bf16 *row = emb + (size_t)id * d;
     for (int i = threadIdx.x; i < d; i += blockDim.x) x[(size_t)t * d + i] = bf2f(row[i]);
 }
 
@@ -53,9 +57,9 @@ __global__ void silu_mul_kernel(bf16 *__restrict__ act,       // (T, d_ff)
 // ----------------------------------------------------------------------------
 // kernel launchers
 
-static lpx_status embed(float *x, const bf16 *emb, const int32_t *tokens, int T, int d,
-                        cudaStream_t st) {
-    LPX_CUDA_TRY(launch(embed_kernel, dim3(T), dim3(256), 0, st, x, emb, tokens, d));
+static lpx_status embed(float *x, const bf16 *emb, const int32_t *tokens, const int32_t *fed,
+                        int T, int d, cudaStream_t st) {
+    LPX_CUDA_TRY(launch(embed_kernel, dim3(T), dim3(256), 0, st, x, emb, tokens, fed, d));
     return LPX_OK;
 }
 
