@@ -364,29 +364,36 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
         const float eps = c->rms_norm_eps;
-        if (T == 1 && n_tiles == 0 && b->qa.cluster && !(sk & (SK_QKV | SK_ATTN))) {
+        const bool fused = T == 1 && n_tiles == 0 && b->qa.cluster && !(sk & (SK_QKV | SK_ATTN));
+        if (fused) {
             LPX_TRY(qkv_attn(&b->qa, b->attn, b->kv, L->wqkv, b->x, L->attn_norm, L->bqkv,
                              L->q_norm, L->k_norm, b->inv_freq, in_part(b, in, IN_SEQ),
                              in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
                              in_part(b, in, IN_BT), b->max_blocks, b->geom, l, d, eps,
-                             c->rope_interleaved, c->sliding_window, b->attn_trace, st));
+                             c->rope_interleaved, c->sliding_window, (g_early & EARLY_F) != 0,
+                             b->attn_trace, st));
         } else {
             LPX_TRY(qkv_and_attention(b, l, T, n_tiles, S));
         }
-        /* o: x was last written by down (or embed), two or more kernels back;
-         * gate/up launches at o's start, so that its 12 MB of weights (Qwen3-0.6B)
-         * stream during the attention as well (it reads only weights before its
-         * wait; the down kernel after it reads x early, written by o, which
-         * gate/up's wait orders) */
+        /* Which kernels let the next one launch at their start (g_early): by default
+         * o, so that gate/up's 12 MB of weights (Qwen3-0.6B) stream during the
+         * attention as well (gate/up reads only weights before its wait). A kernel
+         * may read its residual x before its wait (MM_ADD_EARLY) only if x's last
+         * writer has completed once it can start: o's x is down's (or embed's),
+         * complete when the kernel before o launched o after its own wait; down's x
+         * is o's, complete when gate/up launched down after its wait. */
+        const unsigned E = g_early;
+        const int o_add = fused && (E & EARLY_F) ? MM_ADD : MM_ADD_EARLY;
+        const int down_add = E & EARLY_G ? MM_ADD : MM_ADD_EARLY;
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
-                           MM_ADD_EARLY | MM_NEXT_EARLY, st));
+                           o_add | (E & EARLY_O ? MM_NEXT_EARLY : 0), st));
         if (!(sk & SK_GU))
             LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
-                           2 * c->d_ff, d, 0, st));
+                           2 * c->d_ff, d, E & EARLY_G ? MM_NEXT_EARLY : 0, st));
         if (!(sk & SK_DOWN))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d,
-                           c->d_ff, MM_ADD_EARLY, st)); /* x: last written by o */
+                           c->d_ff, down_add | (E & EARLY_D ? MM_NEXT_EARLY : 0), st));
     }
     return LPX_OK;
 }

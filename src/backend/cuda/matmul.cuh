@@ -458,6 +458,14 @@ static cudaError_t matvec_launch(float *y, bf16 *act, const bf16 *W, const void 
 
 /* Set once per process from LPX_CUDA_MV by matvec_init (=old: every matvec on matvec_kernel). */
 static bool g_mv_old = false;
+/* Which batch-1 decode kernels let their successor launch at their start rather
+ * than after their wait (forward_layers; LPX_CUDA_EARLY, a set of letters, for
+ * A/B runs): EARLY_O o (gate/up's weights stream during the attention), EARLY_F
+ * the fused q/k/v + attention kernel (then o reads its residual after its wait),
+ * EARLY_G gate/up (then down does), EARLY_D down (the next layer's fused kernel
+ * fetches its weights and keys during down). */
+enum { EARLY_O = 1, EARLY_F = 2, EARLY_G = 4, EARLY_D = 8 };
+static unsigned g_early = EARLY_O;
 
 /* LPX_CUDA_MV_TRACE=1: the first g_mv_trace_cap one-token launches of
  * matvec_tma_kernel (the batch-1 decode graph's projections, in launch order) each
@@ -506,6 +514,13 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
 static lpx_status matvec_init(void) {
     const char *env = getenv("LPX_CUDA_MV");
     g_mv_old = env && !strcmp(env, "old");
+    env = getenv("LPX_CUDA_EARLY");
+    if (env) {
+        g_early = 0;
+        for (const char *c = env; *c; c++)
+            g_early |= *c == 'o' ? EARLY_O : *c == 'f' ? EARLY_F : *c == 'g' ? EARLY_G
+                     : *c == 'd' ? EARLY_D : 0;
+    }
 #define MV_ATTR(B)                                                                                 \
     LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_kernel<B>,                                            \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM_MAX));  \

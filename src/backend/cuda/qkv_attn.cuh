@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
                     const int32_t *__restrict__ slots,    // (1)
                     const int32_t *__restrict__ block_table, // (n_seqs, max_blocks)
                     int max_blocks, kv_geom g, int layer, int cols, int rb, float scale,
-                    float eps, int interleaved, int window,
+                    float eps, int interleaved, int window, int next_early,
                     long long *__restrict__ trace) { // (n_layers, AD_TRACE) or NULL
     namespace cg = cooperative_groups;
     constexpr int KT = qa_smem<HD, GM>::KT, DPL = HD / 32, NW = QA_THREADS / 32;
@@ -157,8 +157,9 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     head_rope_angles<HD, DPL>(p0, inv_freq, interleaved, cs, sn);
     QA_MARK(1);
     __syncthreads(); /* the mbarrier is initialised before anyone waits on it */
+    if (next_early) grid_launch_next(); /* EARLY_F */
     grid_wait();
-    grid_launch_next();
+    if (!next_early) grid_launch_next();
     QA_MARK(2);
     if (tr) tr[8] = (long long)globaltimer_ns();
 
@@ -467,8 +468,8 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W,
                            const float *k_norm, const float *inv_freq, const int32_t *tok_seq,
                            const int32_t *positions, const int32_t *slots,
                            const int32_t *block_table, int max_blocks, kv_geom g, int layer,
-                           int cols, float eps, bool interleaved, int window, long long *trace,
-                           cudaStream_t st) {
+                           int cols, float eps, bool interleaved, int window, bool next_early,
+                           long long *trace, cudaStream_t st) {
     const float scale = 1.0f / sqrtf((float)g.head_dim);
     const int gm = qa_gm(g.n_heads / g.n_kv);
     cudaLaunchConfig_t cfg = {};
@@ -491,7 +492,7 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W,
         e = cudaLaunchKernelEx(&cfg, qkv_attn_kernel<HD, GM>, out, kv, W, x, norm_w, bias, q_norm, \
                                k_norm, inv_freq, tok_seq, positions, slots, block_table,           \
                                max_blocks, g, layer, cols, p->rb, scale, eps, (int)interleaved,    \
-                               window, trace);
+                               window, (int)next_early, trace);
     QA_VARIANTS(QA_LAUNCH)
 #undef QA_LAUNCH
     LPX_CUDA_TRY(e);
