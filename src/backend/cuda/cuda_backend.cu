@@ -370,7 +370,10 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
                              L->q_norm, L->k_norm, b->inv_freq, in_part(b, in, IN_SEQ),
                              in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
                              in_part(b, in, IN_BT), b->max_blocks, b->geom, l, d, eps,
-                             c->rope_interleaved, c->sliding_window, (g_early & EARLY_F) != 0,
+                             c->rope_interleaved, c->sliding_window,
+                             g_early & EARLY_F  ? QA_NEXT_START
+                             : g_late & EARLY_F ? QA_NEXT_ROWS
+                                                : QA_NEXT_WAIT,
                              b->attn_trace, st));
         } else {
             LPX_TRY(qkv_and_attention(b, l, T, n_tiles, S));
@@ -382,18 +385,22 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
          * writer has completed once it can start: o's x is down's (or embed's),
          * complete when the kernel before o launched o after its own wait; down's x
          * is o's, complete when gate/up launched down after its wait. */
-        const unsigned E = g_early;
+        const unsigned E = g_early, La = g_late;
         const int o_add = fused && (E & EARLY_F) ? MM_ADD : MM_ADD_EARLY;
         const int down_add = E & EARLY_G ? MM_ADD : MM_ADD_EARLY;
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
-                           o_add | (E & EARLY_O ? MM_NEXT_EARLY : 0), st));
+                           o_add | (E & EARLY_O ? MM_NEXT_EARLY : La & EARLY_O ? MM_NEXT_LATE : 0),
+                           st));
         if (!(sk & SK_GU))
             LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
-                           2 * c->d_ff, d, E & EARLY_G ? MM_NEXT_EARLY : 0, st));
+                           2 * c->d_ff, d,
+                           E & EARLY_G ? MM_NEXT_EARLY : La & EARLY_G ? MM_NEXT_LATE : 0, st));
         if (!(sk & SK_DOWN))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d,
-                           c->d_ff, down_add | (E & EARLY_D ? MM_NEXT_EARLY : 0), st));
+                           c->d_ff,
+                           down_add | (E & EARLY_D ? MM_NEXT_EARLY : La & EARLY_D ? MM_NEXT_LATE : 0),
+                           st));
     }
     return LPX_OK;
 }

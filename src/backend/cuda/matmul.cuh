@@ -26,6 +26,7 @@
 #define MM_ADD 1
 #define MM_ADD_EARLY 3
 #define MM_NEXT_EARLY 4
+#define MM_NEXT_LATE 8 /* the next kernel launches once this block's weights are used */
 #define MV_MAX_TOKENS 8   /* above this, cuBLAS */
 #define MV2_ROWS 4        /* rows a warp of matvec_tma_kernel computes at once */
 #define MV2_PIECES 4      /* bulk copies (each with its mbarrier) a block of it issues */
@@ -257,7 +258,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
     __syncthreads(); /* the mbarriers are initialised before anyone waits on them */
     if (accumulate & MM_NEXT_EARLY) grid_launch_next();
     grid_wait();
-    if (!(accumulate & MM_NEXT_EARLY)) grid_launch_next();
+    if (!(accumulate & (MM_NEXT_EARLY | MM_NEXT_LATE))) grid_launch_next();
     long long c1 = 0, c2 = 0, c3 = 0;
     if (tr) {
         c1 = clock64();
@@ -377,6 +378,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
                     }
         }
     }
+    if (accumulate & MM_NEXT_LATE) grid_launch_next();
     /* the trace: block 0's phases in cycles, every block's end (the last one's counts) */
     auto trace_end = [&]() {
         if (tr) {
@@ -463,9 +465,11 @@ static bool g_mv_old = false;
  * A/B runs): EARLY_O o (gate/up's weights stream during the attention), EARLY_F
  * the fused q/k/v + attention kernel (then o reads its residual after its wait),
  * EARLY_G gate/up (then down does), EARLY_D down (the next layer's fused kernel
- * fetches its weights and keys during down). */
+ * fetches its weights and keys during down). LPX_CUDA_LATE, the same letters:
+ * those that let it launch only once their own weights are used (MM_NEXT_LATE,
+ * QA_NEXT_ROWS), so that its weight stream does not slow theirs. */
 enum { EARLY_O = 1, EARLY_F = 2, EARLY_G = 4, EARLY_D = 8 };
-static unsigned g_early = EARLY_O;
+static unsigned g_early = EARLY_O, g_late = 0;
 
 /* LPX_CUDA_MV_TRACE=1: the first g_mv_trace_cap one-token launches of
  * matvec_tma_kernel (the batch-1 decode graph's projections, in launch order) each
@@ -514,13 +518,18 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
 static lpx_status matvec_init(void) {
     const char *env = getenv("LPX_CUDA_MV");
     g_mv_old = env && !strcmp(env, "old");
+    auto letters = [](const char *e) {
+        unsigned m = 0;
+        for (const char *c = e; *c; c++)
+            m |= *c == 'o' ? EARLY_O : *c == 'f' ? EARLY_F : *c == 'g' ? EARLY_G
+               : *c == 'd' ? EARLY_D : 0;
+        return m;
+    };
     env = getenv("LPX_CUDA_EARLY");
-    if (env) {
-        g_early = 0;
-        for (const char *c = env; *c; c++)
-            g_early |= *c == 'o' ? EARLY_O : *c == 'f' ? EARLY_F : *c == 'g' ? EARLY_G
-                     : *c == 'd' ? EARLY_D : 0;
-    }
+    if (env) g_early = letters(env);
+    env = getenv("LPX_CUDA_LATE");
+    if (env) g_late = letters(env);
+    g_early &= ~g_late;
 #define MV_ATTR(B)                                                                                 \
     LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_kernel<B>,                                            \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM_MAX));  \

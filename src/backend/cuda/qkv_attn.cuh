@@ -31,6 +31,10 @@
 
 #define QA_THREADS 256 /* 8 warps */
 #define QA_MAX_CLUSTER 16
+/* When the kernel lets the next one (o) launch: at its start, after its wait, or
+ * once its rows are done (its weights read: o's and gate/up's weight streams then
+ * no longer compete with its own). */
+enum { QA_NEXT_START, QA_NEXT_WAIT, QA_NEXT_ROWS };
 #define QA_SMEM_MAX MV2_SMEM_MAX
 
 /* The fixed part of the shared memory; the weight slice, x and the block's
@@ -70,7 +74,8 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
                     const int32_t *__restrict__ slots,    // (1)
                     const int32_t *__restrict__ block_table, // (n_seqs, max_blocks)
                     int max_blocks, kv_geom g, int layer, int cols, int rb, float scale,
-                    float eps, int interleaved, int window, int next_early,
+                    float eps, int interleaved, int window,
+                    int next_at, // when the next kernel may launch: QA_NEXT_*
                     long long *__restrict__ trace) { // (n_layers, AD_TRACE) or NULL
     namespace cg = cooperative_groups;
     constexpr int KT = qa_smem<HD, GM>::KT, DPL = HD / 32, NW = QA_THREADS / 32;
@@ -157,9 +162,9 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     head_rope_angles<HD, DPL>(p0, inv_freq, interleaved, cs, sn);
     QA_MARK(1);
     __syncthreads(); /* the mbarrier is initialised before anyone waits on it */
-    if (next_early) grid_launch_next(); /* EARLY_F */
+    if (next_at == QA_NEXT_START) grid_launch_next();
     grid_wait();
-    if (!next_early) grid_launch_next();
+    if (next_at == QA_NEXT_WAIT) grid_launch_next();
     QA_MARK(2);
     if (tr) tr[8] = (long long)globaltimer_ns();
 
@@ -220,6 +225,7 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     }
     QA_MARK(4);
     trace_last(11);
+    if (next_at == QA_NEXT_ROWS) grid_launch_next(); /* the weight slice is used */
     cl.sync(); /* every block's rows are in its shared memory */
 
     /* 3. the head's queries, key and value: a warp a row (attn_decode_kernel's
@@ -468,7 +474,7 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W,
                            const float *k_norm, const float *inv_freq, const int32_t *tok_seq,
                            const int32_t *positions, const int32_t *slots,
                            const int32_t *block_table, int max_blocks, kv_geom g, int layer,
-                           int cols, float eps, bool interleaved, int window, bool next_early,
+                           int cols, float eps, bool interleaved, int window, int next_at,
                            long long *trace, cudaStream_t st) {
     const float scale = 1.0f / sqrtf((float)g.head_dim);
     const int gm = qa_gm(g.n_heads / g.n_kv);
@@ -492,7 +498,7 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W,
         e = cudaLaunchKernelEx(&cfg, qkv_attn_kernel<HD, GM>, out, kv, W, x, norm_w, bias, q_norm, \
                                k_norm, inv_freq, tok_seq, positions, slots, block_table,           \
                                max_blocks, g, layer, cols, p->rb, scale, eps, (int)interleaved,    \
-                               window, (int)next_early, trace);
+                               window, next_at, trace);
     QA_VARIANTS(QA_LAUNCH)
 #undef QA_LAUNCH
     LPX_CUDA_TRY(e);
