@@ -840,6 +840,7 @@ static lpx_status cuda_step_begin(lpx_backend *base, const lpx_batch *bt,
     if (s == LPX_OK) s = enqueue_step(b, bt, feed, NULL, true, false);
     if (s != LPX_OK) { /* a failed check queued nothing; a failed launch shows at the next wait */
         use_slot(b, prev);
+        b->feed_rows = -1; /* the next step_begin may not feed (backend.h) */
         return s;
     }
     if (b->n_flight == 0) b->oldest = slot;
