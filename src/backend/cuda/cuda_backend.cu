@@ -405,15 +405,10 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     return LPX_OK;
 }
 
-/* Logits (n, vocab) into b->logits for the token rows listed at rows (device), or
- * with rows NULL for the first n rows, the final norm then inside the lm_head's
- * matvec (one kernel and its hand-over less: decode graphs). */
+/* Logits (n, vocab) into b->logits for the token rows listed at rows (device). */
 static lpx_status forward_logits(cuda_backend *b, const int32_t *rows, int n) {
     const lpx_config *c = &b->cfg;
     if (b->skip & SK_HEAD) return LPX_OK;
-    if (!rows)
-        return matmul(&b->mc, b->logits, NULL, NULL, b->lm_head, b->x, b->out_norm, b->h,
-                      c->rms_norm_eps, n, c->vocab_size, c->d_model, 0, b->stream);
     LPX_TRY(rmsnorm(b->h, b->x, b->out_norm, rows, n, c->d_model, c->rms_norm_eps, b->stream));
     return matmul(&b->mc, b->logits, NULL, NULL, b->lm_head, b->h, NULL, NULL, 0.0f, n,
                   c->vocab_size, c->d_model, 0, b->stream);
@@ -547,7 +542,7 @@ static lpx_status capture_decode_graph(cuda_backend *b, int k, bool sample) {
     cudaGraph_t g;
     LPX_CUDA_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
     lpx_status s = forward_layers(b, T, 0);
-    if (s == LPX_OK) s = forward_logits(b, NULL, T); /* logits rows = the T tokens */
+    if (s == LPX_OK) s = forward_logits(b, in_part(b, b->in_dev, IN_ROWS), T);
     if (s == LPX_OK && sample) s = emit_rows(b, 0, T, NULL, true);
     cudaError_t e = cudaStreamEndCapture(b->stream, &g);
     if (s != LPX_OK) {
