@@ -226,7 +226,8 @@ lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb c
 lpx_status lpx_engine_cancel(lpx_engine *e, uint64_t id);
 
 /* Single-threaded use: runs one scheduling step (may run no model step when
- * idle); *busy tells whether requests remain. Not while the engine thread runs. */
+ * idle); *busy tells whether requests remain or a step is still in flight (one
+ * step ahead: docs/engine.md). Not while the engine thread runs. */
 lpx_status lpx_engine_step(lpx_engine *e, bool *busy);
 /* Runs the engine loop on its own thread until lpx_engine_stop. */
 lpx_status lpx_engine_start(lpx_engine *e);

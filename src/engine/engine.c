@@ -710,9 +710,8 @@ static lpx_status step_ahead(lpx_engine *e) {
  * ahead (every row samples on the device, without penalties). */
 static lpx_status step_scheduled(lpx_engine *e) {
     LPX_TRY(take_queued(e));
-    lpx_status st;
     double t0 = now_ms();
-    st = lpx_schedule(e);
+    lpx_status st = lpx_schedule(e);
     int32_t n_tok = 0, n_rows = 0, stride = 1;
     lpx_seq_list *q = &e->sched;
     for (int32_t i = 0; st == LPX_OK && i < q->n; i++)
