@@ -226,6 +226,12 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     check "device sampling = host sampler on the same logits (test_sample_op)" \
         env LPX_TEST_DEVICE="$dev" LPX_MODEL="$smol" "$root/$build/test_sample_op"
     grep -E "step_sample" "$out/checks.log" | tail -3 >>"$summary"
+    # one step ahead (step_begin/step_end): tokens fed on the device equal
+    # step_sample's, every refusal of the contract; the engine's output with
+    # LPX_STEP_AHEAD=0 and without (a seeded setting without penalties: penalised
+    # rows never run ahead)
+    check "step_begin/step_end: fed tokens and refusals (test_step_ahead)" \
+        env LPX_TEST_DEVICE="$dev" LPX_MODEL="$smol" "$root/$build/test_step_ahead"
     run_text() { "$lpx" run -m "$smol" -p "The capital of France is" -n 32 --ignore-eos "$@" 2>>"$out/checks.log"; }
     seeded="--temp 0.8 --top-k 50 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 -s 7"
     for mode in greedy seeded; do
@@ -238,6 +244,14 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     done
     t_cpu=$(run_text --device cpu); printf 'greedy cpu:    %q\n' "$t_cpu" >>"$out/run.log"
     check "lpx run greedy: $dev = cpu" test -n "$t_cpu" -a "$g_dev" = "$t_cpu"
+    ahead="--temp 0.8 --top-k 50 --top-p 0.9 -s 7"
+    # shellcheck disable=SC2086
+    t_on=$(run_text --device "$dev" $ahead); t_off=$(LPX_STEP_AHEAD=0 run_text --device "$dev" $ahead)
+    printf 'seeded ahead:  %q\nseeded waited: %q\n' "$t_on" "$t_off" >>"$out/run.log"
+    check "lpx run seeded: one step ahead = LPX_STEP_AHEAD=0" test -n "$t_on" -a "$t_on" = "$t_off"
+    # shellcheck disable=SC2086
+    [ "$dev" = cuda ] && check "compute-sanitizer memcheck (engine, one step ahead)" compute-sanitizer --tool memcheck \
+        --error-exitcode 9 "$lpx" run -m "$smol" -p "The capital of France is" -n 16 --ignore-eos --device cuda $ahead
 
     # memory checker on a short run (prefill and decode paths) and on chunked steps
     # that mix prefill with decode

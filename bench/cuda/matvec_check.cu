@@ -6,8 +6,8 @@
  *    accumulating into the residual, gate/up with RMSNorm and silu·mul, down
  *    accumulating) of Qwen3-0.6B, Llama-3.2-1B and Qwen2.5-0.5B for 1, 2, 4 and 8
  *    tokens, plus odd shapes (rows not a multiple of a block's rows, a last block
- *    with one row group, cols % 256 != 0, fewer rows than SMs) also with a smaller
- *    SM count (more rows a block, several row groups a warp, uneven pieces).
+ *    with one row group, cols % 256 != 0, fewer rows than SMs, the lm_head) also with
+ *    a smaller SM count (more rows a block, several row groups a warp, uneven pieces).
  *    Error of an output: |got - ref| / RMS over the token's outputs of ref (for the
  *    bf16 silu·mul output, less 2^-7 |ref| for its rounding); FAIL above 1e-3.
  *    Outputs not accumulated into are poisoned with NaN first.
@@ -416,6 +416,9 @@ int main(int argc, char **argv) {
         {"gate/up", 6002, 904, true, true, false}, /* last block 22 rows: a 2-row group */
         {"down", 37, 4872, false, false, true},    /* fewer rows than SMs: 1 row a block */
         {"down", 1001, 3080, false, false, true},
+        /* the lm_head of Qwen3-0.6B: thousands of TMA blocks in waves (on all SMs;
+         * on 40 and 7 the slices do not fit: matvec_kernel) */
+        {"lm_head", 151936, 1024, false, false, false},
     };
     for (const auto &op : odd)
         for (int sms : {n_sms, 40, 7})

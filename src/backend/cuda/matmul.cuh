@@ -480,13 +480,14 @@ static unsigned g_early = EARLY_O, g_late = 0;
 static long long *g_mv_trace = NULL;
 static int g_mv_trace_n = 0, g_mv_trace_cap = 0;
 
-/* Rows a block of matvec_tma_kernel owns: ceil(rows / blocks) for one, two or four
- * blocks per SM, the first whose slice plus staged x (T tokens) fits MV2_SMEM_MAX;
- * 0 where none does (the lm_head, long x): matvec_kernel then. */
+/* Rows a block of matvec_tma_kernel owns: ceil(rows / blocks) for 1, 2, 4, ... 64
+ * blocks per SM (more than two run in waves: a block fetches its slice when it
+ * starts, the first wave before the wait), the first whose slice plus staged x (T
+ * tokens) fits MV2_SMEM_MAX; 0 where none does (long x): matvec_kernel then. */
 static int matvec_tma_rows(int T, int rows, int cols, int n_sms, bool pairs, const bf16 *W) {
     if (g_mv_old || ((uintptr_t)W & 15) || cols % 8) return 0;
     const int64_t xs = (int64_t)T * cols * 2, row_bytes = (int64_t)cols * 2;
-    for (int64_t m = 1; m <= 4; m *= 2) {
+    for (int64_t m = 1; m <= 64; m *= 2) {
         int64_t rpb = ((int64_t)rows + m * n_sms - 1) / (m * n_sms);
         if (pairs) rpb += rpb & 1;
         if (xs + rpb * row_bytes <= MV2_SMEM_MAX) return (int)rpb;
