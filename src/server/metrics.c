@@ -182,6 +182,11 @@ char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char 
     counter(&b, "generation_tokens", "Generated tokens.", model, (double)st->generated_tokens);
     counter(&b, "preemptions", "Requests preempted for KV cache space.", model,
             (double)st->n_preemptions);
+    counter(&b, "engine_steps", "Engine steps (forward passes over a batch).", model,
+            (double)st->n_steps);
+    counter(&b, "engine_steps_ahead",
+            "Engine steps queued before the previous step's tokens were read (one step ahead).",
+            model, (double)st->steps_ahead);
 
     pthread_mutex_lock(&m->mu);
     header(&b, "request_success_total", "counter", "Finished requests by finish reason.");

@@ -312,10 +312,14 @@ def test_metrics_parse(srv, client):
     for name in ["lpx:num_requests_running", "lpx:num_requests_waiting", "lpx:kv_cache_usage_perc"]:
         assert fams[name].type == "gauge"
     for name in ["lpx:prompt_tokens", "lpx:generation_tokens", "lpx:request_success",
-                 "lpx:preemptions"]:
+                 "lpx:preemptions", "lpx:engine_steps", "lpx:engine_steps_ahead"]:
         assert fams[name].type == "counter"
     m = srv.metrics()
     assert m["lpx:generation_tokens_total"] >= 2 and m["lpx:time_to_first_token_seconds_count"] >= 1
+    # 2 tokens: the prefill step, and the step for the second token queued before the
+    # prefill's token was read (one step ahead, on by default)
+    assert m["lpx:engine_steps_total"] >= 2 and m["lpx:engine_steps_ahead_total"] >= 1
+    assert m["lpx:engine_steps_ahead_total"] < m["lpx:engine_steps_total"]
     assert m["lpx:request_queue_time_seconds_count"] >= 1
     reasons = {s.labels["finished_reason"]: s.value for s in fams["lpx:request_success"].samples}
     assert reasons["length"] >= 1
