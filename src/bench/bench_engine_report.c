@@ -56,8 +56,8 @@ lpx_status bench_engine_write_html(const char *path, const bench_engine_meta *m,
     bench_html_escape(f, m->gpu);
     fprintf(f,
             "), read bandwidth %.1f GB/s; -p %d -n %d -c %d, median of %d repetitions after one "
-            "warm-up</p>\n",
-            m->read_bandwidth / 1e9, m->p, m->n, m->ctx, m->reps);
+            "warm-up; decode steps: %s</p>\n",
+            m->read_bandwidth / 1e9, m->p, m->n, m->ctx, m->reps, m->decode);
     if (m->throttled)
         fprintf(f, "<p class=\"warn\">THROTTLED during the run: these timings are not a "
                    "result.</p>\n");

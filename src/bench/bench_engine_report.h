@@ -30,6 +30,7 @@ typedef struct bench_engine_meta {
     const char *model, *device, *gpu;
     double read_bandwidth; /* bytes/s, measured at start: the floor's denominator */
     int p, n, ctx, reps;   /* the command's -p, -n, -c, -r */
+    const char *decode;    /* how decode steps ran: "ahead", "waited" or "host_logits" */
     bench_engine_clocks before, after;
     bool throttled;
 } bench_engine_meta;

@@ -283,9 +283,10 @@ static void print_results(const char *fmt, const bench_engine_meta *m, const ben
                           int n) {
     if (!strcmp(fmt, "json")) {
         printf("{\"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
-               "\"read_bandwidth_GBps\": %.1f, \"sm_mhz_before\": %d, \"sm_mhz_after\": %d, "
-               "\"mem_mhz_before\": %d, \"mem_mhz_after\": %d, \"throttled\": %s, \"tests\": [",
-               m->model, m->device, m->gpu, m->read_bandwidth / 1e9, m->before.sm_mhz,
+               "\"read_bandwidth_GBps\": %.1f, \"decode\": \"%s\", \"sm_mhz_before\": %d, "
+               "\"sm_mhz_after\": %d, \"mem_mhz_before\": %d, \"mem_mhz_after\": %d, "
+               "\"throttled\": %s, \"tests\": [",
+               m->model, m->device, m->gpu, m->read_bandwidth / 1e9, m->decode, m->before.sm_mhz,
                m->after.sm_mhz, m->before.mem_mhz, m->after.mem_mhz,
                m->throttled ? "true" : "false");
         for (int i = 0; i < n; i++) {
@@ -302,10 +303,10 @@ static void print_results(const char *fmt, const bench_engine_meta *m, const ben
     if (csv)
         printf("test,batch,tok_s,tok_s_sd,ms_per_step,floor_ms_per_step,pct_of_floor\n");
     else
-        printf("model: %s\ndevice: %s (%s), read bandwidth %.1f GB/s\n\n"
+        printf("model: %s\ndevice: %s (%s), read bandwidth %.1f GB/s; decode steps: %s\n\n"
                "| test | tok/s | ± sd | ms/step | floor ms/step | %% of floor |\n"
                "| --- | ---: | ---: | ---: | ---: | ---: |\n",
-               m->model, m->device, m->gpu, m->read_bandwidth / 1e9);
+               m->model, m->device, m->gpu, m->read_bandwidth / 1e9, m->decode);
     for (int i = 0; i < n; i++) {
         const bench_engine_row *r = &rs[i];
         if (csv)
@@ -458,6 +459,9 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < nr; i++)
         rows[i] = to_row(&rs[i]);
     const bench_engine_meta meta = {.model = model,
+                                    .decode = b.ahead              ? "ahead"
+                                              : b.device_sampling ? "waited"
+                                                                  : "host_logits",
                                     .device = ops->name,
                                     .gpu = gpu,
                                     .read_bandwidth = b.bandwidth,

@@ -1,5 +1,6 @@
 """lpx slice (GGUF writer) and lpx bench on the CPU backend with the real SmolLM2."""
 import json
+import os
 import pathlib
 import subprocess
 
@@ -56,11 +57,18 @@ def test_bench_cpu_json(lpx_bin, smollm2):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["device"] == "cpu" and res["read_bandwidth_GBps"] > 0
+    assert res["decode"] == "ahead"  # the CPU backend has step_begin/step_end
     tests = {t["test"]: t for t in res["tests"]}
     assert set(tests) == {"pp16", "tg4", "decode B=2"}
     for t in tests.values():
         assert t["tok_s"] > 0 and t["ms_per_step"] > 0 and 0 < t["pct_of_floor"]
         assert t["floor_ms_per_step"] > 0
+    for env, mode in [({"LPX_STEP_AHEAD": "0"}, "waited"), ({"LPX_DEVICE_SAMPLING": "0"}, "host_logits")]:
+        r = subprocess.run([lpx_bin, "bench", "-m", smollm2, "-p", "0", "-n", "2", "-c", "8", "-b",
+                            "1", "-r", "1", "--device", "cpu", "-o", "json"], capture_output=True,
+                           text=True, timeout=300, env={**os.environ, **env})
+        assert r.returncode == 0, r.stderr
+        assert json.loads(r.stdout)["decode"] == mode
 
 
 def test_bench_usage(lpx_bin):
