@@ -721,11 +721,17 @@ static lpx_status finish_step(cuda_backend *b, int i) {
     return LPX_OK;
 }
 
-/* One step, waited for (step and step_sample). */
-static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, bool sample) {
+/* step and step_sample wait for their step: none may be in flight (backend.h). */
+static lpx_status check_idle(const cuda_backend *b) {
     if (b->n_flight > 0)
         return lpx_errorf(LPX_ERR_BUSY, "cuda: a step while %d begun steps are not ended",
                           b->n_flight);
+    return LPX_OK;
+}
+
+/* One step, waited for (step and step_sample). */
+static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, bool sample) {
+    LPX_TRY(check_idle(b));
     LPX_CUDA_TRY(cudaSetDevice(b->device));
     b->feed_rows = -1;
     LPX_TRY(enqueue_step(b, bt, NULL, logits, sample, true));
@@ -800,9 +806,7 @@ static lpx_status prepare_sample(cuda_backend *b, const lpx_batch *bt, const lpx
 static lpx_status cuda_step_sample(lpx_backend *base, const lpx_batch *bt,
                                    const lpx_sample_batch *sb, int32_t *tokens) {
     cuda_backend *b = (cuda_backend *)base;
-    if (b->n_flight > 0)
-        return lpx_errorf(LPX_ERR_BUSY, "cuda: a step while %d begun steps are not ended",
-                          b->n_flight);
+    LPX_TRY(check_idle(b)); /* before prepare_sample touches the slot's buffers */
     LPX_TRY(prepare_sample(b, bt, sb));
     LPX_TRY(run_step(b, bt, NULL, true));
     memcpy(tokens, b->tok_host, sizeof(int32_t) * bt->n_logits);

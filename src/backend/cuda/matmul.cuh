@@ -1,9 +1,10 @@
 /* y = x · Wᵀ for every projection. A few tokens (decode): our own matrix-vector
  * kernels that stream the bf16 weights once, reusing each load for all tokens:
  * matvec_tma_kernel, which requests a block's whole weight slice into shared
- * memory before waiting for its predecessor, where the slice fits (most layer
- * projections of 0.5-1B models), else matvec_kernel (16-byte loads from global
- * memory; the lm_head). More tokens (prefill, large batches): cuBLAS bf16 GEMM
+ * memory before waiting for its predecessor, where the slice fits with up to 64
+ * blocks an SM (the projections and the lm_head of 0.5-1B models), else
+ * matvec_kernel (16-byte loads from global memory; long x). More tokens (prefill,
+ * large batches): cuBLAS bf16 GEMM
  * with float accumulation on the tensor cores. */
 #ifndef LPX_BACKEND_CUDA_MATMUL_CUH
 #define LPX_BACKEND_CUDA_MATMUL_CUH
