@@ -145,6 +145,23 @@ static __device__ __forceinline__ unsigned long long globaltimer_ns(void) {
     return t;
 }
 
+/* The SM a thread runs on. */
+static __device__ __forceinline__ unsigned smid(void) {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(r));
+    return r;
+}
+
+/* LPX_CUDA_BLK_TRACE=layer (cuda_backend.cu): every block of that layer's batch-1
+ * kernels writes BT_MARKS values (thread 0's view): its SM, then %globaltimer at its
+ * start, when its wait returned, when its input was staged, when its rows were done,
+ * at its end (the fused q/k/v + attention kernel: only the start, the wait and the
+ * end, the others copy the wait; more marks raised its registers from 92 to 128). */
+#define BT_MARKS 6
+#define BT_BLOCKS 256
+#define BT_MARK(pb, i)                                                                             \
+    if (pb) (pb)[i] = (long long)globaltimer_ns()
+
 static inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* Programmatic dependent launch (sm_90): a kernel may start while its predecessor

@@ -150,6 +150,11 @@ typedef struct cuda_backend {
     long long *mv_trace_host;
     double mv_phase[4][6];
     int mv_traced;
+    /* LPX_CUDA_BLK_TRACE=layer: per-block marks of that layer's batch-1 kernels
+     * (fused, o, gate/up, down: BT_BLOCKS x BT_MARKS each, common.cuh), written as
+     * CSV to LPX_CUDA_BLK_TRACE_FILE (default stderr) at the 64th traced step */
+    long long *bt_dev, *bt_host;
+    int bt_layer, bt_steps;
 } cuda_backend;
 
 enum { SK_EMBED = 1, SK_QKV = 2, SK_ROPE = 4, SK_ATTN = 8, SK_O = 16, SK_GU = 32, SK_DOWN = 64,
@@ -352,6 +357,13 @@ static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles, 
 /* Everything up to the final norm, for T tokens; attention by the flash prefill
  * kernel over n_tiles query tiles, or with n_tiles 0 by the decode kernel (one
  * token per sequence). */
+/* LPX_CUDA_BLK_TRACE: the per-block marks of kernel k (0 fused, 1 o, 2 gate/up, 3
+ * down) of layer l in a one-token step, or NULL. */
+static long long *bt_of(const cuda_backend *b, int T, int l, int k) {
+    if (!b->bt_dev || T != 1 || l != b->bt_layer) return NULL;
+    return b->bt_dev + (size_t)k * BT_BLOCKS * BT_MARKS;
+}
+
 static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     const lpx_config *c = &b->cfg;
     cudaStream_t st = b->stream;
@@ -374,13 +386,15 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
                              g_early & EARLY_F  ? QA_NEXT_START
                              : g_late & EARLY_F ? QA_NEXT_ROWS
                                                 : QA_NEXT_WAIT,
-                             b->attn_trace, st));
+                             b->attn_trace, bt_of(b, T, l, 0), st));
         } else {
             LPX_TRY(qkv_and_attention(b, l, T, n_tiles, S));
         }
         /* Which kernels let the next one launch at their start (g_early): by default
          * o, so that gate/up's 12 MB of weights (Qwen3-0.6B) stream during the
-         * attention as well (gate/up reads only weights before its wait). A kernel
+         * attention as well (gate/up reads only weights before its wait), and down,
+         * so that the next layer's fused kernel has done its setup (2.7-3.7 µs
+         * under the weight streams) when down ends (docs/PERF.md row 32). A kernel
          * may read its residual x before its wait (MM_ADD_EARLY) only if x's last
          * writer has completed once it can start: o's x is down's (or embed's),
          * complete when the kernel before o launched o after its own wait; down's x
@@ -388,14 +402,17 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         const unsigned E = g_early, La = g_late;
         const int o_add = fused && (E & EARLY_F) ? MM_ADD : MM_ADD_EARLY;
         const int down_add = E & EARLY_G ? MM_ADD : MM_ADD_EARLY;
+        g_bt_next = bt_of(b, T, l, 1);
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
                            o_add | (E & EARLY_O ? MM_NEXT_EARLY : La & EARLY_O ? MM_NEXT_LATE : 0),
                            st));
+        g_bt_next = bt_of(b, T, l, 2);
         if (!(sk & SK_GU))
             LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
                            2 * c->d_ff, d,
                            E & EARLY_G ? MM_NEXT_EARLY : La & EARLY_G ? MM_NEXT_LATE : 0, st));
+        g_bt_next = bt_of(b, T, l, 3);
         if (!(sk & SK_DOWN))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d,
                            c->d_ff,
@@ -712,6 +729,25 @@ static lpx_status finish_step(cuda_backend *b, int i) {
         }
         b->mv_traced++;
     }
+    if (decode && b->bt_dev && k0 && ++b->bt_steps == 64) {
+        const size_t n = (size_t)4 * BT_BLOCKS * BT_MARKS;
+        LPX_CUDA_TRY(cudaMemcpy(b->bt_host, b->bt_dev, sizeof(long long) * n,
+                                cudaMemcpyDeviceToHost));
+        const char *path = getenv("LPX_CUDA_BLK_TRACE_FILE");
+        FILE *f = path ? fopen(path, "w") : stderr;
+        if (f) {
+            static const char *kn[] = {"fused", "o", "gu", "down"};
+            fprintf(f, "layer,kernel,block,sm,start,wait,staged,rows,end\n");
+            for (int k = 0; k < 4; k++)
+                for (int blk = 0; blk < BT_BLOCKS; blk++) {
+                    const long long *t = b->bt_host + ((size_t)k * BT_BLOCKS + blk) * BT_MARKS;
+                    if (t[1] == 0) continue; /* no such block */
+                    fprintf(f, "%d,%s,%d,%lld,%lld,%lld,%lld,%lld,%lld\n", b->bt_layer, kn[k], blk,
+                            t[0], t[1], t[2], t[3], t[4], t[5]);
+                }
+            if (f != stderr) fclose(f);
+        }
+    }
     if (decode && b->ev[i][0] && k0) {
         float ms = 0.0f;
         LPX_CUDA_TRY(cudaEventElapsedTime(&ms, b->ev[i][0], b->ev[i][1]));
@@ -935,6 +971,7 @@ static void cuda_destroy(lpx_backend *base) {
     }
     if (b->mv_trace_host) g_mv_trace = NULL; /* freed with b's allocations below */
     free(b->mv_trace_host);
+    free(b->bt_host);
     free(b->d1_trace_host);
     for (int i = 0; i < N_SLOTS; i++) {
         for (int k = 0; k < MAX_BUCKETS; k++) {
@@ -1145,7 +1182,13 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
         g_mv_trace_cap = n;
         g_mv_trace_n = 0;
     }
-    b->tracing = b->attn_trace || g_mv_trace;
+    env = getenv("LPX_CUDA_BLK_TRACE");
+    if (env && *env) {
+        b->bt_layer = atoi(env);
+        LPX_TRY(trace_buffers(b, (size_t)4 * BT_BLOCKS * BT_MARKS, "block", &b->bt_host,
+                              &b->bt_dev));
+    }
+    b->tracing = b->attn_trace || g_mv_trace || b->bt_dev;
     env = getenv("LPX_CUDA_TIMING");
     if (env && !strcmp(env, "1"))
         for (int i = 0; i < N_SLOTS; i++)

@@ -160,7 +160,15 @@ static __device__ __forceinline__ void mbar_fence_init(void) {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+/* Built with -DLPX_CUDA_NO_WEIGHTS=1 (an experiment, never a product build): the bulk
+ * copies of weight slices are not issued and their mbarriers complete at once, so
+ * a decode step's time is its chain of latencies without the weight stream (the
+ * results are garbage). docs/PERF.md, log row 30. */
+#ifndef LPX_CUDA_NO_WEIGHTS
+#define LPX_CUDA_NO_WEIGHTS 0
+#endif
 static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    if (LPX_CUDA_NO_WEIGHTS) bytes = 0;
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
@@ -168,6 +176,7 @@ static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t byt
  * completes bytes of bar's transaction count on arrival. */
 static __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
                                                  uint32_t bar) {
+    if (LPX_CUDA_NO_WEIGHTS) return;
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
                  "%2, [%3];" ::"r"(dst),
                  "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(bar)
@@ -203,9 +212,15 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
     matvec_tma_kernel(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,
                       const void *__restrict__ x, const float *__restrict__ norm_w, int rows,
                       int cols, int rpb, int accumulate, float eps,
-                      long long *__restrict__ trace) { // (MV_TRACE) or NULL: LPX_CUDA_MV_TRACE
+                      long long *__restrict__ trace, // (MV_TRACE) or NULL: LPX_CUDA_MV_TRACE
+                      long long *__restrict__ bt) {  // (BT_BLOCKS, BT_MARKS) or NULL
     extern __shared__ __align__(128) uint4 mv2_smem[];
     long long *tr = trace && blockIdx.x == 0 && threadIdx.x == 0 ? trace : NULL;
+    long long *pb = bt && threadIdx.x == 0 && blockIdx.x < BT_BLOCKS
+                        ? bt + (size_t)BT_MARKS * blockIdx.x
+                        : NULL;
+    if (pb) pb[0] = smid();
+    BT_MARK(pb, 1);
     const long long c0 = clock64();
     if (tr) tr[0] = (long long)globaltimer_ns();
     __shared__ __align__(8) uint64_t bars[MV2_PIECES];
@@ -261,6 +276,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
     grid_wait();
     if (!(accumulate & (MM_NEXT_EARLY | MM_NEXT_LATE))) grid_launch_next();
     long long c1 = 0, c2 = 0, c3 = 0;
+    BT_MARK(pb, 2);
     if (tr) {
         c1 = clock64();
         tr[1] = (long long)globaltimer_ns();
@@ -320,6 +336,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
         for (int i = threadIdx.x; i < B * cols8; i += blockDim.x) xs[i] = xv[i];
     }
     __syncthreads();
+    BT_MARK(pb, 3);
     if (tr) c2 = clock64();
 
     const int kp = warp % ks;
@@ -379,6 +396,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
                     }
         }
     }
+    BT_MARK(pb, 4);
     if (accumulate & MM_NEXT_LATE) grid_launch_next();
     /* the trace: block 0's phases in cycles, every block's end (the last one's counts) */
     auto trace_end = [&]() {
@@ -391,6 +409,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
         }
         if (trace && threadIdx.x == 0)
             atomicMax(reinterpret_cast<unsigned long long *>(trace + 6), globaltimer_ns());
+        BT_MARK(pb, 5);
     };
     if (ks == 1) { /* ks is the same in every thread of the block */
         trace_end();
@@ -470,7 +489,7 @@ static bool g_mv_old = false;
  * those that let it launch only once their own weights are used (MM_NEXT_LATE,
  * QA_NEXT_ROWS), so that its weight stream does not slow theirs. */
 enum { EARLY_O = 1, EARLY_F = 2, EARLY_G = 4, EARLY_D = 8 };
-static unsigned g_early = EARLY_O, g_late = 0;
+static unsigned g_early = EARLY_O | EARLY_D, g_late = 0;
 
 /* LPX_CUDA_MV_TRACE=1: the first g_mv_trace_cap one-token launches of
  * matvec_tma_kernel (the batch-1 decode graph's projections, in launch order) each
@@ -479,6 +498,9 @@ static unsigned g_early = EARLY_O, g_late = 0;
  * first weights, the rest), the last block's end. */
 #define MV_TRACE 8
 static long long *g_mv_trace = NULL;
+/* LPX_CUDA_BLK_TRACE: the per-block marks of the next one-token matvec_tma launch
+ * (set by forward_layers for the traced layer, cleared by the launch) */
+static long long *g_bt_next = NULL;
 static int g_mv_trace_n = 0, g_mv_trace_cap = 0;
 
 /* Rows a block of matvec_tma_kernel owns: ceil(rows / blocks) for 1, 2, 4, ... 64
@@ -509,8 +531,10 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
     long long *trace = NULL;
     if (B == 1 && g_mv_trace && g_mv_trace_n < g_mv_trace_cap)
         trace = g_mv_trace + (size_t)MV_TRACE * g_mv_trace_n++;
+    long long *bt = B == 1 ? g_bt_next : NULL;
+    if (B == 1) g_bt_next = NULL;
     return launch(matvec_tma_kernel<B>, dim3(ceil_div(rows, rpb)), dim3(MV2_WARPS * 32), smem, st,
-                  y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps, trace);
+                  y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps, trace, bt);
 }
 
 /* Called once at backend creation: reads LPX_CUDA_MV (=old: every matvec on

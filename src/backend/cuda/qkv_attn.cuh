@@ -5,9 +5,9 @@
  * a head on one SM; here the C blocks of a head's cluster each
  *  1. request their rb = (G+2)·HD/C rows of the head's projection (G query heads,
  *     its key and value head: up to three contiguous row ranges of W) into shared
- *     memory by bulk copies, and their slice of the cached keys and values (the
- *     earlier positions, split over the cluster) by cp.async, all before
- *     griddepcontrol.wait;
+ *     memory by bulk copies before griddepcontrol.wait, and after it their slice
+ *     of the cached keys and values (the earlier positions, split over the
+ *     cluster) by cp.async;
  *  2. apply RMSNorm to the residual stream and compute their rows (the
  *     arithmetic of matvec_tma_kernel);
  *  3. after a cluster barrier, read the head's projections from the blocks that
@@ -76,7 +76,8 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
                     int max_blocks, kv_geom g, int layer, int cols, int rb, float scale,
                     float eps, int interleaved, int window,
                     int next_at, // when the next kernel may launch: QA_NEXT_*
-                    long long *__restrict__ trace) { // (n_layers, AD_TRACE) or NULL
+                    long long *__restrict__ trace, // (n_layers, AD_TRACE) or NULL
+                    long long *__restrict__ btrace) { // (BT_BLOCKS, BT_MARKS) or NULL
     namespace cg = cooperative_groups;
     constexpr int KT = qa_smem<HD, GM>::KT, DPL = HD / 32, NW = QA_THREADS / 32;
     constexpr int XR = 8; /* x values a thread keeps: cols <= XR * QA_THREADS */
@@ -94,6 +95,8 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
 #define QA_MARK(i)                                                                                 \
     if (tr) tr[i] = clock64()
     QA_MARK(0);
+    if (btrace && tid == 0 && blockIdx.x < BT_BLOCKS)
+        btrace[(size_t)BT_MARKS * blockIdx.x + 1] = (long long)globaltimer_ns();
     /* row v of the head's (G+2)·HD rows -> row of W (q heads, then k, then v) */
     auto wrow = [&](int v) {
         return v < G * HD         ? kvh * G * HD + v
@@ -138,7 +141,6 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
         }
         __pipeline_commit();
     };
-    if (seq >= 0) issue(0);
     float nwr[XR];
 #pragma unroll
     for (int k = 0; k < XR; k++) {
@@ -165,7 +167,16 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     if (next_at == QA_NEXT_START) grid_launch_next();
     grid_wait();
     if (next_at == QA_NEXT_WAIT) grid_launch_next();
+    /* The first key tile is requested only now: its block-table lookups are a
+     * round trip that, before the wait, delayed the block's arrival there (the
+     * setup took 3.5-3.7 µs under the weight streams, longer than down, trace of
+     * docs/PERF.md row 31); the tile is needed only after the rows. */
+    if (seq >= 0) issue(0);
     QA_MARK(2);
+    /* LPX_CUDA_BLK_TRACE marks only the start, the wait and the end here: more
+     * marks raised the kernel's registers from 92 to 128 */
+    if (btrace && tid == 0 && blockIdx.x < BT_BLOCKS)
+        btrace[(size_t)BT_MARKS * blockIdx.x + 2] = (long long)globaltimer_ns();
     if (tr) tr[8] = (long long)globaltimer_ns();
 
     /* 2. RMSNorm of x into xs (matvec_tma_kernel's arithmetic), then the rows */
@@ -389,6 +400,12 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     trace_last(12);
 #undef QA_MARK
     cl.sync(); /* no block leaves while another may still read its shared memory */
+    if (btrace && tid == 0 && blockIdx.x < BT_BLOCKS) {
+        long long *pb = btrace + (size_t)BT_MARKS * blockIdx.x;
+        pb[0] = smid();
+        pb[3] = pb[4] = pb[2]; /* not marked */
+        pb[5] = (long long)globaltimer_ns();
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -475,7 +492,7 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W,
                            const int32_t *positions, const int32_t *slots,
                            const int32_t *block_table, int max_blocks, kv_geom g, int layer,
                            int cols, float eps, bool interleaved, int window, int next_at,
-                           long long *trace, cudaStream_t st) {
+                           long long *trace, long long *bt, cudaStream_t st) {
     const float scale = 1.0f / sqrtf((float)g.head_dim);
     const int gm = qa_gm(g.n_heads / g.n_kv);
     cudaLaunchConfig_t cfg = {};
@@ -498,7 +515,7 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W,
         e = cudaLaunchKernelEx(&cfg, qkv_attn_kernel<HD, GM>, out, kv, W, x, norm_w, bias, q_norm, \
                                k_norm, inv_freq, tok_seq, positions, slots, block_table,           \
                                max_blocks, g, layer, cols, p->rb, scale, eps, (int)interleaved,    \
-                               window, next_at, trace);
+                               window, next_at, trace, bt);
     QA_VARIANTS(QA_LAUNCH)
 #undef QA_LAUNCH
     LPX_CUDA_TRY(e);
