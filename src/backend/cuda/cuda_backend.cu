@@ -402,6 +402,8 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         const unsigned E = g_early, La = g_late;
         const int o_add = fused && (E & EARLY_F) ? MM_ADD : MM_ADD_EARLY;
         const int down_add = E & EARLY_G ? MM_ADD : MM_ADD_EARLY;
+        /* batch 1: gate/up's weight pieces two at a time (MM_PACE; docs/PERF.md row 33) */
+        const int gu_pace = T == 1 ? MM_PACE(g_pace) : 0;
         g_bt_next = bt_of(b, T, l, 1);
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
@@ -411,7 +413,9 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         if (!(sk & SK_GU))
             LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
                            2 * c->d_ff, d,
-                           E & EARLY_G ? MM_NEXT_EARLY : La & EARLY_G ? MM_NEXT_LATE : 0, st));
+                           gu_pace |
+                               (E & EARLY_G ? MM_NEXT_EARLY : La & EARLY_G ? MM_NEXT_LATE : 0),
+                           st));
         g_bt_next = bt_of(b, T, l, 3);
         if (!(sk & SK_DOWN))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d,

@@ -28,6 +28,11 @@
 #define MM_ADD_EARLY 3
 #define MM_NEXT_EARLY 4
 #define MM_NEXT_LATE 8 /* the next kernel launches once this block's weights are used */
+/* Batch 1, matvec_tma_kernel: at most d of a block's weight pieces in flight (bits
+ * 16-19; 0: all at once). The last warp issues the others as earlier ones land,
+ * before its wait, so that fewer bulk copies queue ahead of the latency-bound loads
+ * (x staging, the hand-overs) of the kernels around it (docs/PERF.md row 33). */
+#define MM_PACE(d) ((int)((unsigned)(d) & 15u) << 16)
 #define MV_MAX_TOKENS 8   /* above this, cuBLAS */
 #define MV2_ROWS 4        /* rows a warp of matvec_tma_kernel computes at once */
 #define MV2_PIECES 4      /* bulk copies (each with its mbarrier) a block of it issues */
@@ -232,17 +237,20 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
     const int np = min(MV2_PIECES, ng);               /* piece p: groups [p*ng/np, (p+1)*ng/np) */
     const uint4 *ws = mv2_smem;                       /* (nrows, cols8): the slice */
     uint4 *xs = mv2_smem + (size_t)rpb * cols8;       /* (B, cols8): x as bf16 */
+    auto issue_piece = [&](int p) {
+        const int rs = p * ng / np * MV2_ROWS;
+        const int re = min((p + 1) * ng / np * MV2_ROWS, nrows);
+        const uint32_t bytes = (uint32_t)(re - rs) * (uint32_t)cols * 2u;
+        mbar_expect_tx(smem_addr(&bars[p]), bytes);
+        bulk_load(smem_addr(ws + (size_t)rs * cols8), W + (size_t)(r0 + rs) * cols, bytes,
+                  smem_addr(&bars[p]));
+    };
+    const int pace = ((unsigned)accumulate >> 16) & 15u; /* MM_PACE */
+    const int first = pace > 0 && pace < np ? pace : np;  /* pieces issued at the start */
     if (threadIdx.x == 0) {
         for (int p = 0; p < np; p++) mbar_init(smem_addr(&bars[p]), 1);
         mbar_fence_init();
-        for (int p = 0; p < np; p++) {
-            const int rs = p * ng / np * MV2_ROWS;
-            const int re = min((p + 1) * ng / np * MV2_ROWS, nrows);
-            const uint32_t bytes = (uint32_t)(re - rs) * (uint32_t)cols * 2u;
-            mbar_expect_tx(smem_addr(&bars[p]), bytes);
-            bulk_load(smem_addr(ws + (size_t)rs * cols8), W + (size_t)(r0 + rs) * cols, bytes,
-                      smem_addr(&bars[p]));
-        }
+        for (int p = 0; p < first; p++) issue_piece(p);
     }
     /* With norm_w and x short enough, each thread keeps its x values in registers:
      * one round trip for all of them (a strided loop waited once per value: 2.3-3.3
@@ -273,6 +281,13 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
     }
     __syncthreads(); /* the mbarriers are initialised before anyone waits on them */
     if (accumulate & MM_NEXT_EARLY) grid_launch_next();
+    if (first < np && warp == MV2_WARPS - 1) { /* MM_PACE: the whole warp, converged */
+        for (int p = first; p < np; p++) {
+            mbar_wait(smem_addr(&bars[p - first]), 0);
+            if (lane == 0) issue_piece(p);
+            __syncwarp();
+        }
+    }
     grid_wait();
     if (!(accumulate & (MM_NEXT_EARLY | MM_NEXT_LATE))) grid_launch_next();
     long long c1 = 0, c2 = 0, c3 = 0;
@@ -490,6 +505,9 @@ static bool g_mv_old = false;
  * QA_NEXT_ROWS), so that its weight stream does not slow theirs. */
 enum { EARLY_O = 1, EARLY_F = 2, EARLY_G = 4, EARLY_D = 8 };
 static unsigned g_early = EARLY_O | EARLY_D, g_late = 0;
+/* MM_PACE's depth for the batch-1 gate/up (LPX_CUDA_PACE=d, 0 = all pieces at once;
+ * o and down have two pieces a block on Qwen3-0.6B and were not paced in the A/B) */
+static int g_pace = 2;
 
 /* LPX_CUDA_MV_TRACE=1: the first g_mv_trace_cap one-token launches of
  * matvec_tma_kernel (the batch-1 decode graph's projections, in launch order) each
@@ -551,6 +569,8 @@ static lpx_status matvec_init(void) {
                : *c == 'd' ? EARLY_D : 0;
         return m;
     };
+    env = getenv("LPX_CUDA_PACE");
+    if (env) g_pace = atoi(env);
     env = getenv("LPX_CUDA_EARLY");
     if (env) g_early = letters(env);
     env = getenv("LPX_CUDA_LATE");
