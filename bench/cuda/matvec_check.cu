@@ -10,7 +10,8 @@
  *    a smaller SM count (more rows a block, several row groups a warp, uneven pieces).
  *    Error of an output: |got - ref| / RMS over the token's outputs of ref (for the
  *    bf16 silu·mul output, less 2^-7 |ref| for its rounding); FAIL above 1e-3.
- *    Outputs not accumulated into are poisoned with NaN first.
+ *    Outputs not accumulated into are poisoned with NaN first. The new kernel runs
+ *    twice: all weight pieces at once, and paced one piece at a time (MM_PACE(1)).
  * 2. timing: the model's layers x (qkv, o, gate/up, down) captured in one CUDA graph
  *    with programmatic dependent launch (as the backend does), distinct weights per
  *    layer (more than L2 holds), median of 200 replays; then each projection alone,
@@ -59,11 +60,11 @@ static const float EPS = 1e-6f;
  * needs none): matvec_any picks matvec_tma_kernel or matvec_kernel. */
 static lpx_status mv(const matmul_ctx *mc, float *y, bf16 *act, const bf16 *W, const void *x,
                      const float *norm_w, int T, int rows, int cols, bool accumulate,
-                     cudaStream_t st) {
+                     cudaStream_t st, int flags = 0) {
     if (T < 1 || T > MV_MAX_TOKENS)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "mv: T=%d outside 1..%d", T, MV_MAX_TOKENS);
     LPX_CUDA_TRY(matvec_tokens(T, y, act, W, x, norm_w, rows, cols, mc->n_sms,
-                               accumulate ? MM_ADD : 0, EPS, st));
+                               (accumulate ? MM_ADD : 0) | flags, EPS, st));
     return LPX_OK;
 }
 
@@ -137,9 +138,9 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
-    double err[2] = {0, 0}, diff = 0;
-    std::vector<float> got[2];
-    for (int k = 0; k < 2; k++) { /* k 0: default selection, 1: LPX_CUDA_MV=old */
+    double err[3] = {0, 0, 0}, diff = 0;
+    std::vector<float> got[3];
+    for (int k = 0; k < 3; k++) { /* k 0: default selection, 1: LPX_CUDA_MV=old, 2: paced */
         if (op.accum)
             CK(cudaMemcpy(dy, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
         else
@@ -148,7 +149,7 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
         g_mv_old = k == 1;
         LK(mv(&mc, op.act ? NULL : dy, op.act ? dact : NULL, dW,
               op.norm ? (const void *)dxf : (const void *)dxb, op.norm ? dnw : NULL, T, rows, cols,
-              op.accum, st));
+              op.accum, st, k == 2 ? MM_PACE(1) : 0));
         CK(cudaStreamSynchronize(st));
         CK(cudaGetLastError());
         g_mv_old = false;
@@ -179,7 +180,7 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
         }
         const double scale = std::max(sqrt(ss / n), 1e-30);
         for (int r = 0; r < n; r++) {
-            for (int k = 0; k < 2; k++) {
+            for (int k = 0; k < 3; k++) {
                 const double g = got[k][(size_t)b * n + r];
                 double e = fabs(g - ref[r]);
                 if (op.act) e = std::max(0.0, e - ldexp(fabs(ref[r]), -7));
@@ -193,9 +194,11 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
     }
     char sel[64];
     describe(sel, sizeof sel, op, T, n_sms);
-    const bool ok = err[0] <= 1e-3 && err[1] <= 1e-3;
-    printf("%-13s %-8s T=%d %5dx%-5d sms=%3d  %-32s err new %.1e old %.1e |new-old| %.1e  %s\n",
-           model, op.name, T, rows, cols, n_sms, sel, err[0], err[1], diff, ok ? "ok" : "FAIL");
+    const bool ok = err[0] <= 1e-3 && err[1] <= 1e-3 && err[2] <= 1e-3;
+    printf("%-13s %-8s T=%d %5dx%-5d sms=%3d  %-32s err new %.1e paced %.1e old %.1e "
+           "|new-old| %.1e  %s\n",
+           model, op.name, T, rows, cols, n_sms, sel, err[0], err[2], err[1], diff,
+           ok ? "ok" : "FAIL");
     cudaFree(dW);
     cudaFree(dxb);
     cudaFree(dxf);
