@@ -8,6 +8,11 @@
 #
 #   scripts/gpu-check.sh                 all checks, then the bench table
 #   scripts/gpu-check.sh --prepare DIR   (dev machine) slice SmolLM2 and its reference
+#   AB='base=;pace0=LPX_CUDA_PACE=0;alt=LPX=other/lpx LPX_CUDA_XF=1' scripts/gpu-check.sh
+#                                        then batch-1 A/B rounds: each variant (name=
+#                                        assignments; LPX= another binary) in turn,
+#                                        AB_ROUNDS (2) times, graph µs a step each;
+#                                        CHECKS=0 skips the checks and the table
 #
 # Logs go to $OUT (or ./gpu-check-out); the summary table is printed last.
 # DEV=cpu runs the same checks with the CPU backend in CUDA's place (to test this
@@ -92,6 +97,11 @@ note "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --forma
 
 # 1. random-weight models of real shapes and their transformers references
 models="${MODELS-qwen3-0.6b,qwen2.5-0.5b,llama-3.2-1b}"
+if [ "${CHECKS:-1}" = 0 ]; then # only the A/B: its shape, no checks
+    models=""
+    [ -d "$shapes/qwen3-0.6b" ] || python3 scripts/make-shape-model.py "$shapes" --models qwen3-0.6b \
+        >"$out/shapes.log" 2>&1 || { note "FAIL  make-shape-model (see shapes.log)"; fails=$((fails + 1)); }
+fi
 [ -z "$models" ] || python3 scripts/make-shape-model.py "$shapes" --models "$models" >"$out/shapes.log" 2>&1 || { note "FAIL  make-shape-model (see shapes.log)"; fails=$((fails + 1)); }
 
 long_ids() { # n vocab: a fixed prompt of n ids
@@ -148,7 +158,7 @@ for m in ${models//,/ }; do
         rm -f "$d"/qlong*.f32
     fi
 done
-if [ -f "$smol" ]; then
+if [ -f "$smol" ] && [ "${CHECKS:-1}" != 0 ]; then
     conform smollm2-sliced "$smol" "$(cat "${smol%.gguf}.ids")" 49152 "${smol%.gguf}.ref.f32"
 
     # greedy continuations: CUDA vs CPU, 32 tokens, three prompts
@@ -271,7 +281,7 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
 fi
 
 # 2. benchmark, Qwen3-0.6B shape
-if [ "$dev" = cuda ] && [ -d "$shapes/qwen3-0.6b" ]; then
+if [ "$dev" = cuda ] && [ -d "$shapes/qwen3-0.6b" ] && [ "${CHECKS:-1}" != 0 ]; then
     "$lpx" bench -m "$shapes/qwen3-0.6b" -p 512 -n 128 -b "${BENCH_B:-1,16,64,256}" -r 5 \
         >"$out/bench.md" 2>>"$out/checks.log" || { note "FAIL  bench"; fails=$((fails + 1)); }
 fi
@@ -279,5 +289,23 @@ echo
 cat "$out/bench.md" 2>/dev/null
 echo
 cat "$summary"
+
+# 3. batch-1 A/B rounds (AB): the same call, variants interleaved, because one build
+# varies by up to 15% between GPU machines (docs/PERF.md)
+if [ "$dev" = cuda ] && [ -n "${AB:-}" ] && [ -d "$shapes/qwen3-0.6b" ]; then
+    IFS=';' read -r -a variants <<<"$AB"
+    for ((round = 1; round <= ${AB_ROUNDS:-2}; round++)); do
+        for v in "${variants[@]}"; do
+            name="${v%%=*}" sets="${v#*=}" bin="$lpx" envs=()
+            for a in $sets; do
+                case "$a" in LPX=*) bin="$root/${a#LPX=}" ;; *=*) envs+=("$a") ;; esac
+            done
+            us="$(env LPX_CUDA_TIMING=1 "${envs[@]}" timeout 120 "$bin" bench \
+                -m "$shapes/qwen3-0.6b" -p 0 -n 128 -b 1 -r 3 2>&1 |
+                sed -n 's/.*steps, \([0-9.]*\) us per step on the GPU.*/\1/p' | head -1)"
+            echo "ab round $round: $name: ${us:-FAILED} us a step ($sets)" | tee -a "$out/ab.log"
+        done
+    done
+fi
 echo "gpu-check: $fails failure(s); logs in $out"
 [ "$fails" = 0 ]
