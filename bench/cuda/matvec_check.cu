@@ -11,7 +11,8 @@
  *    Error of an output: |got - ref| / RMS over the token's outputs of ref (for the
  *    bf16 silu·mul output, less 2^-7 |ref| for its rounding); FAIL above 1e-3.
  *    Outputs not accumulated into are poisoned with NaN first. The new kernel runs
- *    twice: all weight pieces at once, and paced one piece at a time (MM_PACE(1)).
+ *    twice: all weight pieces at once, and paced one piece at a time (MM_PACE(1),
+ *    where the grid is at most one block an SM).
  * 2. timing: the model's layers x (qkv, o, gate/up, down) captured in one CUDA graph
  *    with programmatic dependent launch (as the backend does), distinct weights per
  *    layer (more than L2 holds), median of 200 replays; then each projection alone,

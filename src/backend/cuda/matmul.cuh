@@ -31,7 +31,8 @@
 /* Batch 1, matvec_tma_kernel: at most d of a block's weight pieces in flight (bits
  * 16-19; 0: all at once). The last warp issues the others as earlier ones land,
  * before its wait, so that fewer bulk copies queue ahead of the latency-bound loads
- * (x staging, the hand-overs) of the kernels around it (docs/PERF.md row 33). */
+ * (x staging, the hand-overs) of the kernels around it (docs/PERF.md row 33).
+ * matvec_any drops it for grids of more blocks than SMs. */
 #define MM_PACE(d) ((int)((unsigned)(d) & 15u) << 16)
 #define MV_MAX_TOKENS 8   /* above this, cuBLAS */
 #define MV2_ROWS 4        /* rows a warp of matvec_tma_kernel computes at once */
@@ -545,6 +546,9 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
     if (rpb == 0)
         return matvec_launch<B>(y, act, W, x, norm_w, rows, cols, n_sms, (accumulate & MM_ADD) != 0,
                                 eps, st);
+    /* MM_PACE only where every block is resident from the start (one an SM), as it was
+     * measured: in waves, a later block's pieces stream after it starts, on the path */
+    if (ceil_div(rows, rpb) > n_sms) accumulate &= ~MM_PACE(15);
     const size_t smem = ((size_t)rpb + B) * (size_t)cols * sizeof(bf16);
     long long *trace = NULL;
     if (B == 1 && g_mv_trace && g_mv_trace_n < g_mv_trace_cap)
