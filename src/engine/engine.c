@@ -613,6 +613,25 @@ static lpx_status take_queued(lpx_engine *e) {
     return st;
 }
 
+/* The batch staged in the engine's buffers (b_tokens, b_pos, b_start, b_len,
+ * b_table, b_rows). */
+static lpx_batch staged_batch(const lpx_engine *e, int32_t n_tokens, int32_t n_seqs, int32_t stride,
+                              int32_t n_logits) {
+    lpx_batch b = {
+        .n_tokens = n_tokens,
+        .tokens = e->b_tokens,
+        .positions = e->b_pos,
+        .n_seqs = n_seqs,
+        .seq_start = e->b_start,
+        .seq_len = e->b_len,
+        .block_table = e->b_table,
+        .max_blocks = stride,
+        .n_logits = n_logits,
+        .logit_rows = e->b_rows,
+    };
+    return b;
+}
+
 /* Builds, in e->sched and the batch buffers, the step that continues f: each
  * sequence of f that still wants a token after f's gets one more position,
  * whose input token is f's draw for it, fed on the device from its row of f.
@@ -675,18 +694,7 @@ static lpx_status step_ahead(lpx_engine *e) {
     lpx_seq_list *q = &e->sched;
     int32_t n_tok = -1;
     if (stride > 0) {
-        lpx_batch b = {
-            .n_tokens = q->n,
-            .tokens = e->b_tokens,
-            .positions = e->b_pos,
-            .n_seqs = q->n,
-            .seq_start = e->b_start,
-            .seq_len = e->b_len,
-            .block_table = e->b_table,
-            .max_blocks = stride,
-            .n_logits = q->n,
-            .logit_rows = e->b_rows,
-        };
+        lpx_batch b = staged_batch(e, q->n, q->n, stride, q->n);
         lpx_sample_batch sb = {.rows = e->s_rows, .seen = e->seen, .n_seen = 0};
         st = e->cfg.ops->step_begin(e->be, &b, &sb, e->b_feed);
         if (st != LPX_OK) {
@@ -730,18 +738,7 @@ static lpx_status step_scheduled(lpx_engine *e) {
     }
     if (st != LPX_OK || q->n == 0) return st;
     e->b_start[q->n] = n_tok;
-    lpx_batch b = {
-        .n_tokens = n_tok,
-        .tokens = e->b_tokens,
-        .positions = e->b_pos,
-        .n_seqs = q->n,
-        .seq_start = e->b_start,
-        .seq_len = e->b_len,
-        .block_table = e->b_table,
-        .max_blocks = stride,
-        .n_logits = n_rows,
-        .logit_rows = e->b_rows,
-    };
+    lpx_batch b = staged_batch(e, n_tok, q->n, stride, n_rows);
     /* Rows sample on the device unless one needs the logits (logprobs); the
      * step runs ahead unless a row has a penalty (its counts need every token). */
     bool dev = e->device_sampling && e->cfg.ops->step_sample;

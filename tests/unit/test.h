@@ -1,6 +1,8 @@
 /* Minimal test harness for the C unit tests: CHECK records failures and goes on. */
 #ifndef LPX_TEST_H
 #define LPX_TEST_H
+#include "lpx.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -31,5 +33,16 @@ static inline const char *test_model_path(char *buf, size_t n) {
         snprintf(buf, n, "%s/.cache/lpx/SmolLM2-135M-Instruct.Q4_1.gguf",
                  getenv("HOME") ? getenv("HOME") : ".");
     return buf;
+}
+
+/* The model at test_model_path, or NULL with the reason printed. */
+static inline lpx_model *test_open_model(void) {
+    char def[4096];
+    lpx_model *m;
+    if (lpx_model_open(test_model_path(def, sizeof def), &m) != LPX_OK) {
+        fprintf(stderr, "%s (scripts/fetch-model.sh fetches the model)\n", lpx_last_error());
+        return NULL;
+    }
+    return m;
 }
 #endif

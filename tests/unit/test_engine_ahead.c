@@ -294,11 +294,8 @@ static void faults(const lpx_model *m, const req *reqs, const ctx *ref, int at_b
 }
 
 int main(void) {
-    char def[4096];
-    const char *path = test_model_path(def, sizeof def);
-    lpx_model *m;
-    if (lpx_model_open(path, &m) != LPX_OK) {
-        fprintf(stderr, "%s (scripts/fetch-model.sh fetches the model)\n", lpx_last_error());
+    lpx_model *m = test_open_model();
+    if (!m) {
         CHECK(0);
         TEST_DONE();
     }

@@ -80,11 +80,8 @@ static bool same(const out *a, const out *b, int n) {
 
 int main(void) {
     if (getenv("LPX_TEST_DEVICE")) device = getenv("LPX_TEST_DEVICE");
-    char def[4096];
-    const char *path = test_model_path(def, sizeof def);
-    lpx_model *m;
-    if (lpx_model_open(path, &m) != LPX_OK) {
-        fprintf(stderr, "%s (scripts/fetch-model.sh fetches the model)\n", lpx_last_error());
+    lpx_model *m = test_open_model();
+    if (!m) {
         CHECK(0);
         TEST_DONE();
     }

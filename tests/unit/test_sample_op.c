@@ -323,11 +323,8 @@ static void run_engine(const lpx_model *m, const char *device, int k, out *res) 
 
 int main(void) {
     const char *device = getenv("LPX_TEST_DEVICE") ? getenv("LPX_TEST_DEVICE") : "cpu";
-    char def[4096];
-    const char *path = test_model_path(def, sizeof def);
-    lpx_model *m;
-    if (lpx_model_open(path, &m) != LPX_OK) {
-        fprintf(stderr, "%s (scripts/fetch-model.sh fetches the model)\n", lpx_last_error());
+    lpx_model *m = test_open_model();
+    if (!m) {
         CHECK(0);
         TEST_DONE();
     }

@@ -167,11 +167,8 @@ static void refusals(const lpx_backend_ops *ops, lpx_backend *be, int32_t ref[ST
 
 int main(void) {
     const char *device = getenv("LPX_TEST_DEVICE") ? getenv("LPX_TEST_DEVICE") : "cpu";
-    char def[4096];
-    const char *path = test_model_path(def, sizeof def);
-    lpx_model *m;
-    if (lpx_model_open(path, &m) != LPX_OK) {
-        fprintf(stderr, "%s (scripts/fetch-model.sh fetches the model)\n", lpx_last_error());
+    lpx_model *m = test_open_model();
+    if (!m) {
         CHECK(0);
         TEST_DONE();
     }
