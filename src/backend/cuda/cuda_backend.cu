@@ -354,9 +354,6 @@ static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles, 
     return LPX_OK;
 }
 
-/* Everything up to the final norm, for T tokens; attention by the flash prefill
- * kernel over n_tiles query tiles, or with n_tiles 0 by the decode kernel (one
- * token per sequence). */
 /* LPX_CUDA_BLK_TRACE: the per-block marks of kernel k (0 fused, 1 o, 2 gate/up, 3
  * down) of layer l in a one-token step, or NULL. */
 static long long *bt_of(const cuda_backend *b, int T, int l, int k) {
@@ -364,6 +361,9 @@ static long long *bt_of(const cuda_backend *b, int T, int l, int k) {
     return b->bt_dev + (size_t)k * BT_BLOCKS * BT_MARKS;
 }
 
+/* Everything up to the final norm, for T tokens; attention by the flash prefill
+ * kernel over n_tiles query tiles, or with n_tiles 0 by the decode kernel (one
+ * token per sequence). */
 static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     const lpx_config *c = &b->cfg;
     cudaStream_t st = b->stream;
@@ -422,6 +422,7 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
                            c->d_ff,
                            down_add | (E & EARLY_D ? MM_NEXT_EARLY : La & EARLY_D ? MM_NEXT_LATE : 0),
                            st));
+        g_bt_next = NULL; /* a skipped or non-TMA launch leaves it unconsumed */
     }
     return LPX_OK;
 }
@@ -739,6 +740,7 @@ static lpx_status finish_step(cuda_backend *b, int i) {
                                 cudaMemcpyDeviceToHost));
         const char *path = getenv("LPX_CUDA_BLK_TRACE_FILE");
         FILE *f = path ? fopen(path, "w") : stderr;
+        if (!f) fprintf(stderr, "lpx cuda: LPX_CUDA_BLK_TRACE_FILE %s: cannot write\n", path);
         if (f) {
             static const char *kn[] = {"fused", "o", "gu", "down"};
             fprintf(f, "layer,kernel,block,sm,start,wait,staged,rows,end\n");

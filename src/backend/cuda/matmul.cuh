@@ -169,7 +169,7 @@ static __device__ __forceinline__ void mbar_fence_init(void) {
 /* Built with -DLPX_CUDA_NO_WEIGHTS=1 (an experiment, never a product build): the bulk
  * copies of weight slices are not issued and their mbarriers complete at once, so
  * a decode step's time is its chain of latencies without the weight stream (the
- * results are garbage). docs/PERF.md, log row 30. */
+ * results are garbage). docs/PERF.md, log row 31. */
 #ifndef LPX_CUDA_NO_WEIGHTS
 #define LPX_CUDA_NO_WEIGHTS 0
 #endif
@@ -517,10 +517,10 @@ static int g_pace = 2;
  * first weights, the rest), the last block's end. */
 #define MV_TRACE 8
 static long long *g_mv_trace = NULL;
-/* LPX_CUDA_BLK_TRACE: the per-block marks of the next one-token matvec_tma launch
- * (set by forward_layers for the traced layer, cleared by the launch) */
-static long long *g_bt_next = NULL;
 static int g_mv_trace_n = 0, g_mv_trace_cap = 0;
+/* LPX_CUDA_BLK_TRACE: the per-block marks of the next one-token matvec_tma launch
+ * (set by forward_layers before each projection of a layer, cleared by the launch) */
+static long long *g_bt_next = NULL;
 
 /* Rows a block of matvec_tma_kernel owns: ceil(rows / blocks) for 1, 2, 4, ... 64
  * blocks per SM (more than two run in waves: a block fetches its slice when it

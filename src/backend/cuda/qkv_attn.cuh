@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(QA_THREADS, 1)
     /* The first key tile is requested only now: its block-table lookups are a
      * round trip that, before the wait, delayed the block's arrival there (the
      * setup took 3.5-3.7 µs under the weight streams, longer than down, trace of
-     * docs/PERF.md row 31); the tile is needed only after the rows. */
+     * docs/PERF.md row 32b); the tile is needed only after the rows. */
     if (seq >= 0) issue(0);
     QA_MARK(2);
     /* LPX_CUDA_BLK_TRACE marks only the start, the wait and the end here: more
