@@ -404,23 +404,27 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         const int down_add = E & EARLY_G ? MM_ADD : MM_ADD_EARLY;
         /* batch 1: gate/up's weight pieces two at a time (MM_PACE; docs/PERF.md row 33) */
         const int gu_pace = T == 1 ? MM_PACE(g_pace) : 0;
+        /* batch 1: gate/up one block an SM (MM_SOLO; docs/PERF.md row 34) */
+        const unsigned So = T == 1 && g_mv_solo_smem ? g_solo : 0;
         g_bt_next = bt_of(b, T, l, 1);
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
-                           o_add | (E & EARLY_O ? MM_NEXT_EARLY : La & EARLY_O ? MM_NEXT_LATE : 0),
+                           o_add | (So & EARLY_O ? MM_SOLO : 0) |
+                               (E & EARLY_O ? MM_NEXT_EARLY : La & EARLY_O ? MM_NEXT_LATE : 0),
                            st));
         g_bt_next = bt_of(b, T, l, 2);
         if (!(sk & SK_GU))
             LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
                            2 * c->d_ff, d,
-                           gu_pace |
+                           gu_pace | (So & EARLY_G ? MM_SOLO : 0) |
                                (E & EARLY_G ? MM_NEXT_EARLY : La & EARLY_G ? MM_NEXT_LATE : 0),
                            st));
         g_bt_next = bt_of(b, T, l, 3);
         if (!(sk & SK_DOWN))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d,
                            c->d_ff,
-                           down_add | (E & EARLY_D ? MM_NEXT_EARLY : La & EARLY_D ? MM_NEXT_LATE : 0),
+                           down_add | (So & EARLY_D ? MM_SOLO : 0) |
+                               (E & EARLY_D ? MM_NEXT_EARLY : La & EARLY_D ? MM_NEXT_LATE : 0),
                            st));
         g_bt_next = NULL; /* a skipped or non-TMA launch leaves it unconsumed */
     }
@@ -1200,6 +1204,12 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
         for (int i = 0; i < N_SLOTS; i++)
             for (int j = 0; j < 2; j++) LPX_CUDA_TRY(cudaEventCreate(&b->ev[i][j]));
     LPX_TRY(matvec_init());
+    if (getenv("LPX_CUDA_TIMING"))
+        fprintf(stderr,
+                "lpx cuda: batch-1 projections one block an SM (MM_SOLO): %s%s%s%s (%d bytes of "
+                "shared memory a block)\n",
+                g_solo & EARLY_O ? "o " : "", g_solo & EARLY_G ? "gate/up " : "",
+                g_solo & EARLY_D ? "down " : "", g_solo ? "" : "none", g_mv_solo_smem);
     LPX_TRY(attention_init());
     LPX_TRY(flash_prefill_init());
 

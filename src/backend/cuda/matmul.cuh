@@ -34,6 +34,12 @@
  * (x staging, the hand-overs) of the kernels around it (docs/PERF.md row 33).
  * matvec_any drops it for grids of more blocks than SMs. */
 #define MM_PACE(d) ((int)((unsigned)(d) & 15u) << 16)
+/* Batch 1, matvec_tma_kernel: the launch asks for enough shared memory that no two of
+ * its blocks share an SM (g_mv_solo_smem). With the fused q/k/v + attention kernel on,
+ * each 128-block kernel of a layer otherwise lands two blocks an SM on the 64-82 SMs
+ * its predecessors left room on, and its issue-bound rows phase runs on half the GPU
+ * (docs/PERF.md rows 32b, 34). matvec_any drops it for grids of more blocks than SMs. */
+#define MM_SOLO (1 << 20)
 #define MV_MAX_TOKENS 8   /* above this, cuBLAS */
 #define MV2_ROWS 4        /* rows a warp of matvec_tma_kernel computes at once */
 #define MV2_PIECES 4      /* bulk copies (each with its mbarrier) a block of it issues */
@@ -509,6 +515,13 @@ static unsigned g_early = EARLY_O | EARLY_D, g_late = 0;
 /* MM_PACE's depth for the batch-1 gate/up (LPX_CUDA_PACE=d, 0 = all pieces at once;
  * o and down have two pieces a block on Qwen3-0.6B and were not paced in the A/B) */
 static int g_pace = 2;
+/* Which batch-1 projections run one block an SM (MM_SOLO; LPX_CUDA_SOLO, letters o, g,
+ * d as for LPX_CUDA_EARLY, "-" none): gate/up, the one measured faster (row 34) */
+static unsigned g_solo = EARLY_G;
+/* The dynamic shared memory that leaves room for only one matvec_tma_kernel<1> block
+ * an SM (matvec_init: half the SM's, less the block's reserved and static shares,
+ * raised until the occupancy calculator agrees); 0 where it cannot be had */
+static int g_mv_solo_smem = 0;
 
 /* LPX_CUDA_MV_TRACE=1: the first g_mv_trace_cap one-token launches of
  * matvec_tma_kernel (the batch-1 decode graph's projections, in launch order) each
@@ -548,8 +561,9 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
                                 eps, st);
     /* MM_PACE only where every block is resident from the start (one an SM), as it was
      * measured: in waves, a later block's pieces stream after it starts, on the path */
-    if (ceil_div(rows, rpb) > n_sms) accumulate &= ~MM_PACE(15);
-    const size_t smem = ((size_t)rpb + B) * (size_t)cols * sizeof(bf16);
+    if (ceil_div(rows, rpb) > n_sms) accumulate &= ~(MM_PACE(15) | MM_SOLO);
+    size_t smem = ((size_t)rpb + B) * (size_t)cols * sizeof(bf16);
+    if (B == 1 && (accumulate & MM_SOLO) && smem < (size_t)g_mv_solo_smem) smem = g_mv_solo_smem;
     long long *trace = NULL;
     if (B == 1 && g_mv_trace && g_mv_trace_n < g_mv_trace_cap)
         trace = g_mv_trace + (size_t)MV_TRACE * g_mv_trace_n++;
@@ -575,6 +589,8 @@ static lpx_status matvec_init(void) {
     };
     env = getenv("LPX_CUDA_PACE");
     if (env) g_pace = atoi(env);
+    env = getenv("LPX_CUDA_SOLO");
+    if (env) g_solo = letters(env);
     env = getenv("LPX_CUDA_EARLY");
     if (env) g_early = letters(env);
     env = getenv("LPX_CUDA_LATE");
@@ -590,6 +606,30 @@ static lpx_status matvec_init(void) {
                                       cudaSharedmemCarveoutMaxShared))
     MV_ATTR(1); MV_ATTR(2); MV_ATTR(3); MV_ATTR(4); MV_ATTR(5); MV_ATTR(6); MV_ATTR(7); MV_ATTR(8);
 #undef MV_ATTR
+    /* MM_SOLO's shared memory: just over half an SM's, checked with the occupancy
+     * calculator (the allocation granularity is not documented) */
+    int dev = 0, per_sm = 0, optin = 0, reserved = 0;
+    cudaFuncAttributes fa;
+    LPX_CUDA_TRY(cudaGetDevice(&dev));
+    LPX_CUDA_TRY(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    LPX_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    LPX_CUDA_TRY(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    LPX_CUDA_TRY(cudaFuncGetAttributes(&fa, matvec_tma_kernel<1>));
+    const int cap = optin - (int)fa.sharedSizeBytes;
+    g_mv_solo_smem = 0;
+    for (int s = per_sm / 2 - reserved - (int)fa.sharedSizeBytes + 1; s > 0 && s <= cap;
+         s += 1024) {
+        int n = 0;
+        if (s > MV2_SMEM_MAX)
+            LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<1>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, s));
+        LPX_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matvec_tma_kernel<1>,
+                                                                   MV2_WARPS * 32, s));
+        if (n == 1) {
+            g_mv_solo_smem = s;
+            break;
+        }
+    }
     return LPX_OK;
 }
 
