@@ -9,8 +9,14 @@ its blocks of the start, the wait returning and the end, in µs from the first f
 block's wait; the phases inside (setup = wait - start for the fused kernel, whose
 other marks copy the wait; x staging and rows for the matvecs); the release (the
 previous kernel's last block end to this kernel's first wait); and for the fused
-kernel, per cluster of 16 blocks, the SMs used and the latest wait. docs/PERF.md
-row 32b reads one of these."""
+kernel, per cluster of 16 blocks, the SMs used and the latest wait. Then, per kernel,
+how many SMs held one, two, ... of its blocks, and its late blocks (ending more than
+--late µs, default 0.5, after the kernel's median end) with what else the layer ran
+on their SMs (kernel, start and end of each block there): how docs/PERF.md rows 36-37
+found gate/up's last blocks waiting on the SMs that held two o blocks. docs/PERF.md
+row 32b reads one of these.
+
+    scripts/blk-trace.py [--late US] trace.csv [more.csv ...]"""
 import csv
 import statistics
 import sys
@@ -24,7 +30,7 @@ def q(v):
     return f"{v[0]:7.2f} {statistics.median(v):7.2f} {v[-1]:7.2f}"
 
 
-def summarise(path, cluster=16):
+def summarise(path, cluster=16, late=0.5):
     rows = list(csv.DictReader(open(path)))
     if not rows:
         print(f"{path}: empty")
@@ -57,10 +63,41 @@ def summarise(path, cluster=16):
         print(f"  cluster {c}: sms {len({r['sm'] for r in R}):2d} start {min(us(r, 'start') for r in R):6.2f}"
               f" wait max {max(us(r, 'wait') for r in R):5.2f}"
               f" end {min(us(r, 'end') for r in R):6.2f}..{max(us(r, 'end') for r in R):6.2f}")
+    on_sm = defaultdict(list)
+    for r in rows:
+        on_sm[int(r["sm"])].append(r)
+    for k in KERNELS:
+        R = [r for r in rows if r["kernel"] == k]
+        if not R:
+            continue
+        per_sm = defaultdict(int)
+        for r in R:
+            per_sm[int(r["sm"])] += 1
+        hist = defaultdict(int)
+        for n in per_sm.values():
+            hist[n] += 1
+        med = statistics.median(us(r, "end") for r in R)
+        slow = sorted((r for r in R if us(r, "end") > med + late), key=lambda r: us(r, "end"))
+        print(f"{k:5} blocks an SM: " + ", ".join(f"{n} on {hist[n]} SMs" for n in sorted(hist))
+              + f"; {len(slow)} end more than {late:.2f} µs after the median ({med:.2f})")
+        for r in slow[-8:]:
+            sm = int(r["sm"])
+            others = [o for o in on_sm[sm] if o is not r]
+            print(f"    block {int(r['block']):3d} sm {sm:3d} start {us(r, 'start'):6.2f}"
+                  + (f" staged {us(r, 'staged'):6.2f}" if k != "fused" else "")
+                  + f" end {us(r, 'end'):6.2f}; on its SM: "
+                  + (", ".join(f"{o['kernel']} {us(o, 'start'):.2f}..{us(o, 'end'):.2f}" for o in others)
+                     or "nothing else"))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 2:
+    args, late = sys.argv[1:], 0.5
+    if len(args) >= 2 and args[0] == "--late":
+        late, args = float(args[1]), args[2:]
+    if not args:
         sys.exit(__doc__)
-    for p in sys.argv[1:]:
-        summarise(p)
+    try:
+        for p in args:
+            summarise(p, late=late)
+    except BrokenPipeError:  # piped into head
+        sys.stderr.close()
