@@ -405,7 +405,7 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         /* batch 1: gate/up's weight pieces two at a time (MM_PACE; docs/PERF.md row 33) */
         const int gu_pace = T == 1 ? MM_PACE(g_pace) : 0;
         /* batch 1: gate/up one block an SM (MM_SOLO; docs/PERF.md row 34) */
-        const unsigned So = T == 1 && g_mv_solo_smem ? g_solo : 0;
+        const unsigned So = T == 1 ? g_solo : 0;
         g_bt_next = bt_of(b, T, l, 1);
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
@@ -1206,10 +1206,10 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     LPX_TRY(matvec_init());
     if (getenv("LPX_CUDA_TIMING"))
         fprintf(stderr,
-                "lpx cuda: batch-1 projections one block an SM (MM_SOLO): %s%s%s%s (%d bytes of "
+                "lpx cuda: batch-1 projections one block an SM (MM_SOLO):%s%s%s%s (%d bytes of "
                 "shared memory a block)\n",
-                g_solo & EARLY_O ? "o " : "", g_solo & EARLY_G ? "gate/up " : "",
-                g_solo & EARLY_D ? "down " : "", g_solo ? "" : "none", g_mv_solo_smem);
+                g_solo & EARLY_O ? " o" : "", g_solo & EARLY_G ? " gate/up" : "",
+                g_solo & EARLY_D ? " down" : "", g_solo ? "" : " none", g_mv_solo_smem);
     LPX_TRY(attention_init());
     LPX_TRY(flash_prefill_init());
 

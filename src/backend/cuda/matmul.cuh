@@ -625,8 +625,8 @@ static lpx_status matvec_init(void) {
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, s));
         LPX_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matvec_tma_kernel<1>,
                                                                    MV2_WARPS * 32, s));
-        if (n == 1) {
-            g_mv_solo_smem = s;
+        if (n <= 1) { /* 0: no size above this one fits either */
+            if (n == 1) g_mv_solo_smem = s;
             break;
         }
     }
