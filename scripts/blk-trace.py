@@ -9,14 +9,15 @@ its blocks of the start, the wait returning and the end, in µs from the first f
 block's wait; the phases inside (setup = wait - start for the fused kernel, whose
 other marks copy the wait; x staging and rows for the matvecs); the release (the
 previous kernel's last block end to this kernel's first wait); and for the fused
-kernel, per cluster of 16 blocks, the SMs used and the latest wait. Then, per kernel,
+kernel, per cluster of --cluster blocks (default 16; the LPX_CUDA_TIMING line "clusters
+of N blocks" gives it), the SMs used and the latest wait. Then, per kernel,
 how many SMs held one, two, ... of its blocks, and its late blocks (ending more than
 --late µs, default 0.5, after the kernel's median end) with what else the layer ran
 on their SMs (kernel, start and end of each block there): how docs/PERF.md rows 36-37
 found gate/up's last blocks waiting on the SMs that held two o blocks. docs/PERF.md
 row 32b reads one of these.
 
-    scripts/blk-trace.py [--late US] trace.csv [more.csv ...]"""
+    scripts/blk-trace.py [--late US] [--cluster N] trace.csv [more.csv ...]"""
 import csv
 import statistics
 import sys
@@ -91,13 +92,22 @@ def summarise(path, cluster=16, late=0.5):
 
 
 if __name__ == "__main__":
-    args, late = sys.argv[1:], 0.5
-    if len(args) >= 2 and args[0] == "--late":
-        late, args = float(args[1]), args[2:]
+    args, late, cluster = sys.argv[1:], 0.5, 16
+    while len(args) >= 2 and args[0] in ("--late", "--cluster"):
+        try:
+            if args[0] == "--late":
+                late = float(args[1])
+            else:
+                cluster = int(args[1])
+        except ValueError:
+            sys.exit(f"blk-trace.py: {args[0]} {args[1]}: not a number")
+        if cluster < 1:
+            sys.exit(f"blk-trace.py: --cluster {cluster}: must be 1 or more")
+        args = args[2:]
     if not args:
         sys.exit(__doc__)
     try:
         for p in args:
-            summarise(p, late=late)
+            summarise(p, cluster=cluster, late=late)
     except BrokenPipeError:  # piped into head
         sys.stderr.close()

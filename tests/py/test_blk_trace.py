@@ -63,3 +63,21 @@ def test_blk_trace_late_threshold_and_usage(tmp_path):
     assert "gu    blocks an SM: 1 on 4 SMs; 0 end more than 2.00" in r.stdout
     r = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "blk-trace.py" in r.stderr
+
+
+def test_blk_trace_cluster_size(tmp_path):
+    """--cluster N groups the fused blocks N at a time (clusters of 8: two of them)."""
+    csv = tmp_path / "t.csv"
+    write_trace(csv)
+    script = str(ROOT / "scripts/blk-trace.py")
+    r = subprocess.run([sys.executable, script, "--cluster", "8", str(csv)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    cl = [l.split() for l in r.stdout.splitlines() if l.strip().startswith("cluster ")]
+    assert [c[1] for c in cl] == ["0:", "1:"], r.stdout
+    assert all(c[3] == "8" for c in cl), r.stdout  # SMs a cluster
+    # cluster 1 holds blocks 8-15: latest wait 0.15, ends 7.08..7.15
+    assert "wait max  0.15 end   7.08..  7.15" in r.stdout
+    r = subprocess.run([sys.executable, script, "--cluster", "x", str(csv)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "not a number" in r.stderr
