@@ -1,5 +1,5 @@
 /* Host helpers shared by the workshop checks of bench/cuda (flash_check.cu,
- * matvec_check.cu): a CUDA call check that exits, a fixed-seed random stream and
+ * matvec_check.cu, gpc_probe.cu): a CUDA call check that exits, a fixed-seed random stream and
  * bf16 <-> float conversion (round to nearest even). */
 #ifndef LPX_BENCH_CUDA_CHECK_UTIL_H
 #define LPX_BENCH_CUDA_CHECK_UTIL_H

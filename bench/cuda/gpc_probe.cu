@@ -12,19 +12,9 @@
  *    clusters (union-find over all launches) fall into the GPCs.
  *
  * Build: nvcc -arch=sm_90 -O2 bench/cuda/gpc_probe.cu -o gpc_probe. Run: ./gpc_probe */
-#include <cooperative_groups.h>
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include "check_util.h"
 
-#define TRY(call)                                                                                  \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include <cooperative_groups.h>
 
 __global__ void where_kernel(int *sm_of_block, int spin_ns) {
     extern __shared__ int pad[];
@@ -46,6 +36,22 @@ __global__ void where_kernel(int *sm_of_block, int spin_ns) {
     cg::this_cluster().sync();
 }
 
+/* A launch of `blocks` blocks in clusters of c, smem bytes of shared memory a block;
+ * attr is the caller's (the config points at it). */
+static cudaLaunchConfig_t cluster_cfg(int c, int blocks, int smem, cudaLaunchAttribute *attr) {
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = c;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(blocks);
+    cfg.blockDim = dim3(128);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cfg;
+}
+
 static int find(int *p, int x) {
     while (p[x] != x) x = p[x] = p[p[x]];
     return x;
@@ -54,32 +60,23 @@ static int find(int *p, int x) {
 int main(void) {
     int dev = 0, n_sms = 0, per_sm = 0, optin = 0, reserved = 0;
     cudaDeviceProp prop;
-    TRY(cudaGetDevice(&dev));
-    TRY(cudaGetDeviceProperties(&prop, dev));
-    TRY(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
-    TRY(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-    TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    TRY(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&prop, dev));
+    CK(cudaDeviceGetAttribute(&n_sms, cudaDevAttrMultiProcessorCount, dev));
+    CK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
     const int smem = per_sm / 2 - reserved + 1024; /* > half: one block an SM */
     printf("%s: %d SMs, %d B shared memory an SM (opt-in %d, reserved %d); probe blocks ask %d B\n",
            prop.name, n_sms, per_sm, optin, reserved, smem);
-    TRY(cudaFuncSetAttribute(where_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    TRY(cudaFuncSetAttribute(where_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    CK(cudaFuncSetAttribute(where_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CK(cudaFuncSetAttribute(where_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
 
     int max_clusters[17] = {0};
     printf("clusters that fit one block an SM (cudaOccupancyMaxActiveClusters):\n");
     for (int c = 1; c <= 16; c++) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = c;
-        attr[0].val.clusterDim.y = 1;
-        attr[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3(c);
-        cfg.blockDim = dim3(128);
-        cfg.dynamicSmemBytes = smem;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        cudaLaunchAttribute attr;
+        cudaLaunchConfig_t cfg = cluster_cfg(c, c, smem, &attr);
         int n = 0;
         if (cudaOccupancyMaxActiveClusters(&n, where_kernel, &cfg) != cudaSuccess) {
             cudaGetLastError();
@@ -93,7 +90,7 @@ int main(void) {
     int *parent = (int *)malloc(sizeof(int) * (size_t)n_sms);
     for (int i = 0; i < n_sms; i++) parent[i] = i;
     int *d_sm = NULL;
-    TRY(cudaMalloc(&d_sm, sizeof(int) * 4096));
+    CK(cudaMalloc(&d_sm, sizeof(int) * 4096));
     int *h_sm = (int *)malloc(sizeof(int) * 4096);
     const int sizes[] = {16, 14, 12, 10, 9, 8, 7, 6, 5, 4, 3, 2};
     int launches = 0;
@@ -105,19 +102,10 @@ int main(void) {
             const int use = rep % 2 ? n : (n + 1) / 2 + rep % ((n + 1) / 2 + 1);
             const int blocks = (use < n ? use : n) * c;
             if (blocks > 4096) continue;
-            cudaLaunchConfig_t cfg = {};
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeClusterDimension;
-            attr[0].val.clusterDim.x = c;
-            attr[0].val.clusterDim.y = 1;
-            attr[0].val.clusterDim.z = 1;
-            cfg.gridDim = dim3(blocks);
-            cfg.blockDim = dim3(128);
-            cfg.dynamicSmemBytes = smem;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
-            TRY(cudaLaunchKernelEx(&cfg, where_kernel, d_sm, 20000));
-            TRY(cudaMemcpy(h_sm, d_sm, sizeof(int) * blocks, cudaMemcpyDeviceToHost));
+            cudaLaunchAttribute attr;
+            cudaLaunchConfig_t cfg = cluster_cfg(c, blocks, smem, &attr);
+            CK(cudaLaunchKernelEx(&cfg, where_kernel, d_sm, 20000));
+            CK(cudaMemcpy(h_sm, d_sm, sizeof(int) * blocks, cudaMemcpyDeviceToHost));
             launches++;
             for (int b = 0; b < blocks; b++) {
                 const int s = h_sm[b], s0 = h_sm[b - b % c];

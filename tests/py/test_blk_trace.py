@@ -35,8 +35,7 @@ def write_trace(path):
 def test_blk_trace_finds_the_late_block_and_its_neighbours(tmp_path):
     csv = tmp_path / "t.csv"
     write_trace(csv)
-    r = subprocess.run([sys.executable, str(ROOT / "scripts/blk-trace.py"), str(csv)],
-                       capture_output=True, text=True, timeout=60)
+    r = blk_trace(csv)
     assert r.returncode == 0, r.stderr
     out = r.stdout
     lines = {l.split()[0]: l for l in out.splitlines() if l[:5].strip() in ("fused", "o", "gu", "down")
@@ -53,15 +52,18 @@ def test_blk_trace_finds_the_late_block_and_its_neighbours(tmp_path):
     assert "o 0.40..9.20, o 0.40..9.30" in late[0]
 
 
+def blk_trace(*args):
+    return subprocess.run([sys.executable, str(ROOT / "scripts/blk-trace.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+
+
 def test_blk_trace_late_threshold_and_usage(tmp_path):
     csv = tmp_path / "t.csv"
     write_trace(csv)
-    script = str(ROOT / "scripts/blk-trace.py")
-    r = subprocess.run([sys.executable, script, "--late", "2", str(csv)],
-                       capture_output=True, text=True, timeout=60)
+    r = blk_trace("--late", "2", csv)
     assert r.returncode == 0, r.stderr
     assert "gu    blocks an SM: 1 on 4 SMs; 0 end more than 2.00" in r.stdout
-    r = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=60)
+    r = blk_trace()
     assert r.returncode != 0 and "blk-trace.py" in r.stderr
 
 
@@ -69,15 +71,12 @@ def test_blk_trace_cluster_size(tmp_path):
     """--cluster N groups the fused blocks N at a time (clusters of 8: two of them)."""
     csv = tmp_path / "t.csv"
     write_trace(csv)
-    script = str(ROOT / "scripts/blk-trace.py")
-    r = subprocess.run([sys.executable, script, "--cluster", "8", str(csv)],
-                       capture_output=True, text=True, timeout=60)
+    r = blk_trace("--cluster", "8", csv)
     assert r.returncode == 0, r.stderr
     cl = [l.split() for l in r.stdout.splitlines() if l.strip().startswith("cluster ")]
     assert [c[1] for c in cl] == ["0:", "1:"], r.stdout
     assert all(c[3] == "8" for c in cl), r.stdout  # SMs a cluster
     # cluster 1 holds blocks 8-15: latest wait 0.15, ends 7.08..7.15
     assert "wait max  0.15 end   7.08..  7.15" in r.stdout
-    r = subprocess.run([sys.executable, script, "--cluster", "x", str(csv)],
-                       capture_output=True, text=True, timeout=60)
+    r = blk_trace("--cluster", "x", csv)
     assert r.returncode != 0 and "not a number" in r.stderr
