@@ -21,7 +21,7 @@ row 32b reads one of these.
 import csv
 import statistics
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 KERNELS = ["fused", "o", "gu", "down"]
 
@@ -36,13 +36,14 @@ def summarise(path, cluster=16, late=0.5):
     if not rows:
         print(f"{path}: empty")
         return
-    fused = [r for r in rows if r["kernel"] == "fused"]
+    of = {k: [r for r in rows if r["kernel"] == k] for k in KERNELS}
+    fused = of["fused"]
     t0 = min(int(r["wait"]) for r in (fused or rows))
     us = lambda r, f: (int(r[f]) - t0) / 1000.0
     print(f"== {path} (layer {rows[0]['layer']}; µs from the first fused wait; min median max)")
     prev_end = None
     for k in KERNELS:
-        R = [r for r in rows if r["kernel"] == k]
+        R = of[k]
         if not R:
             continue
         line = (f"{k:5} n={len(R):3d} sms={len({r['sm'] for r in R}):3d} start {q([us(r, 'start') for r in R])}"
@@ -68,15 +69,10 @@ def summarise(path, cluster=16, late=0.5):
     for r in rows:
         on_sm[int(r["sm"])].append(r)
     for k in KERNELS:
-        R = [r for r in rows if r["kernel"] == k]
+        R = of[k]
         if not R:
             continue
-        per_sm = defaultdict(int)
-        for r in R:
-            per_sm[int(r["sm"])] += 1
-        hist = defaultdict(int)
-        for n in per_sm.values():
-            hist[n] += 1
+        hist = Counter(Counter(int(r["sm"]) for r in R).values())  # blocks an SM -> SMs
         med = statistics.median(us(r, "end") for r in R)
         slow = sorted((r for r in R if us(r, "end") > med + late), key=lambda r: us(r, "end"))
         print(f"{k:5} blocks an SM: " + ", ".join(f"{n} on {hist[n]} SMs" for n in sorted(hist))
