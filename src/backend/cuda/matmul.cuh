@@ -184,15 +184,38 @@ static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t byt
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
+/* L2 priority of the weight streams (docs/PERF.md row 48). The model passes
+ * through L2 once a step (1.2 GB for Qwen3-0.6B against 50 MB), so with the default
+ * policy it evicts everything else: the norm weights, biases, RoPE frequencies and
+ * the like that a kernel reads before its grid_wait() then come from HBM, behind
+ * the weight streams. LPX_CUDA_L2_HINT 1 marks the weight lines evict_first, so
+ * those small reads stay in L2 (batch 1: Qwen3-0.6B -3, Llama-3.2-1B -17,
+ * Qwen2.5-0.5B -19 us a step). 0 gives no hint. Keeping 2.5 % of the weight lines
+ * evict_last (in L2 from one step to the next) was no better (row 48). */
+#ifndef LPX_CUDA_L2_HINT
+#define LPX_CUDA_L2_HINT 1
+#endif
+static __device__ __forceinline__ uint64_t weight_policy(void) {
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
 /* bytes (a multiple of 16) from global src to shared dst, both 16-byte aligned;
  * completes bytes of bar's transaction count on arrival. */
 static __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
                                                  uint32_t bar) {
     if (LPX_CUDA_NO_WEIGHTS) return;
+#if LPX_CUDA_L2_HINT
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+                 "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
+                 "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(bar), "l"(weight_policy())
+                 : "memory");
+#else
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
                  "%2, [%3];" ::"r"(dst),
                  "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(bar)
                  : "memory");
+#endif
 }
 static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done;
