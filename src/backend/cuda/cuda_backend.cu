@@ -1133,6 +1133,28 @@ static lpx_status trace_buffers(cuda_backend *b, size_t n, const char *what, lon
     return LPX_OK;
 }
 
+/* Whether the batch-1 products should run as matvec_tma_small_kernel: where one
+ * fused q/k/v + attention block and two product blocks fit an SM's registers only
+ * with the small kernel's cap (registers are allocated a warp at a time, in units of
+ * 8 a thread). LPX_CUDA_MV_SMALL=0/1 forces the choice. */
+static lpx_status mv_small_pays(const qa_plan *qa, const cudaDeviceProp *prop, bool *small) {
+    const char *env = getenv("LPX_CUDA_MV_SMALL");
+    if (env && *env) {
+        *small = strcmp(env, "0") != 0;
+        return LPX_OK;
+    }
+    *small = false;
+    if (!qa->cluster) return LPX_OK;
+    cudaFuncAttributes big, sm;
+    LPX_CUDA_TRY(cudaFuncGetAttributes(&big, matvec_tma_kernel<1>));
+    LPX_CUDA_TRY(cudaFuncGetAttributes(&sm, matvec_tma_small_kernel));
+    auto block = [](int regs, int threads) { return (regs + 7) / 8 * 8 * threads; };
+    const int fused = block(qa->regs, QA_THREADS), per_sm = prop->regsPerMultiprocessor;
+    *small = fused + 2 * block(sm.numRegs, MV2_WARPS * 32) <= per_sm &&
+             fused + 2 * block(big.numRegs, MV2_WARPS * 32) > per_sm;
+    return LPX_OK;
+}
+
 static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const lpx_backend_opts *o) {
     const lpx_config *c = &m->cfg;
     LPX_TRY(check_config(c));
@@ -1204,6 +1226,10 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
         for (int i = 0; i < N_SLOTS; i++)
             for (int j = 0; j < 2; j++) LPX_CUDA_TRY(cudaEventCreate(&b->ev[i][j]));
     LPX_TRY(matvec_init());
+    LPX_TRY(mv_small_pays(&b->qa, &prop, &g_mv_small));
+    if (getenv("LPX_CUDA_TIMING"))
+        fprintf(stderr, "lpx cuda: batch-1 products in %s registers a thread (fused kernel %d)\n",
+                g_mv_small ? "56" : "72", b->qa.regs);
     if (getenv("LPX_CUDA_TIMING"))
         fprintf(stderr,
                 "lpx cuda: batch-1 projections one block an SM (MM_SOLO):%s%s%s%s (%d bytes of "

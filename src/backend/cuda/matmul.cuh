@@ -243,12 +243,12 @@ static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) 
  * down): ks warps split each group of rows by columns. act and accumulate as in
  * matvec_kernel; rpb is even with act, so gate/up pairs stay in one group. */
 template <int B>
-__global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
-    matvec_tma_kernel(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,
-                      const void *__restrict__ x, const float *__restrict__ norm_w, int rows,
-                      int cols, int rpb, int accumulate, float eps,
-                      long long *__restrict__ trace, // (MV_TRACE) or NULL: LPX_CUDA_MV_TRACE
-                      long long *__restrict__ bt) {  // (BT_BLOCKS, BT_MARKS) or NULL
+static __device__ __forceinline__ void
+matvec_tma_body(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,
+                const void *__restrict__ x, const float *__restrict__ norm_w, int rows, int cols,
+                int rpb, int accumulate, float eps,
+                long long *__restrict__ trace, // (MV_TRACE) or NULL: LPX_CUDA_MV_TRACE
+                long long *__restrict__ bt) {  // (BT_BLOCKS, BT_MARKS) or NULL
     extern __shared__ __align__(128) uint4 mv2_smem[];
     long long *tr = trace && blockIdx.x == 0 && threadIdx.x == 0 ? trace : NULL;
     long long *pb = bt && threadIdx.x == 0 && blockIdx.x < BT_BLOCKS
@@ -490,6 +490,27 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1)
     trace_end();
 }
 
+#define MV2_ARGS                                                                                   \
+    float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,                     \
+        const void *__restrict__ x, const float *__restrict__ norm_w, int rows, int cols, int rpb,  \
+        int accumulate, float eps, long long *__restrict__ trace, long long *__restrict__ bt
+template <int B>
+__global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1) matvec_tma_kernel(MV2_ARGS) {
+    matvec_tma_body<B>(y, act, W, x, norm_w, rows, cols, rpb, accumulate, eps, trace, bt);
+}
+/* The one-token kernel in MV2_SMALL_REGS registers a thread (72 otherwise): 21.5 K a
+ * block instead of 27.6 K, so that a fused q/k/v + attention block (18.4 K at its 72
+ * registers) and two of these (o and gate/up, or gate/up and down) fit one SM's 64 K
+ * and start without waiting for one another to leave. Used where that is what the
+ * cap changes (mv_small_pays in cuda_backend.cu; LPX_CUDA_MV_SMALL=0/1 forces it):
+ * Qwen3-0.6B -21 us a step, Qwen2.5-0.5B (fused kernel of 154 registers, no gain in
+ * room) +21 us when forced (docs/PERF.md row 49). */
+#define MV2_SMALL_REGS 56
+__global__ void __maxnreg__(MV2_SMALL_REGS) matvec_tma_small_kernel(MV2_ARGS) {
+    matvec_tma_body<1>(y, act, W, x, norm_w, rows, cols, rpb, accumulate, eps, trace, bt);
+}
+#undef MV2_ARGS
+
 // ----------------------------------------------------------------------------
 // kernel launchers
 
@@ -545,6 +566,8 @@ static unsigned g_solo = EARLY_G;
  * an SM (matvec_init: half the SM's, less the block's reserved and static shares,
  * raised until the occupancy calculator agrees); 0 where it cannot be had */
 static int g_mv_solo_smem = 0;
+/* One-token products on matvec_tma_small_kernel (set by the backend, mv_small_pays) */
+static bool g_mv_small = false;
 
 /* LPX_CUDA_MV_TRACE=1: the first g_mv_trace_cap one-token launches of
  * matvec_tma_kernel (the batch-1 decode graph's projections, in launch order) each
@@ -592,7 +615,8 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
         trace = g_mv_trace + (size_t)MV_TRACE * g_mv_trace_n++;
     long long *bt = B == 1 ? g_bt_next : NULL;
     if (B == 1) g_bt_next = NULL;
-    return launch(matvec_tma_kernel<B>, dim3(ceil_div(rows, rpb)), dim3(MV2_WARPS * 32), smem, st,
+    return launch(B == 1 && g_mv_small ? matvec_tma_small_kernel : matvec_tma_kernel<B>,
+                  dim3(ceil_div(rows, rpb)), dim3(MV2_WARPS * 32), smem, st,
                   y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps, trace, bt);
 }
 
@@ -629,6 +653,11 @@ static lpx_status matvec_init(void) {
                                       cudaSharedmemCarveoutMaxShared))
     MV_ATTR(1); MV_ATTR(2); MV_ATTR(3); MV_ATTR(4); MV_ATTR(5); MV_ATTR(6); MV_ATTR(7); MV_ATTR(8);
 #undef MV_ATTR
+    LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_small_kernel,
+                                      cudaFuncAttributeMaxDynamicSharedMemorySize, MV2_SMEM_MAX));
+    LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_small_kernel,
+                                      cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      cudaSharedmemCarveoutMaxShared));
     /* MM_SOLO's shared memory: just over half an SM's, checked with the occupancy
      * calculator (the allocation granularity is not documented) */
     int dev = 0, per_sm = 0, optin = 0, reserved = 0;
@@ -653,6 +682,12 @@ static lpx_status matvec_init(void) {
             break;
         }
     }
+    /* the same shared memory is a solo size for the small kernel too (shared memory,
+     * not registers, limits it to one block) */
+    if (g_mv_solo_smem > MV2_SMEM_MAX)
+        LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_small_kernel,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          g_mv_solo_smem));
     return LPX_OK;
 }
 

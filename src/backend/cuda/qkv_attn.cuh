@@ -425,6 +425,7 @@ typedef struct qa_plan {
     int cluster; /* blocks per KV head, 0: the path does not apply */
     int rb;      /* projection rows a block */
     size_t smem; /* dynamic shared memory a block */
+    int regs;    /* registers a thread of the kernel */
 } qa_plan;
 
 static int qa_gm(int G) { return G <= 2 ? 2 : G <= 4 ? 4 : 8; }
@@ -438,7 +439,7 @@ template <int HD, int GM> static const void *qa_func(void) {
  * MV2_ROWS, whose shared memory fits QA_SMEM_MAX and of which n_kv clusters can be
  * resident at once. LPX_CUDA_QA=0 turns it off. */
 static qa_plan qkv_attn_plan(int n_heads, int n_kv, int hd, int cols) {
-    qa_plan p = {0, 0, 0};
+    qa_plan p = {0, 0, 0, 0};
     const char *env = getenv("LPX_CUDA_QA");
     if (env && !strcmp(env, "0")) return p;
     if (n_kv <= 0 || n_heads % n_kv || (hd != 64 && hd != 128) || cols % 8 ||
@@ -483,6 +484,12 @@ static qa_plan qkv_attn_plan(int n_heads, int n_kv, int hd, int cols) {
             continue;
         }
         if (n < n_kv) continue;
+        cudaFuncAttributes fa;
+        if (cudaFuncGetAttributes(&fa, f) != cudaSuccess) {
+            cudaGetLastError();
+            return p;
+        }
+        p.regs = fa.numRegs;
         p.cluster = c;
         p.rb = rb;
         p.smem = smem;
