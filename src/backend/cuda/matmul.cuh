@@ -503,8 +503,8 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1) matvec_tma_ker
  * registers) and two of these (o and gate/up, or gate/up and down) fit one SM's 64 K
  * and start without waiting for one another to leave. Used where that is what the
  * cap changes (mv_small_pays in cuda_backend.cu; LPX_CUDA_MV_SMALL=0/1 forces it):
- * Qwen3-0.6B -21 us a step, Qwen2.5-0.5B (fused kernel of 154 registers, no gain in
- * room) +21 us when forced (docs/PERF.md row 49). */
+ * Qwen3-0.6B -19 us a step; Qwen2.5-0.5B (fused kernel of 154 registers, so no room
+ * gained) +21 us when forced (docs/PERF.md row 49). */
 #define MV2_SMALL_REGS 56
 __global__ void __maxnreg__(MV2_SMALL_REGS) matvec_tma_small_kernel(MV2_ARGS) {
     matvec_tma_body<1>(y, act, W, x, norm_w, rows, cols, rpb, accumulate, eps, trace, bt);
