@@ -254,6 +254,13 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     done
     t_cpu=$(run_text --device cpu); printf 'greedy cpu:    %q\n' "$t_cpu" >>"$out/run.log"
     check "lpx run greedy: $dev = cpu" test -n "$t_cpu" -a "$g_dev" = "$t_cpu"
+    # the 56-register projection kernel (matvec_tma_small_kernel) is the same code as
+    # the 72-register one: forced on and off, the same greedy text
+    if [ "$dev" = cuda ]; then
+        t_small=$(LPX_CUDA_MV_SMALL=1 run_text --device "$dev"); t_big=$(LPX_CUDA_MV_SMALL=0 run_text --device "$dev")
+        printf 'greedy small: %q\ngreedy big:   %q\n' "$t_small" "$t_big" >>"$out/run.log"
+        check "lpx run greedy: LPX_CUDA_MV_SMALL=1 = LPX_CUDA_MV_SMALL=0" test -n "$t_small" -a "$t_small" = "$t_big"
+    fi
     ahead="--temp 0.8 --top-k 50 --top-p 0.9 -s 7"
     # shellcheck disable=SC2086
     t_on=$(run_text --device "$dev" $ahead); t_off=$(LPX_STEP_AHEAD=0 run_text --device "$dev" $ahead)

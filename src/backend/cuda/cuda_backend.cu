@@ -1227,15 +1227,15 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
             for (int j = 0; j < 2; j++) LPX_CUDA_TRY(cudaEventCreate(&b->ev[i][j]));
     LPX_TRY(matvec_init());
     LPX_TRY(mv_small_pays(&b->qa, &prop, &g_mv_small));
-    if (getenv("LPX_CUDA_TIMING"))
-        fprintf(stderr, "lpx cuda: batch-1 products in %s registers a thread (fused kernel %d)\n",
-                g_mv_small ? "56" : "72", b->qa.regs);
-    if (getenv("LPX_CUDA_TIMING"))
+    if (getenv("LPX_CUDA_TIMING")) {
+        fprintf(stderr, "lpx cuda: batch-1 projections on %s (fused kernel: %d registers a thread)\n",
+                g_mv_small ? "matvec_tma_small_kernel" : "matvec_tma_kernel", b->qa.regs);
         fprintf(stderr,
                 "lpx cuda: batch-1 projections one block an SM (MM_SOLO):%s%s%s%s (%d bytes of "
                 "shared memory a block)\n",
                 g_solo & EARLY_O ? " o" : "", g_solo & EARLY_G ? " gate/up" : "",
                 g_solo & EARLY_D ? " down" : "", g_solo ? "" : " none", g_mv_solo_smem);
+    }
     LPX_TRY(attention_init());
     LPX_TRY(flash_prefill_init());
 

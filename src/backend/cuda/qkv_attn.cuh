@@ -31,10 +31,12 @@
 
 #define QA_THREADS 256 /* 8 warps */
 #define QA_MAX_CLUSTER 16
-/* Registers a thread of the fused kernel may use. Uncapped, ptxas gives it 98; at
- * 72 (no spill) the step is ~6 us shorter (docs/PERF.md rows 46-47): the setup
- * before its wait and the pairing with o/gate-up blocks on one SM both gain.
- * __maxnreg__ replaces __launch_bounds__ (the two cannot be combined). */
+/* Registers a thread of the fused kernel may use, by group bound GM (query heads a
+ * KV head): QA_MAXNREG for GM 2, 80 for GM 4, 255 (no cap) for GM 8. Uncapped, ptxas
+ * gives GM 2 98 registers; at 72 (no spill) the step is 2-6 us shorter (docs/PERF.md
+ * rows 46-47). GM 4 at 80 has no spill (75 for HD 64, 80 for HD 128; was 99 / 114);
+ * GM 8 spills even at 128, so it stays at the 154-156 ptxas picks. __maxnreg__
+ * replaces __launch_bounds__ (the two cannot be combined). */
 #ifndef QA_MAXNREG
 #define QA_MAXNREG 72
 #endif
@@ -66,7 +68,7 @@ template <int HD, int GM> static constexpr size_t qa_fixed_bytes() {
 }
 
 template <int HD, int GM>
-__global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255)
+__global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA_MAXNREG */
     qkv_attn_kernel(bf16 *__restrict__ out,               // (n_heads*HD)
                     bf16 *__restrict__ kv,                // cache
                     const bf16 *__restrict__ W,           // (qkv rows, cols)
