@@ -1,6 +1,6 @@
 /* libFuzzer target: the GGUF reader on arbitrary bytes, then every accessor on
  * whatever parsed. Built by scripts/fuzz.sh. */
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * conversation is rendered. Any status is fine; a crash, a sanitizer report,
  * a hang or unbounded memory is a bug. */
 #include "lpx.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 #include <stdint.h>
 #include <stdlib.h>

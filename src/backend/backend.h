@@ -11,6 +11,7 @@
 
 #include "lpx.h"
 #include "model/model.h"
+#include "sample/sampler.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -44,27 +45,6 @@ typedef struct lpx_batch {
     int32_t n_logits;
     const int32_t *logit_rows;  /* [n_logits] token indices whose logits are wanted */
 } lpx_batch;
-
-/* Sampling on the device (optional op step_sample): per logits row what the
- * host sampler (src/engine/sampler.h) needs. */
-typedef struct lpx_token_count {
-    int32_t id;    /* a token of the prompt or the output */
-    int32_t n_out; /* how often it is in the output */
-} lpx_token_count;
-
-typedef struct lpx_sample_row {
-    lpx_sampling_params p; /* p.logprobs must be 0 */
-    uint64_t seed;
-    int64_t index;               /* output index of the token drawn */
-    int32_t seen_start, n_seen;  /* the row's entries of lpx_sample_batch.seen (distinct ids;
-                                    only read when p has a penalty) */
-} lpx_sample_row;
-
-typedef struct lpx_sample_batch {
-    const lpx_sample_row *rows;  /* [n_logits] */
-    const lpx_token_count *seen; /* [n_seen] */
-    int32_t n_seen;
-} lpx_sample_batch;
 
 typedef struct lpx_backend_ops {
     const char *name;
@@ -115,10 +95,6 @@ extern const lpx_backend_ops lpx_cpu_backend_ops;
 #ifdef LPX_HAVE_CUDA
 extern const lpx_backend_ops lpx_cuda_backend_ops;
 #endif
-
-/* Checks s for n_rows rows against the contract above (logprobs 0, seen ranges
- * inside s->seen, ids inside the vocabulary). */
-lpx_status lpx_sample_batch_check(const lpx_sample_batch *s, int32_t n_rows, int32_t vocab);
 
 /* Bytes of K+V for one token across all layers, as the backend stores it. */
 size_t lpx_kv_bytes_per_token(const lpx_config *c, size_t bytes_per_elem);

@@ -4,7 +4,7 @@
 #include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "lpx.h"
-#include "model/gguf_write.h"
+#include "format/gguf_write.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -5,7 +5,7 @@
 #include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "lpx.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 #include <stdio.h>
 #include <stdlib.h>

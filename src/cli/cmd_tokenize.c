@@ -2,7 +2,7 @@
 #include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "lpx.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 #include <cjson/cJSON.h>

@@ -5,7 +5,7 @@
 
 #include "engine/engine.h"
 #include "engine/kv_blocks.h"
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 #include "engine/stop.h"
 #include "tokenizer/tokenizer.h"
 

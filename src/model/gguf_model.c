@@ -1,7 +1,7 @@
 /* A model from a GGUF file: hyperparameters from general.architecture and the
  * <arch>.* keys, tensors kept in their blocks or converted at load, chat
  * template and special token ids from tokenizer.* metadata. */
-#include "model/ggml.h"
+#include "format/ggml.h"
 #include "model/loader.h"
 
 #include "base/checked.h"

@@ -3,7 +3,8 @@
 #ifndef LPX_MODEL_LOADER_H
 #define LPX_MODEL_LOADER_H
 
-#include "model/gguf.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
 #include "model/model.h"
 
 #include <stdbool.h>
@@ -41,11 +42,6 @@ typedef struct lpx_arch_info {
 const lpx_arch_info *lpx_arch_get(lpx_arch a);
 const lpx_arch_info *lpx_arch_by_hf_class(const char *cls);
 const lpx_arch_info *lpx_arch_by_gguf(const char *name, size_t len);
-
-/* Parses a safetensors image held in memory: *out gets a malloc'd array of
- * tensors whose data points into the image. */
-lpx_status lpx_safetensors_parse(const void *data, size_t size, const char *name, lpx_tensor **out,
-                                 int64_t *n);
 
 /* Format loaders: fill m->cfg, m->tensors, m->gen, m->chat_template (and
  * m->tok); lpx_model_open then binds and checks the weights. */

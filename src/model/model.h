@@ -13,45 +13,12 @@
 #ifndef LPX_MODEL_MODEL_H
 #define LPX_MODEL_MODEL_H
 
+#include "format/dtype.h"
 #include "lpx.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-typedef enum lpx_dtype {
-    LPX_DT_F32 = 0,
-    LPX_DT_F16 = 1,
-    LPX_DT_BF16 = 2,
-    LPX_DT_Q8_0 = 3, /* block of 32: f16 scale d, int8 q[32]; x = d*q          (34 bytes) */
-    LPX_DT_Q4_0 = 4, /* block of 32: f16 d, 16 bytes of nibbles; x = d*(q-8)   (18 bytes) */
-    LPX_DT_Q4_1 = 5, /* block of 32: f16 d, f16 m, 16 bytes; x = d*q + m        (20 bytes) */
-    LPX_DT_COUNT = 6,
-} lpx_dtype;
-
-const char *lpx_dtype_name(lpx_dtype t);
-/* Elements per block (1 for plain types) and bytes per block. */
-int lpx_dtype_block_elems(lpx_dtype t);
-int lpx_dtype_block_bytes(lpx_dtype t);
-/* Bytes of a row of n elements; false on overflow or n not a multiple of the block. */
-bool lpx_dtype_row_bytes(lpx_dtype t, int64_t n, size_t *out);
-/* Converts row of n elements of type t to float (n a multiple of the block). */
-void lpx_dequantize_row(lpx_dtype t, const void *src, float *dst, int64_t n);
-
-#define LPX_MAX_DIMS 4
-typedef struct lpx_tensor {
-    char name[96];
-    lpx_dtype type;
-    int n_dims;
-    int64_t shape[LPX_MAX_DIMS]; /* outermost first: a matrix is {rows, cols} */
-    const void *data;            /* validated: data .. data+nbytes lies inside its mapping */
-    size_t nbytes;
-} lpx_tensor;
-
-static inline int64_t lpx_tensor_rows(const lpx_tensor *t) {
-    return t->n_dims == 1 ? 1 : t->shape[0];
-}
-static inline int64_t lpx_tensor_cols(const lpx_tensor *t) { return t->shape[t->n_dims - 1]; }
 
 typedef enum lpx_arch {
     LPX_ARCH_LLAMA = 0,

@@ -4,7 +4,7 @@
 #define LPX_TOKENIZER_TOKENIZER_H
 
 #include "lpx.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 #include <stdbool.h>
 #include <stddef.h>

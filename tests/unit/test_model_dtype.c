@@ -1,7 +1,7 @@
 /* Dequantization against gguf-py's dequantize (fixtures written by
  * scripts/make-model-fixtures.py): F16, BF16, Q8_0, Q4_0, Q4_1 kept types
  * and the Q4_K/Q5_K/Q6_K types converted at load. */
-#include "model/ggml.h"
+#include "format/ggml.h"
 #include "model/model.h"
 #include "test.h"
 

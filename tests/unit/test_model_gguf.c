@@ -1,6 +1,6 @@
 /* The GGUF reader on meta.gguf (written by gguf-py with every metadata type,
  * nested arrays and two tensors) and on a buffer corrupted byte by byte. */
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "test.h"
 
 #include <math.h>

@@ -13,7 +13,7 @@
  * engine's wiring; LPX_TEST_DEVICE=cuda (scripts/gpu-check.sh) checks the CUDA
  * sampler bit for bit. LPX_MODEL overrides the model path. */
 #include "backend/backend.h"
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 #include "test.h"
 
 #include <stdio.h>

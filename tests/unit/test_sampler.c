@@ -1,6 +1,6 @@
 /* Sampler: hand-computed penalties, greedy equivalences, and the distributions
  * that temperature, top_k, top_p and min_p must produce. */
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 #include "test.h"
 
 #include <math.h>

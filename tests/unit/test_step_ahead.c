@@ -10,7 +10,7 @@
  *     step_begin enqueues nothing; step_end with nothing in flight fails.
  * LPX_TEST_DEVICE=cuda runs the same checks on the CUDA backend. */
 #include "backend/backend.h"
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 #include "test.h"
 
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * transformers over the official templates is tested in tests/py. */
 #include "lpx.h"
 #include "test.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 #include <stdlib.h>
 #include <string.h>

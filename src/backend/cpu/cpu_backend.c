@@ -13,7 +13,7 @@
 #include "base/checked.h"
 #include "base/error.h"
 #include "base/threadpool.h"
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 
 #include <math.h>
 #include <stdlib.h>

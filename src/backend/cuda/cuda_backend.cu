@@ -20,7 +20,7 @@
 extern "C" {
 #include "backend/backend.h"
 #include "base/checked.h"
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 #include "model/model.h"
 }
 

@@ -1,9 +1,9 @@
 /* Sampling on the device: one block per logits row applies the row's penalties
  * and temperature, then takes the argmax (greedy) or the seeded draw, and writes
  * one token id. The result is the host sampler's token for the same logits, bit
- * for bit (src/engine/sampler.c): the same float operations in the same order
+ * for bit (src/sample/sampler.c): the same float operations in the same order
  * (no fused multiply-adds), the same exp and fixed-point weights
- * (src/engine/sample_math.h), whose integer sums do not depend on the order of
+ * (src/sample/sample_math.h), whose integer sums do not depend on the order of
  * the reduction, and the same ranking (weight descending, then id ascending).
  *
  * The kept set of min_p/top_k/top_p is {t : w[t] >= min_p, key(t) >= K}: K, the
@@ -22,7 +22,7 @@
 extern "C" {
 #include "backend/backend.h"
 }
-#include "engine/sample_math.h"
+#include "sample/sample_math.h"
 
 #define SAMPLE_THREADS 1024
 #define AM_BLOCKS 64   /* blocks per row of argmax_kernel */

@@ -2,7 +2,7 @@
  * {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
  * then the data area that the offsets index. Every entry is checked against
  * the data area before a tensor is returned. */
-#include "model/loader.h"
+#include "format/safetensors.h"
 
 #include "base/checked.h"
 #include "base/error.h"

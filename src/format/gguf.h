@@ -1,11 +1,11 @@
 /* GGUF v2/v3 reader. lpx_gguf_parse validates the whole header (every count,
  * string length, tensor shape, type, offset and byte size) against the buffer
  * before returning; afterwards every accessor is a bounds-safe lookup. */
-#ifndef LPX_MODEL_GGUF_H
-#define LPX_MODEL_GGUF_H
+#ifndef LPX_FORMAT_GGUF_H
+#define LPX_FORMAT_GGUF_H
 
 #include "lpx.h"
-#include "model/model.h"
+#include "format/dtype.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,11 +1,11 @@
 /* GGUF v3 writer for lpx slice. Layout: magic, version, tensor count, kv count,
  * key/values, tensor infos (dims innermost first), padding to general.alignment,
  * tensor data with each tensor's offset aligned. */
-#include "model/gguf_write.h"
+#include "format/gguf_write.h"
 
 #include "base/checked.h"
 #include "base/error.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 #include <errno.h>
 #include <stdio.h>

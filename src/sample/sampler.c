@@ -1,7 +1,7 @@
-#include "engine/sampler.h"
+#include "sample/sampler.h"
 
 #include "base/error.h"
-#include "engine/sample_math.h"
+#include "sample/sample_math.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -257,4 +257,29 @@ int32_t lpx_sample(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, 
         *chosen_lp = (float)(logits[chosen] - lse);
     }
     return chosen;
+}
+
+lpx_status lpx_sample_batch_check(const lpx_sample_batch *s, int32_t n_rows, int32_t vocab) {
+    if (n_rows > 0 && (!s || !s->rows))
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "step_sample: %d rows but no sampling rows", n_rows);
+    for (int32_t i = 0; i < n_rows; i++) {
+        const lpx_sample_row *r = &s->rows[i];
+        if (r->p.logprobs != 0)
+            return lpx_errorf(LPX_ERR_INVALID_ARG,
+                              "step_sample: row %d asks for %d logprobs (expected 0: logprobs "
+                              "need the logits)",
+                              i, r->p.logprobs);
+        if (r->seen_start < 0 || r->n_seen < 0 || r->seen_start > s->n_seen - r->n_seen)
+            return lpx_errorf(LPX_ERR_INVALID_ARG,
+                              "step_sample: row %d: token counts %d..+%d outside the %d given", i,
+                              r->seen_start, r->n_seen, s->n_seen);
+        for (int32_t j = 0; j < r->n_seen; j++) {
+            int32_t id = s->seen[r->seen_start + j].id;
+            if (id < 0 || id >= vocab)
+                return lpx_errorf(LPX_ERR_INVALID_ARG,
+                                  "step_sample: row %d: token id %d outside the vocabulary (%d)", i,
+                                  id, vocab);
+        }
+    }
+    return LPX_OK;
 }

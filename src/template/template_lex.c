@@ -3,7 +3,7 @@
  * "-" markers strip all whitespace on their side, a block or comment tag eats
  * the newline after it, and whitespace from a line start to a block or comment
  * tag is dropped ("+" markers keep it). */
-#include "tokenizer/template_int.h"
+#include "template/template_int.h"
 
 #include <stdint.h>
 #include <stdio.h>

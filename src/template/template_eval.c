@@ -2,7 +2,7 @@
  * evaluate to values, with jinja2's scoping (a for loop iteration is a scope;
  * "if" is not) and its undefined-value rules (printing or testing an undefined
  * value is fine, using it in arithmetic or looking inside it fails). */
-#include "tokenizer/template_int.h"
+#include "template/template_int.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -5,15 +5,15 @@
  *   template_builtins.c filters, tests, methods and global functions
  *   template_eval.c     the interpreter
  *   template.c          the public entry points
- *   template_chat.c     lpx_chat_render (the model's template and tokens)
+ *   (src/model/chat.c: lpx_chat_render, the model's own template and tokens)
  * Everything a render allocates lives in one arena freed at the end; a failure
  * anywhere unwinds to the entry point with longjmp (after setting the lpx
  * error message), so no partial result needs cleaning up on the way. */
-#ifndef LPX_TOKENIZER_TEMPLATE_INT_H
-#define LPX_TOKENIZER_TEMPLATE_INT_H
+#ifndef LPX_TEMPLATE_TEMPLATE_INT_H
+#define LPX_TEMPLATE_TEMPLATE_INT_H
 
 #include "base/error.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 
 #include <setjmp.h>
 #include <stdbool.h>

@@ -1,7 +1,7 @@
 /* Filters, tests, methods of str/dict/list, and the global functions that
  * transformers' chat template environment provides, each with the semantics
  * of its jinja2 / Python original. */
-#include "tokenizer/template_int.h"
+#include "template/template_int.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* The ggml type table (ids and block sizes from ggml.h / gguf-py's
  * GGML_QUANT_SIZES) and the K-quant decoders lpx converts at load. */
-#include "model/ggml.h"
+#include "format/ggml.h"
 
 #include <stddef.h>
 

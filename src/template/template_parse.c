@@ -1,7 +1,7 @@
 /* Tokens -> statement and expression trees, following jinja2's grammar and
  * operator precedence (filters and tests bind tighter than any binary
  * operator; "not" looser than comparisons; ** is left-associative). */
-#include "tokenizer/template_int.h"
+#include "template/template_int.h"
 
 #include <string.h>
 

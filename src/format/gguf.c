@@ -3,8 +3,8 @@
  * then keeps offsets of values so the accessors need no further checks.
  * Layout: magic "GGUF", u32 version, u64 n_tensors, u64 n_kv, n_kv key/values,
  * n_tensors tensor infos, padding to general.alignment, tensor data. */
-#include "model/gguf.h"
-#include "model/ggml.h"
+#include "format/gguf.h"
+#include "format/ggml.h"
 
 #include "base/checked.h"
 #include "base/error.h"

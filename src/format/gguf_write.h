@@ -1,7 +1,7 @@
 /* A small GGUF v3 writer: copies a GGUF file's metadata and a subset of its tensors
  * (used by `lpx slice` to make small files of real weights). */
-#ifndef LPX_MODEL_GGUF_WRITE_H
-#define LPX_MODEL_GGUF_WRITE_H
+#ifndef LPX_FORMAT_GGUF_WRITE_H
+#define LPX_FORMAT_GGUF_WRITE_H
 
 #include "lpx.h"
 

@@ -2,7 +2,7 @@
  * transformers' apply_chat_template passes (messages, tools = none,
  * documents = none, add_generation_prompt, special tokens, extra kwargs),
  * then lex, parse and run the template inside one failure point. */
-#include "tokenizer/template_int.h"
+#include "template/template_int.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -8,8 +8,8 @@
  * that calls raise_exception(msg) fails with LPX_ERR_INVALID_ARG and msg. A
  * render never aborts: nesting depth, loop iterations, memory and output size
  * are capped. */
-#ifndef LPX_TOKENIZER_TEMPLATE_H
-#define LPX_TOKENIZER_TEMPLATE_H
+#ifndef LPX_TEMPLATE_TEMPLATE_H
+#define LPX_TEMPLATE_TEMPLATE_H
 
 #include "lpx.h"
 

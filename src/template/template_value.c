@@ -1,6 +1,6 @@
 /* Values of the template language with Python's semantics: str(), repr(),
  * ==, <, truthiness and json.dumps, plus the render's arena. */
-#include "tokenizer/template_int.h"
+#include "template/template_int.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

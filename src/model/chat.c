@@ -3,7 +3,7 @@
  * the tokenizer's special tokens). */
 #include "base/error.h"
 #include "model/model.h"
-#include "tokenizer/template.h"
+#include "template/template.h"
 #include "tokenizer/tokenizer.h"
 
 static const char *token_text(const lpx_tokenizer *t, int32_t id) {

@@ -1,7 +1,7 @@
 /* Element types of weights: sizes, names and conversion to float. Block
  * layouts follow ggml (ggml-common.h), little-endian, possibly unaligned. */
-#include "model/ggml.h"
-#include "model/model.h"
+#include "format/ggml.h"
+#include "format/dtype.h"
 
 #include "base/checked.h"
 

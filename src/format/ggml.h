@@ -1,10 +1,10 @@
 /* ggml tensor type ids as stored in GGUF files, and what lpx does with each:
  * keep it in its blocks (an lpx_dtype), convert it to F32 at load (K-quants),
- * or refuse it. Private to src/model/. */
-#ifndef LPX_MODEL_GGML_H
-#define LPX_MODEL_GGML_H
+ * or refuse it. For the container readers (src/format/) and the loaders (src/model/). */
+#ifndef LPX_FORMAT_GGML_H
+#define LPX_FORMAT_GGML_H
 
-#include "model/model.h"
+#include "format/dtype.h"
 
 #include <stdbool.h>
 #include <stdint.h>

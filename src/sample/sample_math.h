@@ -8,8 +8,8 @@
  *  - the draw as an integer target below the kept mass.
  * Every double operation is written as LPX_DMUL/LPX_DADD so neither compiler may
  * fuse a multiply and an add (the host side is also built with -ffp-contract=off). */
-#ifndef LPX_ENGINE_SAMPLE_MATH_H
-#define LPX_ENGINE_SAMPLE_MATH_H
+#ifndef LPX_SAMPLE_SAMPLE_MATH_H
+#define LPX_SAMPLE_SAMPLE_MATH_H
 
 #include <math.h>
 #include <stdint.h>

@@ -9,16 +9,40 @@
  * is the min_p, then top_k, then top_p filter over the ranking (w descending,
  * then id ascending); the token is the first kept id, in id order, at which the
  * running sum of weights exceeds floor(u * kept mass), u from (seed, index). */
-#ifndef LPX_ENGINE_SAMPLER_H
-#define LPX_ENGINE_SAMPLER_H
+#ifndef LPX_SAMPLE_SAMPLER_H
+#define LPX_SAMPLE_SAMPLER_H
 
-#include "backend/backend.h"
 #include "lpx.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #define LPX_MAX_LOGPROBS 20
+
+/* Sampling on the device (optional op step_sample): per logits row what the
+ * host sampler (src/sample/sampler.h) needs. */
+typedef struct lpx_token_count {
+    int32_t id;    /* a token of the prompt or the output */
+    int32_t n_out; /* how often it is in the output */
+} lpx_token_count;
+
+typedef struct lpx_sample_row {
+    lpx_sampling_params p; /* p.logprobs must be 0 */
+    uint64_t seed;
+    int64_t index;               /* output index of the token drawn */
+    int32_t seen_start, n_seen;  /* the row's entries of lpx_sample_batch.seen (distinct ids;
+                                    only read when p has a penalty) */
+} lpx_sample_row;
+
+typedef struct lpx_sample_batch {
+    const lpx_sample_row *rows;  /* [n_logits] */
+    const lpx_token_count *seen; /* [n_seen] */
+    int32_t n_seen;
+} lpx_sample_batch;
+
+/* Checks s for n_rows rows against the contract above (logprobs 0, seen ranges
+ * inside s->seen, ids inside the vocabulary). */
+lpx_status lpx_sample_batch_check(const lpx_sample_batch *s, int32_t n_rows, int32_t vocab);
 
 /* Scratch reused across calls (one per stepping thread). */
 typedef struct lpx_sampler {
