@@ -124,7 +124,15 @@ typedef struct lpx_engine_opts {
     int32_t n_threads;              /* cpu threads; 0 = all cores */
     int32_t step_ahead;             /* decode one step ahead when the backend can (the host
                                        enqueues step N+1 before it reads step N's tokens):
-                                       1 = on, -1 = off, 0 = on unless env LPX_STEP_AHEAD=0 */
+                                       1 = on, -1 = off, 0 = default (on) */
+    int32_t device_sampling;        /* sample on the device when the backend can and no row
+                                       needs logits (only token ids cross to the host):
+                                       1 = on, -1 = off, 0 = default (on) */
+    const char *dev_tune;           /* developer overrides of the backend's measured tuning,
+                                       "key=value,..." (docs/dev.md); NULL = the defaults */
+    const char *dev_trace;          /* developer tracing of the backend (docs/dev.md); NULL =
+                                       none. Both are read during lpx_engine_create only; the
+                                       CPU backend takes neither (non-empty: INVALID_ARG) */
 } lpx_engine_opts;
 
 /* Sampling, applied in this order (vLLM's): repetition, presence and frequency

@@ -26,6 +26,9 @@ typedef struct lpx_backend_opts {
     int32_t n_blocks;      /* KV blocks to allocate */
     int32_t max_batch_tokens; /* most tokens one step may carry */
     int32_t max_seqs;      /* most sequences one step may carry */
+    const char *tune;      /* developer overrides of the backend's tuning (docs/dev.md);
+                              NULL or "" = the measured defaults. Read at create only */
+    const char *trace;     /* developer tracing (docs/dev.md); NULL or "" = none */
 } lpx_backend_opts;
 
 /* One step over a batch of sequences. Tokens are grouped by sequence: the

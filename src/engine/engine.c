@@ -74,8 +74,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
     pthread_mutex_init(&e->step_mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->next_id = 1;
-    const char *env = getenv("LPX_DEVICE_SAMPLING");
-    e->device_sampling = !(env && !strcmp(env, "0"));
+    e->device_sampling = c->device_sampling;
 
     lpx_status st = lpx_kv_pool_init(&e->pool, c->n_blocks, c->block_size);
     if (st == LPX_OK) st = lpx_sampler_init(&e->sampler, e->vocab);
@@ -119,6 +118,8 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
             .n_blocks = c->n_blocks,
             .max_batch_tokens = c->max_num_batched_tokens,
             .max_seqs = c->max_num_seqs,
+            .tune = c->dev_tune,
+            .trace = c->dev_trace,
         };
         st = c->ops->create(m, &bo, &e->be);
         if (st != LPX_OK) lpx_error_wrap(st, "engine: %s backend", c->ops->name);

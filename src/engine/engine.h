@@ -22,7 +22,9 @@ typedef struct lpx_engine_config {
     int32_t block_size;
     int32_t n_blocks;
     size_t kv_bytes_per_token;
-    bool step_ahead; /* use the backend's step_begin/step_end when it has them */
+    bool step_ahead;      /* use the backend's step_begin/step_end when it has them */
+    bool device_sampling; /* use the backend's step_sample when every row allows it */
+    const char *dev_tune, *dev_trace; /* for the backend (lpx_engine_opts); may be NULL */
 } lpx_engine_config;
 
 lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config *c,

@@ -71,7 +71,7 @@ struct lpx_engine {
     int32_t *b_tokens, *b_pos, *b_start, *b_len, *b_table, *b_rows; /* batch descriptor */
     float *logits;                                                  /* [max_num_seqs][vocab] */
     /* Sampling: on the device (ops->step_sample) when every row allows it. */
-    bool device_sampling;      /* off with LPX_DEVICE_SAMPLING=0 */
+    bool device_sampling;      /* lpx_engine_config.device_sampling */
     int32_t *sampled;          /* [max_num_seqs] tokens step_sample drew */
     lpx_sample_row *s_rows;    /* [max_num_seqs] */
     lpx_token_count *seen;     /* [seen_cap] token counts of the rows with penalties */

@@ -8,7 +8,7 @@
  *     queued before step N ends, its tokens fed on the device): every token
  *     equal (the contract's refusals: test_step_ahead.c);
  *  3. engine level: requests of each setting batched together give the same
- *     tokens with device sampling (the default) and with LPX_DEVICE_SAMPLING=0.
+ *     tokens with device sampling (the default) and with device_sampling off (lpx_engine_opts).
  * On the CPU backend step_sample is the host sampler, so this checks the
  * engine's wiring; LPX_TEST_DEVICE=cuda (scripts/gpu-check.sh) checks the CUDA
  * sampler bit for bit. LPX_MODEL overrides the model path. */
@@ -285,12 +285,14 @@ static void on_event(const lpx_event *ev, void *user) {
 }
 
 /* NREQ requests of setting k (seeds 11, 12, ...) batched; tokens into res. */
-static void run_engine(const lpx_model *m, const char *device, int k, out *res) {
+static void run_engine(const lpx_model *m, const char *device, int device_sampling, int k,
+                       out *res) {
     lpx_engine_opts o;
     lpx_engine_opts_init(&o);
     o.device = device;
     o.max_num_seqs = NREQ;
     o.max_model_len = 64;
+    o.device_sampling = device_sampling;
     lpx_engine *e;
     if (lpx_engine_create(m, &o, &e) != LPX_OK) {
         fprintf(stderr, "%s\n", lpx_last_error());
@@ -335,16 +337,13 @@ int main(void) {
     const int engine_sets[] = {1, 4, 6};
     for (size_t i = 0; i < sizeof engine_sets / sizeof *engine_sets; i++) {
         out dev[NREQ], host[NREQ];
-        unsetenv("LPX_DEVICE_SAMPLING");
-        run_engine(m, device, engine_sets[i], dev);
-        setenv("LPX_DEVICE_SAMPLING", "0", 1);
-        run_engine(m, device, engine_sets[i], host);
+        run_engine(m, device, 1, engine_sets[i], dev);
+        run_engine(m, device, -1, engine_sets[i], host);
         for (int q = 0; q < NREQ; q++) {
             CHECK(dev[q].n == GEN && host[q].n == GEN);
             CHECK(!memcmp(dev[q].ids, host[q].ids, sizeof dev[q].ids));
         }
     }
-    unsetenv("LPX_DEVICE_SAMPLING");
     lpx_model_close(m);
     TEST_DONE();
 }

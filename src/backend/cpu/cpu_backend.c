@@ -292,6 +292,12 @@ static lpx_status cpu_create_into(cpu_backend *b, const lpx_model *m) {
 static lpx_status cpu_create(const lpx_model *m, const lpx_backend_opts *o, lpx_backend **out) {
     *out = NULL;
     lpx_backend_opts opts = *o;
+    if ((o->tune && o->tune[0]) || (o->trace && o->trace[0]))
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "cpu backend: developer tuning \"%s\" / tracing \"%s\": the CPU backend "
+                          "has neither (docs/dev.md)",
+                          o->tune ? o->tune : "", o->trace ? o->trace : "");
+    opts.tune = opts.trace = NULL; /* not kept: read at create only */
     if (opts.block_size == 0) opts.block_size = 16;
     if (opts.block_size < 0 || opts.n_blocks <= 0 || opts.max_batch_tokens <= 0 ||
         opts.max_seqs <= 0)
