@@ -400,7 +400,8 @@ int cmd_bench(int argc, char **argv) {
     const int longest = p > ctx + n ? p : ctx + n;
     b.max_blocks = (longest + b.bs - 1) / b.bs;
     const int max_tokens = p > ctx ? p : ctx;
-    lpx_backend_opts o = {ordinal, 0, b.bs, b.max_blocks * maxB, max_tokens, maxB};
+    lpx_backend_opts o = {.device = ordinal, .block_size = b.bs, .n_blocks = b.max_blocks * maxB,
+                          .max_batch_tokens = max_tokens, .max_seqs = maxB};
     lpx_model_info info;
     int rc = 1;
     lpx_telemetry *tel = NULL;

@@ -245,7 +245,8 @@ static void faults(const lpx_model *m, const req *reqs, const ctx *ref, int at_b
                              .block_size = 16,
                              .n_blocks = 64,
                              .kv_bytes_per_token = lpx_kv_bytes_per_token(&m->cfg, 4),
-                             .step_ahead = true};
+                             .step_ahead = true,
+                             .device_sampling = true};
     snprintf(cfg.device_name, sizeof cfg.device_name, "cpu");
     static ctx c;
     memset(&c, 0, sizeof c);

@@ -239,6 +239,7 @@ static lpx_engine *make_on(const lpx_backend_ops *ops, int max_seqs, int max_tok
                            int n_blocks, int block_size) {
     lpx_engine_config c = {.ops = ops,
                            .step_ahead = true,
+                           .device_sampling = true,
                            .device_name = "mock",
                            .max_num_seqs = max_seqs,
                            .max_num_batched_tokens = max_tokens_step,

@@ -63,7 +63,8 @@ static void backend_level(const lpx_model *m, const char *device) {
         return;
     }
     const int bs = 16, maxb = 2, V = m->cfg.vocab_size;
-    lpx_backend_opts o = {ordinal, 0, bs, NSEQ * maxb, NSEQ * PROMPT, NSEQ};
+    lpx_backend_opts o = {.device = ordinal, .block_size = bs, .n_blocks = NSEQ * maxb,
+                          .max_batch_tokens = NSEQ * PROMPT, .max_seqs = NSEQ};
     lpx_backend *be;
     if (ops->create(m, &o, &be) != LPX_OK) {
         fprintf(stderr, "%s\n", lpx_last_error());
@@ -169,7 +170,8 @@ static void backend_level(const lpx_model *m, const char *device) {
  * 16 slots: room for AHEAD more tokens). */
 static lpx_backend *prefilled(const lpx_model *m, const lpx_backend_ops *ops, int ordinal,
                               int32_t *table) {
-    lpx_backend_opts o = {ordinal, 0, 16, NSEQ * 2, NSEQ * PROMPT, NSEQ};
+    lpx_backend_opts o = {.device = ordinal, .block_size = 16, .n_blocks = NSEQ * 2,
+                          .max_batch_tokens = NSEQ * PROMPT, .max_seqs = NSEQ};
     lpx_backend *be;
     if (ops->create(m, &o, &be) != LPX_OK) {
         fprintf(stderr, "%s\n", lpx_last_error());

@@ -176,7 +176,8 @@ int main(void) {
     int ordinal;
     CHECK(lpx_backend_select(device, &ops, &ordinal) == LPX_OK);
     CHECK(ops && ops->step_sample && ops->step_begin && ops->step_end);
-    lpx_backend_opts o = {ordinal, 0, BS, NSEQ * MAXB, NSEQ * PROMPT, NSEQ};
+    lpx_backend_opts o = {.device = ordinal, .block_size = BS, .n_blocks = NSEQ * MAXB,
+                          .max_batch_tokens = NSEQ * PROMPT, .max_seqs = NSEQ};
     lpx_backend *be = NULL;
     if (ops && ops->step_begin && ops->create(m, &o, &be) != LPX_OK)
         fprintf(stderr, "%s\n", lpx_last_error());
