@@ -1,7 +1,6 @@
 /* lpx chat: interactive chat with the model's template and the whole history
  * re-rendered each turn. Ctrl-C stops the answer being written; Ctrl-C at the
  * prompt, or twice within a second, exits; so does EOF. */
-#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "cli/gen_args.h"
 
@@ -85,37 +84,32 @@ static void history_truncate(history *h, size_t n) {
         free(h->owned[--h->n]);
 }
 
-static void help(void) {
-    printf("usage: lpx chat -m MODEL [--system TEXT] [options]\n\n"
-           "Interactive chat with the model's chat template; the history is kept.\n"
-           "Ctrl-C stops the current answer; Ctrl-C at the prompt (or twice within a\n"
-           "second) or EOF (Ctrl-D) exits. /reset clears the history.\n\n"
-           "%s",
-           lpx_gen_args_help);
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: lpx chat -m MODEL [--system TEXT] [options]\n\n"
+            "Interactive chat with the model's chat template; the history is kept.\n"
+            "Ctrl-C stops the current answer; Ctrl-C at the prompt (or twice within a\n"
+            "second) or EOF (Ctrl-D) exits. /reset clears the history.\n\n"
+            "%s%s",
+            lpx_engine_args_help, lpx_gen_args_help);
 }
 
 int cmd_chat(int argc, char **argv) {
     lpx_gen_args g;
     lpx_gen_args_init(&g);
     g.req.max_tokens = -1;
-    for (int i = 1; i < argc; i++) {
-        int r = lpx_gen_args_parse(&g, "chat", argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            help();
-            return 0;
-        }
-        return lpx_cli_opt_unknown("chat", argv[i]), 2;
-    }
-    if (!lpx_gen_args_check(&g, "chat")) return 2;
+    lpx_opts a = {.cmd = "chat", .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a))
+        if (!lpx_gen_args_opt(&a, &g)) lpx_opts_unknown(&a);
+    if (a.help || a.bad) return lpx_opts_exit(&a, help);
+    if (!lpx_engine_args_check(&g.e, "chat")) return 2;
     lpx_model *m;
     lpx_engine *e;
     int rc = lpx_gen_args_open(&g, "chat", &m, &e);
     if (rc) return rc;
     lpx_model_info info;
     if (lpx_model_info_get(m, &info) == LPX_OK && !info.has_chat_template) {
-        fprintf(stderr, "lpx chat: %s has no chat template\n", g.model);
+        fprintf(stderr, "lpx chat: %s has no chat template\n", g.e.model);
         lpx_engine_destroy(e);
         lpx_model_close(m);
         return 1;

@@ -1,7 +1,6 @@
 /* lpx run: one generation, streamed to stdout, then stats on stderr (or one
  * JSON object with --json). Ctrl-C cancels the generation. */
 #include "base/readall.h"
-#include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "cli/gen_args.h"
 
@@ -74,21 +73,18 @@ static void on_event(const lpx_event *ev, void *user) {
     }
 }
 
-static bool is_opt(const char *a, const char *s, const char *l) {
-    return !strcmp(a, s) || (l && !strcmp(a, l));
-}
-
-static void help(void) {
-    printf("usage: lpx run -m MODEL (-p TEXT | -f FILE) [options]\n\n"
-           "Generates a continuation of the prompt (or, with --chat, the assistant's answer),\n"
-           "streams it to stdout, then prints stats to stderr.\n\n"
-           "  -p, --prompt TEXT       prompt text\n"
-           "  -f, --file FILE         read the prompt from FILE\n"
-           "  --chat                  wrap the prompt in the model's chat template\n"
-           "  --json                  print one JSON object (text, token ids, stats) instead\n"
-           "  --logprobs N            with --json: top-N log-probabilities per token\n"
-           "%s",
-           lpx_gen_args_help);
+static void help(FILE *f) {
+    fprintf(f,
+            "usage: lpx run -m MODEL (-p TEXT | -f FILE) [options]\n\n"
+            "Generates a continuation of the prompt (or, with --chat, the assistant's answer),\n"
+            "streams it to stdout, then prints stats to stderr.\n\n"
+            "  -p, --prompt TEXT       prompt text\n"
+            "  -f, --file FILE         read the prompt from FILE\n"
+            "  --chat                  wrap the prompt in the model's chat template\n"
+            "  --json                  print one JSON object (text, token ids, stats) instead\n"
+            "  --logprobs N            with --json: top-N log-probabilities per token\n"
+            "%s%s",
+            lpx_engine_args_help, lpx_gen_args_help);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -96,32 +92,19 @@ int cmd_run(int argc, char **argv) {
     lpx_gen_args_init(&g);
     const char *prompt = NULL, *file = NULL;
     bool chat = false, json = false;
-    for (int i = 1; i < argc; i++) {
-        int r = lpx_gen_args_parse(&g, "run", argc, argv, &i);
-        if (r < 0) return 2;
-        if (r > 0) continue;
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            help();
-            return 0;
-        } else if (!strcmp(a, "--chat"))
+    lpx_opts a = {.cmd = "run", .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a)) {
+        if (lpx_opts_flag(&a, "--chat"))
             chat = true;
-        else if (!strcmp(a, "--json"))
+        else if (lpx_opts_flag(&a, "--json"))
             json = true;
-        else if (is_opt(a, "-p", "--prompt") || is_opt(a, "-f", "--file") ||
-                 is_opt(a, "--logprobs", NULL)) {
-            if (i + 1 >= argc) return lpx_cli_opt_missing("run", a), 2;
-            const char *v = argv[++i];
-            if (is_opt(a, "-p", "--prompt"))
-                prompt = v;
-            else if (is_opt(a, "-f", "--file"))
-                file = v;
-            else if (!lpx_cli_opt_i32("run", a, v, 0, 20, &g.req.sampling.logprobs))
-                return 2;
-        } else
-            return lpx_cli_opt_unknown("run", a), 2;
+        else if (!lpx_gen_args_opt(&a, &g) && !lpx_opts_str(&a, "-p|--prompt", &prompt) &&
+                 !lpx_opts_str(&a, "-f|--file", &file) &&
+                 !lpx_opts_i32(&a, "--logprobs", 0, 20, &g.req.sampling.logprobs))
+            lpx_opts_unknown(&a);
     }
-    if (!lpx_gen_args_check(&g, "run")) return 2;
+    if (a.help || a.bad) return lpx_opts_exit(&a, help);
+    if (!lpx_engine_args_check(&g.e, "run")) return 2;
     if (!prompt == !file) {
         fprintf(stderr, "lpx run: give the prompt with exactly one of -p TEXT and -f FILE\n");
         return 2;

@@ -1,6 +1,6 @@
 /* lpx serve: the engine behind an OpenAI-compatible HTTP API (src/server/). */
-#include "cli/cli_num.h"
 #include "cli/commands.h"
+#include "cli/gen_args.h"
 #include "lpx.h"
 #include "server/server.h"
 
@@ -16,30 +16,30 @@ extern const lpx_web_asset lpx_web_assets[];
 
 #define CMD "serve"
 
-static const char help[] =
-    "usage: lpx serve -m MODEL [options]\n\n"
-    "OpenAI-compatible HTTP server with SSE streaming, Prometheus /metrics and a web UI at /.\n\n"
-    "options:\n"
-    "  -m, --model PATH              model directory or .gguf file (required)\n"
-    "  --host ADDR                   address to bind (default 127.0.0.1: this machine only)\n"
-    "  --port N                      port, 0 to 65535 (default 8080; 0 picks a free one)\n"
-    "  --served-model-name NAME      model id clients use (default: the model file's name)\n"
-    "  --api-key KEY                 require 'Authorization: Bearer KEY' (or env LPX_API_KEY)\n"
-    "  --max-num-seqs N              sequences decoded together, 1 to 4096 (default: engine's)\n"
-    "  --max-model-len L             prompt + output tokens per request, 2 to 2147483647\n"
-    "                                (default: the model's)\n"
-    "  --gpu-memory-utilization F    fraction of GPU memory for weights + KV, 0.01 to 1\n"
-    "                                (cuda, default 0.9)\n"
-    "  --max-queue N                 waiting requests before 503, 1 to 1048576 (default 1024)\n"
-    "  --request-timeout S           end requests running longer than S seconds with 504,\n"
-    "                                0.001 to 1e7 (default: none)\n"
-    "  --shutdown-timeout S          on SIGTERM, wait up to S seconds for requests, 0 to 1e7\n"
-    "                                (default 30)\n"
-    "  --device DEV                  cpu, cuda or cuda:N (default: cuda when usable, else cpu)\n"
-    "  -t, --threads N               CPU threads, 1 to 4096 (default: all cores)\n"
-    "  -h, --help                    this help\n\n"
-    "A number must be the whole value (no trailing text) and in its range; anything else,\n"
-    "like an unknown option, is a usage error (exit 2) before the model is loaded.\n";
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: lpx serve -m MODEL [options]\n\n"
+            "OpenAI-compatible HTTP server with SSE streaming, Prometheus /metrics and a web UI\n"
+            "at /.\n\n"
+            "options:\n"
+            "%s"
+            "  --host ADDR             address to bind (default 127.0.0.1: this machine only)\n"
+            "  --port N                port, 0 to 65535 (default 8080; 0 picks a free one)\n"
+            "  --served-model-name NAME  model id clients use (default: the model file's name)\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' (or env LPX_API_KEY)\n"
+            "  --max-num-seqs N        sequences decoded together, 1 to 4096 (default: engine's)\n"
+            "  --gpu-memory-utilization F  fraction of GPU memory for weights + KV, 0.01 to 1\n"
+            "                          (cuda, default 0.9)\n"
+            "  --max-queue N           waiting requests before 503, 1 to 1048576 (default 1024)\n"
+            "  --request-timeout S     end requests running longer than S seconds with 504,\n"
+            "                          0.001 to 1e7 (default: none)\n"
+            "  --shutdown-timeout S    on SIGTERM, wait up to S seconds for requests, 0 to 1e7\n"
+            "                          (default 30)\n"
+            "  -h, --help              this help\n\n"
+            "A number must be the whole value (no trailing text) and in its range; anything\n"
+            "else, like an unknown option, is a usage error (exit 2) before the model is loaded.\n",
+            lpx_engine_args_help);
+}
 
 /* The file or directory name without a .gguf suffix. */
 static void default_name(const char *path, char *out, size_t cap) {
@@ -55,74 +55,35 @@ static void default_name(const char *path, char *out, size_t cap) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    const char *model = NULL, *name = NULL, *api_key = getenv("LPX_API_KEY");
+    const char *name = NULL, *api_key = getenv("LPX_API_KEY");
     lpx_server_opts so = {.host = "127.0.0.1", .port = 8080};
-    lpx_engine_opts eo;
-    lpx_engine_opts_init(&eo);
+    lpx_engine_args ea;
+    lpx_engine_args_init(&ea);
+    lpx_engine_opts *eo = &ea.eo;
     double shutdown_timeout = 30, gpu_util = 0;
     int32_t port = 8080;
-    static const char *const with_value[] = {"-m",
-                                             "--model",
-                                             "--host",
-                                             "--port",
-                                             "--served-model-name",
-                                             "--api-key",
-                                             "--max-num-seqs",
-                                             "--max-model-len",
-                                             "--gpu-memory-utilization",
-                                             "--max-queue",
-                                             "--request-timeout",
-                                             "--shutdown-timeout",
-                                             "--device",
-                                             "-t",
-                                             "--threads"};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(help, stdout);
-            return 0;
-        }
-        bool known = false;
-        for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
-            known |= !strcmp(a, with_value[k]);
-        if (!known) return lpx_cli_opt_unknown(CMD, a), 2;
-        if (i + 1 >= argc) return lpx_cli_opt_missing(CMD, a), 2;
-        const char *v = argv[++i];
-        bool ok = true;
-        if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-            model = v;
-        else if (!strcmp(a, "--host"))
-            so.host = v;
-        else if (!strcmp(a, "--port"))
-            ok = lpx_cli_opt_i32(CMD, a, v, 0, 65535, &port);
-        else if (!strcmp(a, "--served-model-name"))
-            name = v;
-        else if (!strcmp(a, "--api-key"))
-            api_key = v;
-        else if (!strcmp(a, "--max-num-seqs"))
-            ok = lpx_cli_opt_i32(CMD, a, v, 1, 4096, &eo.max_num_seqs);
-        else if (!strcmp(a, "--max-model-len")) /* the engine needs max_model_len > 1 */
-            ok = lpx_cli_opt_i32(CMD, a, v, 2, INT32_MAX, &eo.max_model_len);
-        else if (!strcmp(a, "--gpu-memory-utilization"))
-            ok = lpx_cli_opt_double(CMD, a, v, 0.01, false, 1.0, &gpu_util);
-        else if (!strcmp(a, "--max-queue"))
-            ok = lpx_cli_opt_i32(CMD, a, v, 1, 1 << 20, &so.max_queue);
-        else if (!strcmp(a, "--request-timeout"))
-            ok = lpx_cli_opt_double(CMD, a, v, 0.001, false, 1e7, &so.request_timeout_s);
-        else if (!strcmp(a, "--shutdown-timeout"))
-            ok = lpx_cli_opt_double(CMD, a, v, 0, false, 1e7, &shutdown_timeout);
-        else if (!strcmp(a, "--device"))
-            eo.device = v;
-        else /* -t, --threads */
-            ok = lpx_cli_opt_i32(CMD, a, v, 1, 4096, &eo.n_threads);
-        if (!ok) return 2;
+    lpx_opts a = {.cmd = CMD, .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a)) {
+        if (!lpx_engine_args_opt(&a, &ea) && !lpx_opts_str(&a, "--host", &so.host) &&
+            !lpx_opts_i32(&a, "--port", 0, 65535, &port) &&
+            !lpx_opts_str(&a, "--served-model-name", &name) &&
+            !lpx_opts_str(&a, "--api-key", &api_key) &&
+            !lpx_opts_i32(&a, "--max-num-seqs", 1, 4096, &eo->max_num_seqs) &&
+            !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1.0, &gpu_util) &&
+            !lpx_opts_i32(&a, "--max-queue", 1, 1 << 20, &so.max_queue) &&
+            !lpx_opts_num(&a, "--request-timeout", 0.001, 1e7, &so.request_timeout_s) &&
+            !lpx_opts_num(&a, "--shutdown-timeout", 0, 1e7, &shutdown_timeout))
+            lpx_opts_unknown(&a);
     }
+    if (a.help || a.bad) return lpx_opts_exit(&a, usage);
+    const char *model = ea.model;
     if (!model) {
         fprintf(stderr, "lpx serve: -m MODEL is required (see lpx serve --help)\n");
         return 2;
     }
+    lpx_engine_args_env(&ea);
     so.port = port;
-    eo.gpu_memory_utilization = (float)gpu_util;
+    eo->gpu_memory_utilization = (float)gpu_util;
     char defname[256];
     default_name(model, defname, sizeof defname);
     so.served_model_name = name ? name : defname;
@@ -146,7 +107,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "lpx serve: listening on http://%s:%d (loading %s)\n", so.host,
                 lpx_server_port(s), model);
     if (st == LPX_OK) st = lpx_model_open(model, &m);
-    if (st == LPX_OK) st = lpx_engine_create(m, &eo, &e);
+    if (st == LPX_OK) st = lpx_engine_create(m, eo, &e);
     if (st == LPX_OK) st = lpx_engine_start(e);
     if (st == LPX_OK) st = lpx_server_ready(s, m, e);
     if (st != LPX_OK) {

@@ -1,16 +1,34 @@
 #include "cli/gen_args.h"
 
 #include "backend/backend.h"
+#include "cli/cli_dev_env.h"
 #include "cli/cli_num.h"
 
 #include <float.h>
 #include <stdio.h>
 #include <string.h>
 
-const char lpx_gen_args_help[] =
+const char lpx_backend_args_help[] =
     "  -m, --model PATH        model: .gguf file or Hugging Face directory (required)\n"
+    "  --device DEV            cpu, cuda or cuda:N (default: cuda if usable, else cpu)\n"
+    "  -t, --threads N         CPU threads, 1 to 4096 (default: all cores)\n"
+    "  --no-step-ahead         wait for each decode step before queueing the next\n"
+    "  --no-device-sampling    copy each decode step's logits to the host and sample there\n";
+
+const char lpx_engine_args_help[] =
+    "  -m, --model PATH        model: .gguf file or Hugging Face directory (required)\n"
+    "  --device DEV            cpu, cuda or cuda:N (default: cuda if usable, else cpu)\n"
+    "  -c, --ctx-size N        max model length: prompt + output, 2 to 2147483647\n"
+    "                          (also --max-model-len; default: the model's)\n"
+    "  -t, --threads N         CPU threads, 1 to 4096 (default: all cores)\n"
+    "  --kv-bytes N            KV cache budget in bytes (default: derived)\n"
+    "  --no-step-ahead         wait for each decode step before queueing the next\n"
+    "  --no-device-sampling    copy each decode step's logits to the host and sample there\n";
+
+const char lpx_gen_args_help[] =
     "  -n, --max-tokens N      most tokens to generate (default 256; -1: up to the context)\n"
-    "  --temp T                temperature, 0 = greedy (default: model's, else 0)\n"
+    "  --temp T                temperature, 0 = greedy (also --temperature; default: the\n"
+    "                          model's, else 0)\n"
     "  --top-k K               keep the K most likely tokens (0 = off)\n"
     "  --top-p P               nucleus sampling, P in (0, 1] (1 = off)\n"
     "  --min-p P               drop tokens below P x the top probability (0 = off)\n"
@@ -20,112 +38,99 @@ const char lpx_gen_args_help[] =
     "  -s, --seed S            sampling seed (default: random)\n"
     "  --stop TEXT             stop string (repeatable; never printed)\n"
     "  --ignore-eos            keep going past the end-of-sequence token\n"
-    "  --system TEXT           system message (with --chat / in chat)\n"
-    "  --device DEV            cpu, cuda or cuda:N (default: cuda if usable, else cpu)\n"
-    "  -c, --ctx-size N        max model length: prompt + output (default: the model's)\n"
-    "  -t, --threads N         CPU threads (default: all cores)\n"
-    "  --kv-bytes N            KV cache budget in bytes (default: derived)\n";
+    "  --system TEXT           system message (with --chat / in chat)\n";
+
+void lpx_engine_args_init(lpx_engine_args *e) {
+    memset(e, 0, sizeof *e);
+    lpx_engine_opts_init(&e->eo);
+}
+
+bool lpx_engine_args_opt(lpx_opts *o, lpx_engine_args *e) {
+    lpx_engine_opts *eo = &e->eo;
+    if (lpx_opts_flag(o, "--no-step-ahead"))
+        eo->step_ahead = -1;
+    else if (lpx_opts_flag(o, "--no-device-sampling"))
+        eo->device_sampling = -1;
+    else if (!lpx_opts_str(o, LPX_OPT_MODEL, &e->model) &&
+             !lpx_opts_str(o, "--device", &eo->device) &&
+             !lpx_opts_i32(o, LPX_OPT_THREADS, 1, 4096, &eo->n_threads) &&
+             /* the engine needs max_model_len > 1 */
+             (e->backend_only ||
+              (!lpx_opts_i32(o, LPX_OPT_CTX, 2, INT32_MAX, &eo->max_model_len) &&
+               !lpx_opts_int(o, "--kv-bytes", 1, INT64_MAX, &eo->kv_cache_bytes))))
+        return false;
+    return !o->bad;
+}
+
+bool lpx_engine_args_check(const lpx_engine_args *e, const char *cmd) {
+    if (!e->model) {
+        fprintf(stderr, "lpx %s: -m MODEL is required (see lpx %s --help)\n", cmd, cmd);
+        return false;
+    }
+    const lpx_backend_ops *ops;
+    int ordinal;
+    if (e->eo.device && lpx_backend_select(e->eo.device, &ops, &ordinal) == LPX_ERR_INVALID_ARG) {
+        fprintf(stderr, "lpx %s: %s\n", cmd, lpx_last_error());
+        return false;
+    }
+    return true;
+}
+
+void lpx_engine_args_env(lpx_engine_args *e) {
+    lpx_cli_dev_env(&e->eo.dev_tune, &e->eo.dev_trace);
+}
 
 void lpx_gen_args_init(lpx_gen_args *g) {
     memset(g, 0, sizeof *g);
+    lpx_engine_args_init(&g->e);
     lpx_request_init(&g->req);
     g->req.max_tokens = 256;
     g->req.stop = g->stops;
 }
 
-/* A usage error about option `opt`, worded as cli_num's: "lpx CMD: OPT: ...". */
-static int usage(const char *cmd, const char *opt, const char *msg) {
-    fprintf(stderr, "lpx %s: %s: %s\n", cmd, opt, msg);
-    return -1;
-}
-
-int lpx_gen_args_parse(lpx_gen_args *g, const char *cmd, int argc, char **argv, int *i) {
-    const char *a = argv[*i];
-    static const char *const with_value[] = {"-m",
-                                             "--model",
-                                             "-n",
-                                             "--max-tokens",
-                                             "--temp",
-                                             "--top-k",
-                                             "--top-p",
-                                             "--min-p",
-                                             "--repeat-penalty",
-                                             "--presence-penalty",
-                                             "--frequency-penalty",
-                                             "-s",
-                                             "--seed",
-                                             "--stop",
-                                             "--system",
-                                             "--device",
-                                             "-c",
-                                             "--ctx-size",
-                                             "-t",
-                                             "--threads",
-                                             "--kv-bytes"};
-    if (!strcmp(a, "--ignore-eos")) {
-        g->req.ignore_eos = true;
-        return 1;
-    }
-    bool known = false;
-    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
-        known |= !strcmp(a, with_value[k]);
-    if (!known) return 0;
-    if (*i + 1 >= argc) return usage(cmd, a, "needs a value");
-    const char *v = argv[++*i];
-    lpx_sampling_params *sp = &g->req.sampling;
-    bool ok = true;
-    if (!strcmp(a, "-m") || !strcmp(a, "--model"))
-        g->model = v;
-    else if (!strcmp(a, "--system"))
-        g->system = v;
-    else if (!strcmp(a, "--device"))
-        g->device = v;
-    else if (!strcmp(a, "--stop")) {
-        if (!*v) return usage(cmd, a, "must not be empty");
-        if (g->req.n_stop == LPX_CLI_MAX_STOPS) return usage(cmd, a, "given too often");
-        g->stops[g->req.n_stop++] = v;
-    } else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) {
-        int32_t n;
-        ok = (lpx_cli_i32(v, -1, INT32_MAX, &n) && n != 0) ||
-             lpx_cli_opt_bad(cmd, a, v, "a positive number of tokens, or -1");
-        if (ok) g->req.max_tokens = n;
-    } else if (!strcmp(a, "-s") || !strcmp(a, "--seed"))
-        ok = lpx_cli_opt_i64(cmd, a, v, 0, INT64_MAX, &sp->seed);
-    else if (!strcmp(a, "--top-k"))
-        ok = g->given_top_k = lpx_cli_opt_i32(cmd, a, v, 0, INT32_MAX, &sp->top_k);
-    else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size"))
-        ok = lpx_cli_opt_i32(cmd, a, v, 1, INT32_MAX, &g->ctx);
-    else if (!strcmp(a, "-t") || !strcmp(a, "--threads"))
-        ok = lpx_cli_opt_i32(cmd, a, v, 1, INT32_MAX, &g->threads);
-    else if (!strcmp(a, "--kv-bytes"))
-        ok = lpx_cli_opt_i64(cmd, a, v, 1, INT64_MAX, &g->kv_bytes);
-    else if (!strcmp(a, "--temp"))
-        ok = g->given_temp = lpx_cli_opt_float(cmd, a, v, 0, false, FLT_MAX, &sp->temperature);
-    else if (!strcmp(a, "--top-p"))
-        ok = g->given_top_p = lpx_cli_opt_float(cmd, a, v, 0, true, 1, &sp->top_p);
-    else if (!strcmp(a, "--min-p"))
-        ok = lpx_cli_opt_float(cmd, a, v, 0, false, 1, &sp->min_p);
-    else if (!strcmp(a, "--repeat-penalty"))
-        ok = g->given_rep = lpx_cli_opt_float(cmd, a, v, 0, true, FLT_MAX, &sp->repetition_penalty);
-    else if (!strcmp(a, "--presence-penalty"))
-        ok = lpx_cli_opt_float(cmd, a, v, -FLT_MAX, false, FLT_MAX, &sp->presence_penalty);
-    else
-        ok = lpx_cli_opt_float(cmd, a, v, -FLT_MAX, false, FLT_MAX, &sp->frequency_penalty);
-    return ok ? 1 : -1;
-}
-
-bool lpx_gen_args_check(const lpx_gen_args *g, const char *cmd) {
-    if (!g->model) {
-        fprintf(stderr, "lpx %s: -m MODEL is required (lpx %s --help)\n", cmd, cmd);
-        return false;
-    }
-    const lpx_backend_ops *ops;
-    int ordinal;
-    if (g->device && lpx_backend_select(g->device, &ops, &ordinal) == LPX_ERR_INVALID_ARG) {
-        fprintf(stderr, "lpx %s: %s\n", cmd, lpx_last_error());
-        return false;
-    }
+/* --stop TEXT: not empty, at most LPX_CLI_MAX_STOPS. */
+static bool stop_opt(lpx_opts *o, lpx_gen_args *g) {
+    const char *v;
+    if (!lpx_opts_str(o, "--stop", &v)) return false;
+    if (!*v) return lpx_opts_fail(o, "must not be empty");
+    if (g->req.n_stop == LPX_CLI_MAX_STOPS) return lpx_opts_fail(o, "given too often");
+    g->stops[g->req.n_stop++] = v;
     return true;
+}
+
+/* -n N: a positive count, or -1 for up to the context. */
+static bool max_tokens_opt(lpx_opts *o, lpx_gen_args *g) {
+    const char *v;
+    int32_t n;
+    if (!lpx_opts_str(o, LPX_OPT_MAX_TOKENS, &v)) return false;
+    if (!lpx_cli_i32(v, -1, INT32_MAX, &n) || n == 0)
+        return lpx_opts_bad(o, "a positive number of tokens, or -1");
+    g->req.max_tokens = n;
+    return true;
+}
+
+bool lpx_gen_args_opt(lpx_opts *o, lpx_gen_args *g) {
+    lpx_sampling_params *sp = &g->req.sampling;
+    if (lpx_engine_args_opt(o, &g->e) || o->bad) return !o->bad;
+    if (lpx_opts_flag(o, "--ignore-eos"))
+        g->req.ignore_eos = true;
+    else if (lpx_opts_float(o, LPX_OPT_TEMP, 0, false, FLT_MAX, &sp->temperature))
+        g->given_temp = true;
+    else if (lpx_opts_i32(o, "--top-k", 0, INT32_MAX, &sp->top_k))
+        g->given_top_k = true;
+    else if (lpx_opts_float(o, "--top-p", 0, true, 1, &sp->top_p))
+        g->given_top_p = true;
+    else if (lpx_opts_float(o, "--repeat-penalty", 0, true, FLT_MAX, &sp->repetition_penalty))
+        g->given_rep = true;
+    else if (!stop_opt(o, g) && !max_tokens_opt(o, g) && !lpx_opts_str(o, "--system", &g->system) &&
+             !lpx_opts_int(o, "-s|--seed", 0, INT64_MAX, &sp->seed) &&
+             !lpx_opts_float(o, "--min-p", 0, false, 1, &sp->min_p) &&
+             !lpx_opts_float(o, "--presence-penalty", -FLT_MAX, false, FLT_MAX,
+                             &sp->presence_penalty) &&
+             !lpx_opts_float(o, "--frequency-penalty", -FLT_MAX, false, FLT_MAX,
+                             &sp->frequency_penalty))
+        return false;
+    return !o->bad;
 }
 
 int lpx_gen_args_fail(const char *cmd, lpx_status st) {
@@ -136,7 +141,7 @@ int lpx_gen_args_fail(const char *cmd, lpx_status st) {
 int lpx_gen_args_open(lpx_gen_args *g, const char *cmd, lpx_model **m, lpx_engine **e) {
     *m = NULL;
     *e = NULL;
-    lpx_status st = lpx_model_open(g->model, m);
+    lpx_status st = lpx_model_open(g->e.model, m);
     if (st != LPX_OK) {
         fprintf(stderr, "lpx %s: %s\n", cmd, lpx_last_error());
         return 1;
@@ -147,13 +152,9 @@ int lpx_gen_args_open(lpx_gen_args *g, const char *cmd, lpx_model **m, lpx_engin
     if (!g->given_top_p && d->top_p > 0 && d->top_p <= 1) sp->top_p = d->top_p;
     if (!g->given_top_k && d->top_k >= 0) sp->top_k = d->top_k;
     if (!g->given_rep && d->repetition_penalty > 0) sp->repetition_penalty = d->repetition_penalty;
-    lpx_engine_opts o;
-    lpx_engine_opts_init(&o);
-    o.device = g->device;
+    lpx_engine_opts o = g->e.eo;
     o.max_num_seqs = 1;
-    o.max_model_len = g->ctx;
-    o.n_threads = g->threads;
-    o.kv_cache_bytes = g->kv_bytes;
+    lpx_cli_dev_env(&o.dev_tune, &o.dev_trace);
     st = lpx_engine_create(*m, &o, e);
     if (st != LPX_OK) {
         int rc = lpx_gen_args_fail(cmd, st);

@@ -1,33 +1,58 @@
-/* Options shared by `lpx run` and `lpx chat`: model, device, context and
- * sampling flags, parsed strictly (a bad number is a usage error). */
+/* The flags every command that runs a model shares, defined once:
+ *   engine flags (run, chat, serve, batch, bench): model, device, threads, context size,
+ *     KV budget, --no-step-ahead, --no-device-sampling;
+ *   sampling flags (run, chat): max tokens, temperature and the rest of lpx_sampling_params,
+ *     stop strings, --ignore-eos, --system.
+ * Each matcher takes the argument at hand of an lpx_opts loop (opts.h) when it is one of
+ * its flags. */
 #ifndef LPX_CLI_GEN_ARGS_H
 #define LPX_CLI_GEN_ARGS_H
 
+#include "cli/opts.h"
 #include "lpx.h"
 
 #include <stdbool.h>
 
+/* Spellings shared with commands that take these values under their own rules. */
+#define LPX_OPT_MODEL "-m|--model"
+#define LPX_OPT_CTX "-c|--ctx-size|--max-model-len"
+#define LPX_OPT_THREADS "-t|--threads"
+#define LPX_OPT_TEMP "--temp|--temperature"
+#define LPX_OPT_MAX_TOKENS "-n|--max-tokens"
+
 #define LPX_CLI_MAX_STOPS 16
 
+typedef struct lpx_engine_args {
+    const char *model;
+    lpx_engine_opts eo; /* device, max_model_len, n_threads, kv_cache_bytes, step_ahead,
+                           device_sampling; dev_tune/dev_trace from lpx_engine_args_env */
+    bool backend_only;  /* bench: no engine, so no context size or KV budget */
+} lpx_engine_args;
+
 typedef struct lpx_gen_args {
-    const char *model, *device, *system;
+    lpx_engine_args e;
+    const char *system;
     lpx_request req; /* sampling, max_tokens, stop, ignore_eos */
     const char *stops[LPX_CLI_MAX_STOPS];
-    int32_t ctx, threads;
-    int64_t kv_bytes;
     bool given_temp, given_top_p, given_top_k, given_rep;
 } lpx_gen_args;
 
-/* The options text for --help. */
-extern const char lpx_gen_args_help[];
+/* The options texts for --help. */
+extern const char lpx_engine_args_help[];
+extern const char lpx_backend_args_help[]; /* the backend_only subset */
+extern const char lpx_gen_args_help[];     /* sampling flags */
+
+void lpx_engine_args_init(lpx_engine_args *e);
+bool lpx_engine_args_opt(lpx_opts *o, lpx_engine_args *e);
+/* Checks what needs no model: -m given, a device name that parses. False after printing
+ * "lpx CMD: ..." (exit 2). */
+bool lpx_engine_args_check(const lpx_engine_args *e, const char *cmd);
+/* The developer strings of the environment into e->eo (cli_dev_env.h). */
+void lpx_engine_args_env(lpx_engine_args *e);
 
 void lpx_gen_args_init(lpx_gen_args *g);
-/* Consumes argv[*i] (and its value) when it is a shared option: returns 1,
- * 0 when it is not one, -1 on a usage error (already printed as
- * "lpx CMD: ..."). */
-int lpx_gen_args_parse(lpx_gen_args *g, const char *cmd, int argc, char **argv, int *i);
-/* Checks values that need no model (exit 2 on failure, message printed). */
-bool lpx_gen_args_check(const lpx_gen_args *g, const char *cmd);
+/* The engine flags and the sampling flags. */
+bool lpx_gen_args_opt(lpx_opts *o, lpx_gen_args *g);
 /* Opens the model and creates a one-sequence engine, filling sampling
  * defaults the command line left open from the model's generation config.
  * Returns 0, or the exit status after printing the error. */

@@ -1,5 +1,5 @@
-/* Option parsing for subcommands whose arguments are all flags and flag values (doctor,
- * monitor, plan): one loop, one line per option, one wording for every usage error.
+/* The option parser of every subcommand: one loop, one line per option, one wording for
+ * every usage error.
  *
  *     lpx_opts a = {.cmd = "monitor", .argc = argc, .argv = argv};
  *     while (lpx_opts_next(&a)) {
@@ -12,10 +12,11 @@
  *     }
  *     if (a.help || a.bad) return lpx_opts_exit(&a, usage);
  *
- * A matcher returns true when argv holds its option with a good value, which it then
- * consumes; a missing or bad value prints "lpx CMD: ..." (cli_num.h's wording, as every
- * subcommand words it) and sets `bad`, after which every matcher returns false and the
- * loop ends. */
+ * NAME is one spelling or several separated by '|' ("-c|--ctx-size|--max-model-len"); the
+ * messages name the spelling given. A matcher returns true when argv holds its option with
+ * a good value, which it then consumes; a missing or bad value prints "lpx CMD: ..."
+ * (cli_num.h's wording, as every subcommand words it) and sets `bad`, after which every
+ * matcher returns false and the loop ends. */
 #ifndef LPX_CLI_OPTS_H
 #define LPX_CLI_OPTS_H
 
@@ -38,8 +39,22 @@ bool lpx_opts_flag(lpx_opts *o, const char *name);
 bool lpx_opts_str(lpx_opts *o, const char *name, const char **out);
 /* A number in [lo, hi]. */
 bool lpx_opts_num(lpx_opts *o, const char *name, double lo, double hi, double *out);
+/* A number in [lo, hi], or (lo, hi] when `above` (cli_num.h's float and double rules). */
+bool lpx_opts_double(lpx_opts *o, const char *name, double lo, bool above, double hi, double *out);
+bool lpx_opts_float(lpx_opts *o, const char *name, float lo, bool above, float hi, float *out);
 /* A whole number in [lo, hi]. */
 bool lpx_opts_int(lpx_opts *o, const char *name, int64_t lo, int64_t hi, int64_t *out);
+bool lpx_opts_i32(lpx_opts *o, const char *name, int32_t lo, int32_t hi, int32_t *out);
+/* "N,N,...": 1 to cap whole numbers in [lo, hi]. */
+bool lpx_opts_i32_list(lpx_opts *o, const char *name, int32_t lo, int32_t hi, int32_t *out,
+                       int32_t cap, int32_t *n);
+/* An argument that is not an option (no leading '-', or "-" alone). */
+bool lpx_opts_arg(lpx_opts *o, const char **out);
+/* After a matcher took a value its own rules refuse: prints "lpx CMD: OPT: expected WHAT
+ * (got 'VALUE')", sets `bad` and returns false. */
+bool lpx_opts_bad(lpx_opts *o, const char *what);
+/* The same with a message of its own: "lpx CMD: OPT: MSG". */
+bool lpx_opts_fail(lpx_opts *o, const char *msg);
 /* Reports the argument at hand as unknown (no matcher took it). */
 void lpx_opts_unknown(lpx_opts *o);
 /* After the loop, on help or a usage error: prints usage(stdout) for help; returns the
