@@ -1,13 +1,14 @@
-/* libcurl multi client for lpx bench serve: streaming requests with incremental SSE
- * parsing, Poisson arrivals, a concurrency cap and periodic /metrics scrapes. */
+/* The load generator's client for lpx bench serve (base/http_client.h's multi interface): streaming
+ * requests with incremental SSE parsing, Poisson arrivals, a concurrency cap and periodic /metrics
+ * scrapes. */
 #include "bench/bench_client.h"
 
 #include "base/checked.h"
 #include "base/error.h"
-#include "doctor/server_scrape.h"
+#include "base/http_client.h"
+#include "telemetry/prom_text.h"
 
 #include <cjson/cJSON.h>
-#include <curl/curl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,65 +53,36 @@ static bool buf_add(buf *b, const char *d, size_t n) {
     return true;
 }
 
-static size_t on_body(char *d, size_t sz, size_t nm, void *ud) {
-    return buf_add(ud, d, sz * nm) ? sz * nm : 0;
-}
-
-static struct curl_slist *headers(const bench_target *t, bool json) {
-    struct curl_slist *h = NULL;
-    if (json) h = curl_slist_append(h, "Content-Type: application/json");
-    if (t->api_key && *t->api_key) {
-        char line[512];
-        snprintf(line, sizeof line, "Authorization: Bearer %s", t->api_key);
-        h = curl_slist_append(h, line);
-    }
-    return h;
-}
-
-static void set_url(CURL *c, const bench_target *t, const char *path) {
-    char url[1024];
-    size_t n = strlen(t->url);
-    while (n > 0 && t->url[n - 1] == '/')
-        n--;
-    snprintf(url, sizeof url, "%.*s%s", (int)n, t->url, path);
-    curl_easy_setopt(c, CURLOPT_URL, url);
+/* The base URL with path; false (an error set) when it does not fit. */
+static bool url_of(const bench_target *t, const char *path, char *out, size_t cap) {
+    return lpx_http_url(out, cap, t->url, path) ||
+           (lpx_errorf(LPX_ERR_INVALID_ARG, "bench: URL %s%s too long", t->url, path), false);
 }
 
 lpx_status bench_http(const bench_target *t, const char *path, const char *body, char **out,
                       long *status) {
     *out = NULL;
     *status = 0;
-    CURL *c = curl_easy_init();
-    if (!c) return lpx_errorf(LPX_ERR_NOMEM, "bench: curl_easy_init failed");
-    buf b = {0};
-    struct curl_slist *h = headers(t, body != NULL);
-    set_url(c, t, path);
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(t->timeout_s * 1000));
-    if (body) curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-    CURLcode rc = curl_easy_perform(c);
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-    curl_slist_free_all(h);
-    curl_easy_cleanup(c);
-    if (rc != CURLE_OK) {
-        free(b.p);
-        return lpx_errorf(LPX_ERR_IO, "%s%s: %s", t->url, path, curl_easy_strerror(rc));
-    }
-    if (!b.p && !buf_add(&b, "", 0))
-        return lpx_errorf(LPX_ERR_NOMEM, "bench: response of %s", path);
-    *out = b.p;
-    return LPX_OK;
+    char url[1024];
+    if (!url_of(t, path, url, sizeof url)) return LPX_ERR_INVALID_ARG;
+    lpx_http_request rq = {
+        .url = url, .body = body, .api_key = t->api_key, .timeout_s = t->timeout_s};
+    lpx_http_response rs;
+    lpx_status st = lpx_http_fetch(&rq, &rs);
+    *status = rs.status;
+    if (st == LPX_OK)
+        *out = rs.body;
+    else
+        lpx_http_response_free(&rs);
+    return st;
 }
 
 lpx_status bench_parse_metrics(const char *text, double t, bench_run *run) {
     for (const char *l = text; *l;) {
         const char *eol = strchr(l, '\n');
         if (!eol) eol = l + strlen(l);
-        lpx_scrape_sample ps;
-        if (lpx_scrape_line(l, eol, &ps) && ps.has_value && ps.name_len > 8 &&
+        lpx_prom_sample ps;
+        if (lpx_prom_line(l, eol, &ps) && ps.has_value && ps.name_len > 8 &&
             strncmp(l, "lpx:gpu_", 8) == 0) {
             if (run->n_samples == run->cap_samples) {
                 size_t cap = run->cap_samples ? run->cap_samples * 2 : 64;
@@ -131,8 +103,10 @@ lpx_status bench_parse_metrics(const char *text, double t, bench_run *run) {
 
 /* One streaming request in flight. */
 typedef struct flight {
-    CURL *c;
-    struct curl_slist *h;
+    lpx_http *h; /* NULL when not in flight */
+    lpx_http_request rq;
+    lpx_http_response rs;
+    char url[1024];
     char *body;
     buf line; /* bytes of the SSE line being received */
     buf raw;  /* the start of a non-SSE body (an error), for the message */
@@ -216,9 +190,8 @@ static void on_line(flight *f, char *s, size_t n) {
     on_event(f, s);
 }
 
-static size_t on_stream(char *d, size_t sz, size_t nm, void *ud) {
+static bool on_stream(void *ud, const char *d, size_t n) {
     flight *f = ud;
-    size_t n = sz * nm;
     if (f->raw.len < 512) buf_add(&f->raw, d, n < 512 ? n : 512);
     for (size_t i = 0; i < n; i++) {
         if (d[i] == '\n') {
@@ -227,12 +200,12 @@ static size_t on_stream(char *d, size_t sz, size_t nm, void *ud) {
                 f->line.len = 0;
             }
         } else if (f->line.len < MAX_LINE) {
-            if (!buf_add(&f->line, d + i, 1)) return 0;
+            if (!buf_add(&f->line, d + i, 1)) return false;
         } else {
             f->overflow = true;
         }
     }
-    return n;
+    return true;
 }
 
 static char *request_body(const bench_target *t, const bench_work *w) {
@@ -258,7 +231,7 @@ static char *request_body(const bench_target *t, const bench_work *w) {
     return s;
 }
 
-static lpx_status start(CURLM *m, const bench_target *t, const bench_work *w, flight *f,
+static lpx_status start(lpx_http_multi *m, const bench_target *t, const bench_work *w, flight *f,
                         bench_req *r, double t0) {
     memset(f, 0, sizeof *f);
     f->r = r;
@@ -266,37 +239,33 @@ static lpx_status start(CURLM *m, const bench_target *t, const bench_work *w, fl
     r->expected_input = w->input_len;
     r->expected_output = w->output_len;
     f->body = request_body(t, w);
-    f->c = curl_easy_init();
-    if (!f->body || !f->c) return lpx_errorf(LPX_ERR_NOMEM, "bench: request %p", (void *)r);
-    f->h = headers(t, true);
-    f->h = curl_slist_append(f->h, "Accept: text/event-stream");
-    set_url(f->c, t, t->chat ? "/v1/chat/completions" : "/v1/completions");
-    curl_easy_setopt(f->c, CURLOPT_HTTPHEADER, f->h);
-    curl_easy_setopt(f->c, CURLOPT_POSTFIELDS, f->body);
-    curl_easy_setopt(f->c, CURLOPT_WRITEFUNCTION, on_stream);
-    curl_easy_setopt(f->c, CURLOPT_WRITEDATA, f);
-    curl_easy_setopt(f->c, CURLOPT_PRIVATE, f);
-    curl_easy_setopt(f->c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(f->c, CURLOPT_TIMEOUT_MS, (long)(t->timeout_s * 1000));
+    if (!f->body) return lpx_errorf(LPX_ERR_NOMEM, "bench: request %p", (void *)r);
+    if (!url_of(t, t->chat ? "/v1/chat/completions" : "/v1/completions", f->url, sizeof f->url))
+        return LPX_ERR_INVALID_ARG;
+    LPX_TRY(lpx_http_create(&f->h));
+    f->rq = (lpx_http_request){.url = f->url,
+                               .body = f->body,
+                               .api_key = t->api_key,
+                               .sse = true,
+                               .timeout_s = t->timeout_s,
+                               .on_data = on_stream,
+                               .user = f};
     f->t_start = now_s();
     r->start = f->t_start - t0;
-    if (curl_multi_add_handle(m, f->c) != CURLM_OK)
-        return lpx_errorf(LPX_ERR_INTERNAL, "bench: curl_multi_add_handle failed");
-    return LPX_OK;
+    return lpx_http_multi_add(m, f->h, &f->rq, &f->rs);
 }
 
-static void finish(flight *f, CURLcode rc) {
+/* st: the exchange's status (LPX_OK: a response arrived). */
+static void finish(flight *f, lpx_status st) {
     bench_req *r = f->r;
-    long status = 0;
-    curl_easy_getinfo(f->c, CURLINFO_RESPONSE_CODE, &status);
+    long status = f->rs.status;
     r->http_status = (int)status;
     r->ok = true;
     if (f->line.len) on_line(f, f->line.p, f->line.len); /* a last line without its newline */
-    if (rc != CURLE_OK) {
-        char why[160];
-        snprintf(why, sizeof why, "%s", curl_easy_strerror(rc));
+    if (st != LPX_OK) {
         r->ok = false;
-        snprintf(r->error, sizeof r->error, "%s", why);
+        snprintf(r->error, sizeof r->error, "%.*s", (int)sizeof r->error - 1,
+                 f->rs.error[0] ? f->rs.error : lpx_last_error());
     } else if (status != 200) {
         char why[160];
         snprintf(why, sizeof why, "HTTP %ld: %.120s", status, f->raw.p ? f->raw.p : "");
@@ -317,12 +286,11 @@ static void finish(flight *f, CURLcode rc) {
             r->output_tokens = r->n_chunks; /* no usage chunk: one token per chunk */
         if (r->input_tokens == 0) r->input_tokens = r->expected_input;
     }
-    curl_slist_free_all(f->h);
-    curl_easy_cleanup(f->c);
+    lpx_http_destroy(f->h);
     free(f->body);
     free(f->line.p);
     free(f->raw.p);
-    f->c = NULL;
+    f->h = NULL;
 }
 
 void bench_run_free(bench_run *run) {
@@ -340,13 +308,25 @@ lpx_status bench_run_workload(const bench_target *t, const bench_work *w, size_t
     run->reqs = calloc(n ? n : 1, sizeof *run->reqs);
     double *arrive = calloc(n ? n : 1, sizeof *arrive);
     flight *fl = calloc(n ? n : 1, sizeof *fl);
-    CURLM *m = curl_multi_init();
-    CURL *mc = NULL; /* the /metrics scrape in flight */
-    buf mbody = {0};
+    lpx_http_multi *m = NULL;
+    lpx_http *mh = NULL; /* the /metrics scrape */
+    lpx_http_request mrq = {.timeout_s = 5};
+    lpx_http_response mrs = {0};
+    char murl[1024];
+    bool scraping = false;
     lpx_status st = LPX_OK;
-    if (!run->reqs || !arrive || !fl || !m) {
+    if (!run->reqs || !arrive || !fl) {
         st = lpx_errorf(LPX_ERR_NOMEM, "bench: %zu requests", n);
         goto out;
+    }
+    if ((st = lpx_http_multi_create(&m)) != LPX_OK) goto out;
+    if (o->scrape_interval > 0) {
+        if (!url_of(t, "/metrics", murl, sizeof murl)) {
+            st = LPX_ERR_INVALID_ARG;
+            goto out;
+        }
+        mrq.url = murl;
+        if ((st = lpx_http_create(&mh)) != LPX_OK) goto out;
     }
     run->n = n;
     /* Poisson process: exponential gaps of mean 1/rate, as vLLM's benchmark. */
@@ -367,42 +347,26 @@ lpx_status bench_run_workload(const bench_target *t, const bench_work *w, size_t
             next++;
             active++;
         }
-        if (o->scrape_interval > 0 && !mc && now >= next_scrape) {
-            mc = curl_easy_init();
-            if (mc) {
-                mbody.len = 0;
-                set_url(mc, t, "/metrics");
-                curl_easy_setopt(mc, CURLOPT_WRITEFUNCTION, on_body);
-                curl_easy_setopt(mc, CURLOPT_WRITEDATA, &mbody);
-                curl_easy_setopt(mc, CURLOPT_NOSIGNAL, 1L);
-                curl_easy_setopt(mc, CURLOPT_TIMEOUT_MS, 5000L);
-                curl_multi_add_handle(m, mc);
-                scrape_t = now;
-            }
+        if (mh && !scraping && now >= next_scrape) {
+            scraping = lpx_http_multi_add(m, mh, &mrq, &mrs) == LPX_OK;
+            scrape_t = now;
             next_scrape = now + o->scrape_interval;
         }
-        int running;
-        curl_multi_perform(m, &running);
-        CURLMsg *msg;
-        int left;
-        while ((msg = curl_multi_info_read(m, &left))) {
-            if (msg->msg != CURLMSG_DONE) continue;
-            CURL *c = msg->easy_handle;
-            CURLcode rc = msg->data.result;
-            curl_multi_remove_handle(m, c);
-            if (c == mc) {
-                long status = 0;
-                curl_easy_getinfo(mc, CURLINFO_RESPONSE_CODE, &status);
-                if (rc == CURLE_OK && status == 200 && mbody.p)
-                    st = bench_parse_metrics(mbody.p, scrape_t, run);
-                curl_easy_cleanup(mc);
-                mc = NULL;
+        lpx_http *h;
+        lpx_status hst;
+        while ((h = lpx_http_multi_done(m, &hst))) {
+            if (h == mh) {
+                if (hst == LPX_OK && mrs.status == 200)
+                    st = bench_parse_metrics(mrs.body, scrape_t, run);
+                lpx_http_response_free(&mrs);
+                scraping = false;
                 if (st != LPX_OK) goto out;
                 continue;
             }
-            flight *f = NULL;
-            curl_easy_getinfo(c, CURLINFO_PRIVATE, (char **)&f);
-            finish(f, rc);
+            size_t i = 0;
+            while (fl[i].h != h)
+                i++;
+            finish(&fl[i], hst);
             active--;
             done++;
         }
@@ -411,23 +375,20 @@ lpx_status bench_run_workload(const bench_target *t, const bench_work *w, size_t
         double wait = 0.1;
         now = now_s() - t0;
         if (next < n && active < cap) wait = fmin(wait, fmax(0.0, arrive[next] - now));
-        if (o->scrape_interval > 0 && !mc) wait = fmin(wait, fmax(0.0, next_scrape - now));
-        curl_multi_poll(m, NULL, 0, (int)(wait * 1000), NULL);
+        if (mh && !scraping) wait = fmin(wait, fmax(0.0, next_scrape - now));
+        if ((st = lpx_http_multi_wait(m, wait)) != LPX_OK) goto out;
     }
     run->duration = now_s() - t0;
 out:
-    if (mc) {
-        curl_multi_remove_handle(m, mc);
-        curl_easy_cleanup(mc);
-    }
+    lpx_http_destroy(mh);
+    lpx_http_response_free(&mrs);
     if (st != LPX_OK && fl)
         for (size_t i = 0; i < n; i++)
-            if (fl[i].c) {
-                curl_multi_remove_handle(m, fl[i].c);
-                finish(&fl[i], CURLE_ABORTED_BY_CALLBACK);
+            if (fl[i].h) {
+                snprintf(fl[i].rs.error, sizeof fl[i].rs.error, "aborted");
+                finish(&fl[i], LPX_ERR_IO);
             }
-    free(mbody.p);
-    if (m) curl_multi_cleanup(m);
+    lpx_http_multi_destroy(m);
     free(fl);
     free(arrive);
     if (st != LPX_OK) bench_run_free(run);

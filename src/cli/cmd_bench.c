@@ -6,7 +6,6 @@
 #include "backend/backend.h"
 #include "base/error.h"
 #include "bench/bench_engine_report.h"
-#include "bench/bench_serve.h"
 #include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "lpx.h"
@@ -327,7 +326,7 @@ static void print_results(const char *fmt, const bench_engine_meta *m, const ben
 }
 
 int cmd_bench(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "serve") == 0) return bench_serve_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "serve") == 0) return cmd_bench_serve(argc - 1, argv + 1);
     const char *model = NULL, *fmt = "md", *device = NULL, *report = NULL;
     int32_t p = 512, n = 128, ctx = 128, reps = 5, batches[MAX_BATCHES] = {1, 16, 64, 256}, nb = 4;
     for (int i = 1; i < argc; i++) {

@@ -1,11 +1,11 @@
 /* lpx monitor: live GPU table (and a running lpx server's figures) and alerts until
  * Ctrl-C or --count samples. */
+#include "base/http_client.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "doctor/monitor.h"
 #include "doctor/server_scrape.h"
 
-#include <curl/curl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,8 +84,8 @@ int cmd_monitor(int argc, char **argv) {
         fprintf(stderr, "lpx monitor: cannot open log %s\n", log_path);
         return 1;
     }
-    if (o.metrics_url && curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
-        fprintf(stderr, "lpx monitor: curl_global_init failed\n");
+    if (o.metrics_url && lpx_http_global_init() != LPX_OK) {
+        fprintf(stderr, "lpx monitor: %s\n", lpx_last_error());
         return 1;
     }
     struct sigaction sa = {.sa_handler = on_signal};
@@ -93,7 +93,7 @@ int cmd_monitor(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     lpx_status s = lpx_monitor_run(&o, stdout);
     if (o.log) fclose(o.log);
-    if (o.metrics_url) curl_global_cleanup();
+    if (o.metrics_url) lpx_http_global_cleanup();
     if (s != LPX_OK) {
         fprintf(stderr, "lpx monitor: %s\n", lpx_last_error());
         return 1;

@@ -23,5 +23,6 @@ int cmd_template(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_batch(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_bench_serve(int argc, char **argv); /* lpx bench serve */
 
 #endif

@@ -1,8 +1,11 @@
 #include "doctor/server_scrape.h"
 
 #include "base/error.h"
+#include "base/http_client.h"
+#include "telemetry/prom_text.h"
 
-#include <curl/curl.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -39,45 +42,14 @@ static const series wanted[] = {
 };
 #define N_WANTED (sizeof wanted / sizeof wanted[0])
 
-/* Label values may hold '}' and escaped quotes. Returns the end of the labels (or of
- * the name), NULL when they do not close before the end of the line. */
-static const char *skip_labels(const char *p, const char *end) {
-    if (p == end || *p != '{') return p;
-    bool quoted = false;
-    for (p++; p < end; p++) {
-        if (quoted && *p == '\\')
-            p++;
-        else if (*p == '"')
-            quoted = !quoted;
-        else if (!quoted && *p == '}')
-            return p + 1;
-    }
-    return NULL;
-}
-
-bool lpx_scrape_line(const char *line, const char *eol, lpx_scrape_sample *out) {
-    if (line == eol || *line == '#') return false;
-    size_t name_len = strcspn(line, "{ \t\n");
-    if (name_len > (size_t)(eol - line)) name_len = (size_t)(eol - line);
-    const char *p = skip_labels(line + name_len, eol);
-    if (!p) return false;
-    char *num_end;
-    double v = strtod(p, &num_end);
-    *out = (lpx_scrape_sample){.name_len = name_len,
-                               .series_len = (size_t)(p - line),
-                               .has_value = num_end != p && num_end <= eol,
-                               .value = v};
-    return true;
-}
-
 lpx_status lpx_scrape_parse(const char *text, lpx_scrape *s) {
     memset(s, 0, sizeof *s);
     bool seen[N_WANTED] = {false};
     for (const char *l = text; *l;) {
         const char *eol = strchr(l, '\n');
         if (!eol) eol = l + strlen(l);
-        lpx_scrape_sample ps;
-        const bool sample = lpx_scrape_line(l, eol, &ps);
+        lpx_prom_sample ps;
+        const bool sample = lpx_prom_line(l, eol, &ps);
         for (size_t k = 0; sample && k < N_WANTED; k++) {
             if (strlen(wanted[k].name) != ps.name_len || strncmp(l, wanted[k].name, ps.name_len))
                 continue;
@@ -99,30 +71,7 @@ lpx_status lpx_scrape_parse(const char *text, lpx_scrape *s) {
     return LPX_OK;
 }
 
-typedef struct body {
-    char *p;
-    size_t n;
-    bool too_big;
-} body;
-
-/* An lpx /metrics body is ~10 kB; anything far larger is not one. */
 #define MAX_BODY (4u << 20)
-
-static size_t on_body(char *data, size_t size, size_t nmemb, void *user) {
-    body *b = user;
-    size_t k = size * nmemb;
-    if (b->n + k > MAX_BODY) {
-        b->too_big = true;
-        return 0;
-    }
-    char *p = realloc(b->p, b->n + k + 1);
-    if (!p) return 0;
-    memcpy(p + b->n, data, k);
-    b->p = p;
-    b->n += k;
-    p[b->n] = '\0';
-    return k;
-}
 
 static double now_s(void) {
     struct timespec ts;
@@ -131,34 +80,22 @@ static double now_s(void) {
 }
 
 lpx_status lpx_scrape_fetch(const char *metrics_url, double timeout_s, lpx_scrape *s) {
-    CURL *c = curl_easy_init();
-    if (!c) return lpx_errorf(LPX_ERR_NOMEM, "%s: curl_easy_init failed", metrics_url);
-    body b = {0};
-    char err[CURL_ERROR_SIZE] = "";
-    curl_easy_setopt(c, CURLOPT_URL, metrics_url);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    curl_easy_setopt(c, CURLOPT_ERRORBUFFER, err);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
-    CURLcode rc = curl_easy_perform(c);
-    long http = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &http);
-    curl_easy_cleanup(c);
-    lpx_status st = LPX_OK;
-    if (b.too_big)
+    lpx_http_request rq = {.url = metrics_url, .timeout_s = timeout_s, .max_body = MAX_BODY};
+    lpx_http_response rs;
+    lpx_status st = lpx_http_fetch(&rq, &rs);
+    if (rs.too_big)
         st = lpx_errorf(LPX_ERR_FORMAT, "%s: answer over %u MiB: this is not an lpx server",
                         metrics_url, MAX_BODY >> 20);
-    else if (rc != CURLE_OK)
-        st = lpx_errorf(LPX_ERR_IO, "%s: %s", metrics_url, err[0] ? err : curl_easy_strerror(rc));
-    else if (http != 200)
+    else if (st != LPX_OK)
+        ;
+    else if (rs.status != 200)
         st = lpx_errorf(LPX_ERR_IO, "%s: HTTP %ld: is it an lpx server (lpx serve)?", metrics_url,
-                        http);
-    else if ((st = lpx_scrape_parse(b.p ? b.p : "", s)) != LPX_OK)
+                        rs.status);
+    else if ((st = lpx_scrape_parse(rs.body, s)) != LPX_OK)
         lpx_error_wrap(st, "%s", metrics_url);
     else
         s->t = now_s();
-    free(b.p);
+    lpx_http_response_free(&rs);
     return st;
 }
 

@@ -25,25 +25,13 @@ typedef struct lpx_scrape {
  * LPX_ERR_INVALID_ARG when it is not an http:// or https:// URL. */
 lpx_status lpx_scrape_metrics_url(const char *url, char *out, size_t cap);
 
-/* One sample line of a Prometheus text exposition: `name{label="value",...} value
- * [timestamp]`. series_len covers the name and its labels. */
-typedef struct lpx_scrape_sample {
-    size_t name_len, series_len;
-    bool has_value; /* a number follows the series on the same line */
-    double value;
-} lpx_scrape_sample;
-
-/* Splits the line [line, eol) of a NUL-terminated text; false for a comment or labels that do not
- * close. The one line parser of /metrics text (lpx_scrape_parse, bench serve's gauge scrape). */
-bool lpx_scrape_line(const char *line, const char *eol, lpx_scrape_sample *out);
-
 /* Fills s (all but t) from a /metrics body. LPX_ERR_FORMAT naming the first series an lpx
  * server always exports and this text lacks: the URL is not an lpx server. */
 lpx_status lpx_scrape_parse(const char *text, lpx_scrape *s);
 
 /* GETs metrics_url (from lpx_scrape_metrics_url) and parses it. LPX_ERR_IO when the
  * server cannot be reached or answers with an HTTP error, LPX_ERR_FORMAT when what
- * answers is not an lpx server. Needs curl_global_init done by the program. */
+ * answers is not an lpx server. Needs lpx_http_global_init done by the program. */
 lpx_status lpx_scrape_fetch(const char *metrics_url, double timeout_s, lpx_scrape *s);
 
 /* Rates between two scrapes of the same server: counter deltas over the time between

@@ -5,6 +5,7 @@
 #include "bench/bench_client.h"
 #include "doctor/server_scrape.h"
 #include "server/metrics.h"
+#include "telemetry/prom_text.h"
 #include "test.h"
 
 #include <math.h>
@@ -79,16 +80,16 @@ static void test_hand_written(void) {
     CHECK(strstr(lpx_last_error(), "lpx:num_requests_running has no number"));
     /* The line parser: a series with labels, one without, a comment, no number. */
     const char *line = "lpx:gpu_power_watts{gpu=\"1\",m=\"a}b\"} 250.5 1700000000\n";
-    lpx_scrape_sample ps;
-    CHECK(lpx_scrape_line(line, strchr(line, '\n'), &ps));
+    lpx_prom_sample ps;
+    CHECK(lpx_prom_line(line, strchr(line, '\n'), &ps));
     CHECK(ps.name_len == 19 && ps.series_len == 36 && ps.has_value && ps.value == 250.5);
     line = "lpx:up 1";
-    CHECK(lpx_scrape_line(line, line + 8, &ps) && ps.name_len == 6 && ps.series_len == 6);
+    CHECK(lpx_prom_line(line, line + 8, &ps) && ps.name_len == 6 && ps.series_len == 6);
     CHECK(ps.has_value && ps.value == 1);
     line = "# TYPE lpx:up gauge\n";
-    CHECK(!lpx_scrape_line(line, strchr(line, '\n'), &ps));
+    CHECK(!lpx_prom_line(line, strchr(line, '\n'), &ps));
     line = "lpx:up\n7\n";
-    CHECK(lpx_scrape_line(line, line + 6, &ps) && !ps.has_value);
+    CHECK(lpx_prom_line(line, line + 6, &ps) && !ps.has_value);
     /* Unterminated labels: not a sample, so the series is missing. */
     CHECK(lpx_scrape_parse("lpx:generation_tokens_total{a=\"} 3\n", &s) == LPX_ERR_FORMAT);
 }
