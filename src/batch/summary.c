@@ -1,0 +1,59 @@
+/* summary.json of an OUTDIR: counts, tokens, latency percentiles, quality flags. */
+#include "batch/job.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+bool lpx_batch_write_summary(job *j, const char *dir, int64_t total, double wall_s,
+                             bool was_interrupted, const char *mode) {
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "mode", mode);
+    cJSON_AddStringToObject(s, "model", j->model_name);
+    cJSON_AddNumberToObject(s, "total", (double)total);
+    cJSON_AddNumberToObject(s, "succeeded", (double)j->n_results);
+    cJSON_AddNumberToObject(s, "failed", (double)j->n_failed);
+    int64_t rem = total - j->n_results - j->n_failed;
+    cJSON_AddNumberToObject(s, "remaining", (double)(rem > 0 ? rem : 0));
+    cJSON_AddNumberToObject(s, "invalid_lines", (double)j->n_invalid);
+    cJSON_AddBoolToObject(s, "interrupted", was_interrupted);
+    cJSON_AddNumberToObject(s, "prompt_tokens", (double)j->prompt_tokens);
+    cJSON_AddNumberToObject(s, "completion_tokens", (double)j->completion_tokens);
+    cJSON_AddNumberToObject(s, "wall_s", round(wall_s * 1000) / 1000);
+    cJSON_AddNumberToObject(s, "run_completion_tokens", (double)j->run_tokens);
+    cJSON_AddNumberToObject(s, "completion_tokens_per_s",
+                            wall_s > 0 ? round((double)j->run_tokens / wall_s * 100) / 100 : 0);
+    cJSON *lat = cJSON_AddObjectToObject(s, "latency_ms");
+    qsort(j->lat, j->n_lat, sizeof *j->lat, cmp_dbl);
+    static const struct {
+        const char *k;
+        double p;
+    } ps[] = {{"p50", 0.5}, {"p90", 0.9}, {"p99", 0.99}, {"max", 1.0}};
+    for (size_t i = 0; i < 4; i++) {
+        if (!j->n_lat) {
+            cJSON_AddNullToObject(lat, ps[i].k);
+            continue;
+        }
+        size_t k = (size_t)ceil(ps[i].p * (double)j->n_lat);
+        cJSON_AddNumberToObject(lat, ps[i].k, j->lat[k ? k - 1 : 0]);
+    }
+    cJSON *q = cJSON_AddObjectToObject(s, "quality");
+    for (int b = 0; b < LPX_BQ_COUNT; b++)
+        cJSON_AddNumberToObject(q, lpx_bq_flag_name(b), (double)j->flag_counts[b]);
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char *txt = cJSON_Print(s);
+    cJSON_Delete(s);
+    FILE *f = txt ? fopen(tmp, "w") : NULL;
+    bool ok = f && fprintf(f, "%s\n", txt) > 0;
+    free(txt);
+    if (f) ok = (fflush(f) == 0) & (fsync(fileno(f)) == 0) & (fclose(f) == 0) && ok;
+    return ok && rename(tmp, path) == 0;
+}
