@@ -1,4 +1,4 @@
-/* The HTML report of lpx bench (the engine benchmark, src/cli/cmd_bench.c): its table
+/* The HTML report of lpx bench (the engine benchmark, bench_engine.c): its table
  * (tok/s ± sd, ms per step, bandwidth floor and the share of it reached, effective
  * bandwidth), the clocks and throttle reasons before and after, and charts of tok/s
  * and % of floor per test and of decode tok/s over the batch size. One self-contained
@@ -29,7 +29,7 @@ typedef struct bench_engine_clocks {
 typedef struct bench_engine_meta {
     const char *model, *device, *gpu;
     double read_bandwidth; /* bytes/s, measured at start: the floor's denominator */
-    int p, n, ctx, reps;   /* the command's -p, -n, -c, -r */
+    int p, n, ctx, reps;   /* the command's -p, -n, -d, -r */
     const char *decode;    /* how decode steps ran: "ahead", "waited" or "host_logits" */
     bench_engine_clocks before, after;
     bool throttled;

@@ -16,7 +16,7 @@ def run(*args):
 
 def test_report(lpx_bin, smollm2, tmp_path):
     html = tmp_path / "bench.html"
-    r = run(lpx_bin, "bench", "-m", smollm2, "-p", "16", "-n", "4", "-c", "8", "-b", "1,2,3",
+    r = run(lpx_bin, "bench", "-m", smollm2, "-p", "16", "-n", "4", "-d", "8", "-b", "1,2,3",
             "-r", "2", "--device", "cpu", "-o", "json", "--report", html)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
@@ -64,7 +64,7 @@ def test_help_and_errors(lpx_bin, smollm2, tmp_path):
     r = run(lpx_bin, "bench", "--help")
     assert r.returncode == 0
     assert "lpx bench serve" in r.stdout and "--report" in r.stdout
-    r = run(lpx_bin, "bench", "-m", smollm2, "-p", "0", "-n", "1", "-c", "4", "-b", "1", "-r", "1",
+    r = run(lpx_bin, "bench", "-m", smollm2, "-p", "0", "-n", "1", "-d", "4", "-b", "1", "-r", "1",
             "--device", "cpu", "--report", tmp_path / "no" / "such" / "dir.html")
     assert r.returncode == 1
     assert r.stderr.startswith("lpx bench: ") and "dir.html" in r.stderr

@@ -52,7 +52,7 @@ def test_slice_usage_errors(lpx_bin, smollm2, tmp_path):
 
 
 def test_bench_cpu_json(lpx_bin, smollm2):
-    r = run(lpx_bin, "bench", "-m", smollm2, "-p", "16", "-n", "4", "-c", "8", "-b", "1,2",
+    r = run(lpx_bin, "bench", "-m", smollm2, "-p", "16", "-n", "4", "-d", "8", "-b", "1,2",
             "-r", "1", "--device", "cpu", "-o", "json")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
@@ -63,10 +63,10 @@ def test_bench_cpu_json(lpx_bin, smollm2):
     for t in tests.values():
         assert t["tok_s"] > 0 and t["ms_per_step"] > 0 and 0 < t["pct_of_floor"]
         assert t["floor_ms_per_step"] > 0
-    for env, mode in [({"LPX_STEP_AHEAD": "0"}, "waited"), ({"LPX_DEVICE_SAMPLING": "0"}, "host_logits")]:
-        r = subprocess.run([lpx_bin, "bench", "-m", smollm2, "-p", "0", "-n", "2", "-c", "8", "-b",
-                            "1", "-r", "1", "--device", "cpu", "-o", "json"], capture_output=True,
-                           text=True, timeout=300, env={**os.environ, **env})
+    for flag, mode in [("--no-step-ahead", "waited"), ("--no-device-sampling", "host_logits")]:
+        r = subprocess.run([lpx_bin, "bench", "-m", smollm2, "-p", "0", "-n", "2", "-d", "8", "-b",
+                            "1", "-r", "1", "--device", "cpu", "-o", "json", flag],
+                           capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["decode"] == mode
 
@@ -79,7 +79,7 @@ def test_bench_usage(lpx_bin):
     assert r.returncode == 2 and r.stderr == "lpx bench: unknown option '--bogus' (see lpx bench --help)\n"
     r = run(lpx_bin, "bench", "-m", "x", "-b")
     assert r.returncode == 2 and r.stderr == "lpx bench: -b: needs a value\n"
-    for opt, value in [("-p", "12abc"), ("-n", "99999999999999999999"), ("-c", "0"),
+    for opt, value in [("-p", "12abc"), ("-n", "99999999999999999999"), ("-d", "0"),
                        ("-r", "65"), ("-b", "1,2,x"), ("-b", "1,"), ("-b", ",".join(["1"] * 17))]:
         r = run(lpx_bin, "bench", "-m", "x", opt, value)
         assert r.returncode == 2, (opt, value)

@@ -101,12 +101,11 @@ def test_seed_reproduces(lpx_bin, smollm2):
 
 
 def test_step_ahead_gives_the_same_output(lpx_bin, smollm2):
-    """Decode one step ahead (the default; LPX_STEP_AHEAD=0 turns it off): the same
+    """Decode one step ahead (the default; --no-step-ahead turns it off): the same
     sampled tokens and text, a stop string met while the next token is in flight."""
     args = ["-p", "Once upon a time", "-n", 12, "--temp", 0.8, "--top-k", 40, "--seed", 3,
             "--ignore-eos"]
-    off = run(lpx_bin, "run", "-m", smollm2, "--device", "cpu", "--json", *args,
-              env={**os.environ, "LPX_STEP_AHEAD": "0"})
+    off = run(lpx_bin, "run", "-m", smollm2, "--device", "cpu", "--json", "--no-step-ahead", *args)
     assert off.returncode == 0, off.stderr
     off = json.loads(off.stdout)
     on = run_json(lpx_bin, smollm2, *args)

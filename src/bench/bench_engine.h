@@ -1,0 +1,41 @@
+/* lpx bench's engine benchmark: drives a backend directly (no engine) on random token
+ * ids and measures llama-bench style figures: prefill (pp), batch-1 decode (tg) and
+ * decode at B sequences, each with ms per step, the bandwidth floor of that step (weight
+ * + KV bytes over the read bandwidth measured at start) and the share of it reached. GPU
+ * clocks and throttle reasons are read before and after; a throttled run is flagged. */
+#ifndef LPX_BENCH_ENGINE_H
+#define LPX_BENCH_ENGINE_H
+
+#include "bench/bench_engine_report.h"
+#include "lpx.h"
+
+#include <stdint.h>
+
+#define BENCH_MAX_BATCHES 16
+
+typedef struct bench_engine_opts {
+    const char *model;
+    const char *device; /* "cpu", "cuda", "cuda:N"; NULL: cuda when a GPU is usable */
+    int32_t n_threads;  /* cpu; 0 = all cores */
+    int32_t p;          /* prompt tokens of the prefill test; 0: none */
+    int32_t n;          /* decode steps per test */
+    int32_t depth;      /* context before decoding starts */
+    int32_t reps;       /* timed repetitions, 1 to 64 */
+    int32_t batches[BENCH_MAX_BATCHES]; /* decode batch sizes; 1 is the tg test */
+    int32_t n_batches;
+    int32_t step_ahead, device_sampling; /* 1 on, -1 off, 0 default (on) */
+    const char *tune, *trace;            /* lpx_backend_opts' developer strings; may be NULL */
+} bench_engine_opts;
+
+typedef struct bench_engine_result {
+    bench_engine_meta meta; /* points into this result */
+    bench_engine_row rows[BENCH_MAX_BATCHES + 1];
+    int n_rows;
+    char names[BENCH_MAX_BATCHES + 1][32];
+    char gpu[512], throttle_before[128], throttle_after[128];
+} bench_engine_result;
+
+void bench_engine_opts_init(bench_engine_opts *o);
+lpx_status bench_engine_run(const bench_engine_opts *o, bench_engine_result *r);
+
+#endif
