@@ -16,6 +16,7 @@ static void usage(FILE *f) {
                "found and the fix.\n\n"
                "  -m MODEL            also check that MODEL fits in each GPU's free memory\n"
                "  --max-model-len L   tokens per sequence for that check, 1 to 2147483647\n"
+               "                      (also -c, --ctx-size)\n"
                "                      (default: the model's)\n"
                "  --max-num-seqs N    sequences for that check, 1 to 2147483647 (default 1)\n"
                "  --json              print the report as JSON\n\n"
@@ -30,8 +31,8 @@ int cmd_doctor(int argc, char **argv) {
     while (lpx_opts_next(&a)) {
         if (lpx_opts_flag(&a, "--json"))
             json = true;
-        else if (!lpx_opts_str(&a, "-m", &model) &&
-                 !lpx_opts_int(&a, "--max-model-len", 1, INT32_MAX, &max_len) &&
+        else if (!lpx_opts_str(&a, LPX_OPT_MODEL, &model) &&
+                 !lpx_opts_int(&a, LPX_OPT_CTX, 1, INT32_MAX, &max_len) &&
                  !lpx_opts_int(&a, "--max-num-seqs", 1, INT32_MAX, &max_seqs))
             lpx_opts_unknown(&a);
     }

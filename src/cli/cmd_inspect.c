@@ -1,5 +1,6 @@
 /* lpx inspect MODEL [--json]: what a model is and what it costs to run. */
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "lpx.h"
 #include "model/model.h"
 
@@ -137,22 +138,20 @@ static void print_text(const lpx_model *m, const lpx_model_info *in) {
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     bool json = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--json")) {
+    const char *arg;
+    lpx_opts a = {.cmd = "inspect", .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a)) {
+        if (lpx_opts_flag(&a, "--json"))
             json = true;
-        } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) {
-            path = argv[++i];
-        } else if (argv[i][0] != '-' && !path) {
-            path = argv[i];
-        } else {
+        else if (!path && lpx_opts_arg(&a, &arg))
+            path = arg;
+        else if (!lpx_opts_str(&a, LPX_OPT_MODEL, &path) && !a.bad) {
             fprintf(stderr, "lpx inspect: unexpected argument '%s' (lpx inspect --help)\n",
-                    argv[i]);
-            return 2;
+                    argv[a.i]);
+            a.bad = true;
         }
     }
+    if (a.help || a.bad) return lpx_opts_exit(&a, usage);
     if (!path) {
         usage(stderr);
         return 2;

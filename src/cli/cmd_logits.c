@@ -3,8 +3,10 @@
  * each step), writes the float32 logits of every position, and can continue
  * greedily. Used by the backend conformance tests. */
 #include "backend/backend.h"
+#include "cli/cli_dev_env.h"
 #include "cli/cli_num.h"
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "lpx.h"
 
 #include <errno.h>
@@ -27,7 +29,7 @@ static void usage(FILE *f) {
                "                        decode: one id per step through the KV cache\n"
                "  --chunk N[,N...]      ids per step for each sequence (overrides --mode)\n"
                "  --block-size N        KV block size in tokens (default 16)\n"
-               "  --threads N           CPU threads (default: all cores)\n"
+               "  -t, --threads N       CPU threads, 1 to 4096 (default: all cores)\n"
                "  -o, --output FILE     write the logits there (raw little-endian float32)\n"
                "  --greedy N            then generate N tokens greedily (all sequences batched);\n"
                "                        prints one line of comma-separated ids per sequence\n"
@@ -94,6 +96,13 @@ static int32_t argmax(const float *v, int32_t n) {
     return best;
 }
 
+/* --chunk N[,N...]; *arg keeps the text for the check against the sequences. */
+static bool chunk_opt(lpx_opts *a, int32_t *chunks, int32_t *n, const char **arg) {
+    if (!lpx_opts_i32_list(a, "--chunk", 1, INT32_MAX, chunks, MAX_SEQS, n)) return false;
+    *arg = a->argv[a->i];
+    return true;
+}
+
 int cmd_logits(int argc, char **argv) {
     const char *model_path = NULL, *device = "cpu", *out_path = NULL, *mode = "prefill",
                *chunk_arg = NULL;
@@ -101,46 +110,27 @@ int cmd_logits(int argc, char **argv) {
     int32_t chunks[MAX_SEQS], n_chunks = 0;
     int32_t n_seqs = 0, n_greedy = 0, threads = 0, block_size = 16;
     bool timing = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has = i + 1 < argc;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has) {
-            model_path = argv[++i];
-        } else if (!strcmp(a, "--ids") && has) {
+    lpx_opts a = {.cmd = "logits", .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a)) {
+        const char *ids;
+        if (lpx_opts_flag(&a, "--time"))
+            timing = true;
+        else if (lpx_opts_str(&a, "--ids", &ids)) {
             if (n_seqs == MAX_SEQS) {
                 fprintf(stderr, "lpx logits: at most %d sequences\n", MAX_SEQS);
                 return 2;
             }
-            ids_arg[n_seqs++] = argv[++i];
-        } else if (!strcmp(a, "--device") && has) {
-            device = argv[++i];
-        } else if (!strcmp(a, "--mode") && has) {
-            mode = argv[++i];
-        } else if (!strcmp(a, "--chunk") && has) {
-            chunk_arg = argv[++i];
-            if (!lpx_cli_opt_i32_list("logits", a, chunk_arg, 1, INT32_MAX, chunks, MAX_SEQS,
-                                      &n_chunks))
-                return 2;
-        } else if ((!strcmp(a, "-o") || !strcmp(a, "--output")) && has) {
-            out_path = argv[++i];
-        } else if (!strcmp(a, "--time")) {
-            timing = true;
-        } else if (!strcmp(a, "--block-size") && has) {
-            if (!lpx_cli_opt_i32("logits", a, argv[++i], 1, 1000000, &block_size)) return 2;
-        } else if (!strcmp(a, "--threads") && has) {
-            if (!lpx_cli_opt_i32("logits", a, argv[++i], 0, 1000000, &threads)) return 2;
-        } else if (!strcmp(a, "--greedy") && has) {
-            if (!lpx_cli_opt_i32("logits", a, argv[++i], 0, 1000000, &n_greedy)) return 2;
-        } else {
-            static const char *const with_value[] = {
-                "-m", "--model",  "--ids",        "--device",  "--mode",   "--chunk",
-                "-o", "--output", "--block-size", "--threads", "--greedy", NULL};
-            return lpx_cli_opt_reject("logits", a, with_value), 2;
-        }
+            ids_arg[n_seqs++] = ids;
+        } else if (!chunk_opt(&a, chunks, &n_chunks, &chunk_arg) &&
+                   !lpx_opts_str(&a, LPX_OPT_MODEL, &model_path) &&
+                   !lpx_opts_str(&a, "--device", &device) && !lpx_opts_str(&a, "--mode", &mode) &&
+                   !lpx_opts_str(&a, "-o|--output", &out_path) &&
+                   !lpx_opts_i32(&a, "--block-size", 1, 1000000, &block_size) &&
+                   !lpx_opts_i32(&a, LPX_OPT_THREADS, 1, 4096, &threads) &&
+                   !lpx_opts_i32(&a, "--greedy", 0, 1000000, &n_greedy))
+            lpx_opts_unknown(&a);
     }
+    if (a.help || a.bad) return lpx_opts_exit(&a, usage);
     if (!model_path || !n_seqs) {
         fprintf(stderr, "lpx logits: -m MODEL and --ids are required (see --help)\n");
         return 2;
@@ -216,6 +206,7 @@ int cmd_logits(int argc, char **argv) {
                           .n_blocks = (int32_t)n_blocks,
                           .max_batch_tokens = (int32_t)max_step,
                           .max_seqs = n_seqs};
+    lpx_cli_dev_env(&o.tune, &o.trace);
     r.tokens = malloc((size_t)max_step * sizeof(int32_t));
     r.positions = malloc((size_t)max_step * sizeof(int32_t));
     r.rows = malloc((size_t)max_step * sizeof(int32_t));

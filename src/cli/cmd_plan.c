@@ -24,7 +24,7 @@ static void usage(FILE *f) {
                "  --bandwidth TB/s    memory bandwidth to use instead, 0.001 to 1000\n"
                "  --memory GiB        GPU memory to use instead, 0.001 to 1e+06\n"
                "  --max-model-len L   tokens per sequence for the memory plan, 1 to 2147483647\n"
-               "                      (default: model's)\n"
+               "                      (default: model's; also -c, --ctx-size)\n"
                "  --context T         tokens per sequence for the floor table, 0 to 2147483647\n"
                "                      (default L/2)\n"
                "  --batch B,...       batch sizes of the table, up to 16 sizes of 1 to 1000000\n"
@@ -205,11 +205,11 @@ int cmd_plan(int argc, char **argv) {
     while (lpx_opts_next(&a)) {
         if (lpx_opts_flag(&a, "--json"))
             json = true;
-        else if (!lpx_opts_str(&a, "-m", &model) && !lpx_opts_str(&a, "--gpu", &gpu) &&
+        else if (!lpx_opts_str(&a, LPX_OPT_MODEL, &model) && !lpx_opts_str(&a, "--gpu", &gpu) &&
                  !lpx_opts_str(&a, "--batch", &batches) &&
                  !lpx_opts_num(&a, "--bandwidth", 1e-3, 1e3, &bw_tbs) &&
                  !lpx_opts_num(&a, "--memory", 1e-3, 1e6, &mem_gb) &&
-                 !lpx_opts_int(&a, "--max-model-len", 1, INT32_MAX, &p.max_model_len) &&
+                 !lpx_opts_int(&a, LPX_OPT_CTX, 1, INT32_MAX, &p.max_model_len) &&
                  !lpx_opts_int(&a, "--context", 0, INT32_MAX, &p.context) &&
                  !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1, &p.mem_utilization))
             lpx_opts_unknown(&a);

@@ -1,8 +1,8 @@
 /* lpx slice -m IN.gguf --layers N -o OUT.gguf: a GGUF of the first N layers, real
  * weights and metadata (block_count changed), e.g. to carry a real model in a small
  * file to the GPU machine. */
-#include "cli/cli_num.h"
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "lpx.h"
 #include "format/gguf_write.h"
 
@@ -23,23 +23,13 @@ static void usage(FILE *f) {
 int cmd_slice(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     int32_t layers = 0;
-    for (int i = 1; i < argc; i++) {
-        const bool has = i + 1 < argc;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && has) {
-            in = argv[++i];
-        } else if ((!strcmp(argv[i], "-o") || !strcmp(argv[i], "--output")) && has) {
-            out = argv[++i];
-        } else if (!strcmp(argv[i], "--layers") && has) {
-            if (!lpx_cli_opt_i32("slice", "--layers", argv[++i], 1, 100000, &layers)) return 2;
-        } else {
-            static const char *const with_value[] = {"-m",       "--model",  "-o",
-                                                     "--output", "--layers", NULL};
-            return lpx_cli_opt_reject("slice", argv[i], with_value), 2;
-        }
+    lpx_opts a = {.cmd = "slice", .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a)) {
+        if (!lpx_opts_str(&a, LPX_OPT_MODEL, &in) && !lpx_opts_str(&a, "-o|--output", &out) &&
+            !lpx_opts_i32(&a, "--layers", 1, 100000, &layers))
+            lpx_opts_unknown(&a);
     }
+    if (a.help || a.bad) return lpx_opts_exit(&a, usage);
     if (!in || !out || layers < 1) {
         fprintf(stderr, "lpx slice: need -m IN.gguf, --layers N (N >= 1) and -o OUT.gguf\n");
         return 2;

@@ -2,7 +2,7 @@
  * exactly as transformers' apply_chat_template would; a tool for checking a
  * template (and what the tests drive the renderer through). */
 #include "base/readall.h"
-#include "cli/cli_num.h"
+#include "cli/opts.h"
 #include "cli/commands.h"
 #include "lpx.h"
 #include "template/template.h"
@@ -68,42 +68,31 @@ static int render_model(const char *path, const char *json, const char *extra,
     return rc;
 }
 
+/* --enable-thinking true|false */
+static bool thinking_opt(lpx_opts *a, int *on) {
+    const char *v;
+    if (!lpx_opts_str(a, "--enable-thinking", &v)) return false;
+    if (strcmp(v, "true") && strcmp(v, "false")) return lpx_opts_bad(a, "true or false");
+    *on = !strcmp(v, "true");
+    return true;
+}
+
 int cmd_template(int argc, char **argv) {
     const char *file = NULL, *messages = NULL, *vars = NULL, *model = NULL;
     lpx_template_opts o = lpx_template_opts_default();
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--add-generation-prompt")) {
+    lpx_opts a = {.cmd = "template", .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a)) {
+        if (lpx_opts_flag(&a, "--add-generation-prompt"))
             o.add_generation_prompt = true;
-            continue;
-        }
-        const char **dst = !strcmp(a, "--file")          ? &file
-                           : !strcmp(a, "--messages")    ? &messages
-                           : !strcmp(a, "--vars")        ? &vars
-                           : !strcmp(a, "-m")            ? &model
-                           : !strcmp(a, "--model")       ? &model
-                           : !strcmp(a, "--date-string") ? &o.date_string
-                           : !strcmp(a, "--bos")         ? &o.bos_token
-                           : !strcmp(a, "--eos")         ? &o.eos_token
-                                                         : NULL;
-        if (!strcmp(a, "--enable-thinking")) {
-            if (!v) return lpx_cli_opt_missing("template", a), 2;
-            if (strcmp(v, "true") && strcmp(v, "false"))
-                return lpx_cli_opt_bad("template", a, v, "true or false"), 2;
-            o.enable_thinking = !strcmp(v, "true");
-            i++;
-            continue;
-        }
-        if (!dst) return lpx_cli_opt_unknown("template", a), 2;
-        if (!v) return lpx_cli_opt_missing("template", a), 2;
-        *dst = v;
-        i++;
+        else if (!thinking_opt(&a, &o.enable_thinking) && !lpx_opts_str(&a, "--file", &file) &&
+                 !lpx_opts_str(&a, "--messages", &messages) && !lpx_opts_str(&a, "--vars", &vars) &&
+                 !lpx_opts_str(&a, LPX_OPT_MODEL, &model) &&
+                 !lpx_opts_str(&a, "--date-string", &o.date_string) &&
+                 !lpx_opts_str(&a, "--bos", &o.bos_token) &&
+                 !lpx_opts_str(&a, "--eos", &o.eos_token))
+            lpx_opts_unknown(&a);
     }
+    if (a.help || a.bad) return lpx_opts_exit(&a, usage);
     if (!(file || model) || (file && model) || !messages) {
         fprintf(stderr, "lpx template: --messages and one of --file or -m are required "
                         "(lpx template --help)\n");

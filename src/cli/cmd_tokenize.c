@@ -1,6 +1,7 @@
 /* lpx tokenize: the model's tokenizer on the command line, one text or a JSONL batch. */
 #include "cli/cli_num.h"
 #include "cli/commands.h"
+#include "cli/opts.h"
 #include "lpx.h"
 #include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
@@ -15,10 +16,10 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: lpx tokenize (-m MODEL | -t TOKENIZER) [options] TEXT\n"
-            "       lpx tokenize (-m MODEL | -t TOKENIZER) [options] --jsonl FILE\n\n"
+            "usage: lpx tokenize (-m MODEL | --tokenizer PATH) [options] TEXT\n"
+            "       lpx tokenize (-m MODEL | --tokenizer PATH) [options] --jsonl FILE\n\n"
             "Tokenizes TEXT with the model's tokenizer. MODEL is a .gguf file or a Hugging Face\n"
-            "model directory, opened as every command opens it. TOKENIZER is a tokenizer alone:\n"
+            "model directory, opened as every command opens it. PATH is a tokenizer alone:\n"
             "a tokenizer.json (with tokenizer_config.json beside it when present), a directory\n"
             "holding one, or the tokenizer metadata of a .gguf file; no weights are read.\n\n"
             "options:\n"
@@ -378,48 +379,44 @@ static int run_text(const lpx_tokenizer *t, const opts *o, const char *text) {
 int cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *tok_path = NULL, *jsonl = NULL, *text = NULL;
     opts o = {.parse_special = true, .add_special = true};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc)
-            model = argv[++i];
-        else if ((!strcmp(a, "-t") || !strcmp(a, "--tokenizer")) && i + 1 < argc)
-            tok_path = argv[++i];
-        else if (!strcmp(a, "--jsonl") && i + 1 < argc)
-            jsonl = argv[++i];
-        else if (!strcmp(a, "--ids"))
+    bool two_texts = false;
+    const char *arg;
+    lpx_opts a = {.cmd = "tokenize", .argc = argc, .argv = argv};
+    while (lpx_opts_next(&a)) {
+        if (lpx_opts_flag(&a, "--ids"))
             o.ids_only = true;
-        else if (!strcmp(a, "--pieces"))
+        else if (lpx_opts_flag(&a, "--pieces"))
             o.pieces_only = true;
-        else if (!strcmp(a, "--no-special"))
+        else if (lpx_opts_flag(&a, "--no-special"))
             o.parse_special = false;
-        else if (!strcmp(a, "--no-bos"))
+        else if (lpx_opts_flag(&a, "--no-bos"))
             o.add_special = false;
-        else if (!strcmp(a, "--decode"))
+        else if (lpx_opts_flag(&a, "--decode"))
             o.decode = true;
-        else if (!strcmp(a, "--stream"))
+        else if (lpx_opts_flag(&a, "--stream"))
             o.stream = true;
-        else if (!strcmp(a, "--skip-special"))
+        else if (lpx_opts_flag(&a, "--skip-special"))
             o.skip_special = true;
-        else if (!strcmp(a, "--stats"))
+        else if (lpx_opts_flag(&a, "--stats"))
             o.stats = true;
-        else if (a[0] == '-' && a[1]) {
-            static const char *const with_value[] = {"-m",          "--model", "-t",
-                                                     "--tokenizer", "--jsonl", NULL};
-            return lpx_cli_opt_reject("tokenize", a, with_value), 2;
-        } else if (!text)
-            text = a;
-        else {
-            fprintf(stderr, "lpx tokenize: one TEXT only (quote it)\n");
-            return 2;
-        }
+        else if (lpx_opts_arg(&a, &arg)) {
+            two_texts |= text != NULL;
+            text = arg;
+        } else if (!lpx_opts_str(&a, LPX_OPT_MODEL, &model) &&
+                   !lpx_opts_str(&a, "--tokenizer", &tok_path) &&
+                   !lpx_opts_str(&a, "--jsonl", &jsonl))
+            lpx_opts_unknown(&a);
+    }
+    if (a.help || a.bad) return lpx_opts_exit(&a, usage);
+    if (two_texts) {
+        fprintf(stderr, "lpx tokenize: one TEXT only (quote it)\n");
+        return 2;
     }
     if (!model == !tok_path || (!text && !jsonl) || (text && jsonl) ||
         (o.ids_only && o.pieces_only) || (o.stream && !o.decode)) {
-        fprintf(stderr, "lpx tokenize: need one of -m MODEL or -t TOKENIZER, and one of TEXT or "
-                        "--jsonl FILE (lpx tokenize --help)\n");
+        fprintf(stderr,
+                "lpx tokenize: need one of -m MODEL or --tokenizer PATH, and one of TEXT or "
+                "--jsonl FILE (lpx tokenize --help)\n");
         return 2;
     }
     lpx_model *m = NULL;

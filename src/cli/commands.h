@@ -3,10 +3,13 @@
 #ifndef LPX_CLI_COMMANDS_H
 #define LPX_CLI_COMMANDS_H
 
+#include <stdbool.h>
+
 typedef struct lpx_command {
     const char *name;
     const char *summary;
     int (*main)(int argc, char **argv); /* argv[0] is the subcommand name */
+    bool dev;                           /* a developer tool: listed after the commands */
 } lpx_command;
 
 /* Each cmd_*.c defines one of these. Add new ones to the table in main.c. */

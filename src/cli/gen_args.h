@@ -13,13 +13,6 @@
 
 #include <stdbool.h>
 
-/* Spellings shared with commands that take these values under their own rules. */
-#define LPX_OPT_MODEL "-m|--model"
-#define LPX_OPT_CTX "-c|--ctx-size|--max-model-len"
-#define LPX_OPT_THREADS "-t|--threads"
-#define LPX_OPT_TEMP "--temp|--temperature"
-#define LPX_OPT_MAX_TOKENS "-n|--max-tokens"
-
 #define LPX_CLI_MAX_STOPS 16
 
 typedef struct lpx_engine_args {

@@ -24,6 +24,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The spellings of values several commands take, each under its own range (gen_args.h
+ * holds the shared flags themselves). */
+#define LPX_OPT_MODEL "-m|--model"
+#define LPX_OPT_CTX "-c|--ctx-size|--max-model-len"
+#define LPX_OPT_THREADS "-t|--threads"
+#define LPX_OPT_TEMP "--temp|--temperature"
+#define LPX_OPT_MAX_TOKENS "-n|--max-tokens"
+
 typedef struct lpx_opts {
     const char *cmd; /* for messages: "lpx CMD: ..." */
     int argc;

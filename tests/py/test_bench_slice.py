@@ -1,6 +1,5 @@
 """lpx slice (GGUF writer) and lpx bench on the CPU backend with the real SmolLM2."""
 import json
-import os
 import pathlib
 import subprocess
 

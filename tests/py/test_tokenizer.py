@@ -82,8 +82,8 @@ def smollm2_gguf_reference(path):
 
 
 def lpx_jsonl(lpx_bin, model, path, *flags):
-    """A full model (the real SmolLM2 GGUF) opens with -m; tokenizer-only fixtures with -t."""
-    opt = "-m" if str(model).endswith("Q4_1.gguf") else "-t"
+    """A full model (the real SmolLM2 GGUF) opens with -m; tokenizer-only fixtures with --tokenizer."""
+    opt = "-m" if str(model).endswith("Q4_1.gguf") else "--tokenizer"
     r = subprocess.run([lpx_bin, "tokenize", opt, str(model), "--jsonl", str(path), *flags],
                        capture_output=True)
     assert r.returncode == 0, r.stderr.decode(errors="replace")
@@ -228,10 +228,10 @@ def test_cli_text_modes(lpx_bin, smollm2, smollm2_json):
 
 
 def test_model_and_tokenizer_only_agree(lpx_bin, smollm2):
-    """-m opens the model (lpx_model_open); -t reads only the GGUF's tokenizer metadata."""
+    """-m opens the model (lpx_model_open); --tokenizer reads only the GGUF's tokenizer metadata."""
     text = "Tokenizers agree: 3.14 <|im_end|>"
     out = [subprocess.run([lpx_bin, "tokenize", opt, smollm2, "--ids", text], capture_output=True,
-                          text=True).stdout for opt in ("-m", "-t")]
+                          text=True).stdout for opt in ("-m", "--tokenizer")]
     assert out[0] == out[1] and len(out[0].split()) > 5
     r = subprocess.run([lpx_bin, "tokenize", "-m", str(FIX / "tiny_spm/tokenizer.json"), "x"],
                        capture_output=True, text=True)
@@ -244,19 +244,20 @@ def test_cli_usage_and_errors(lpx_bin, tmp_path):
     r = subprocess.run([lpx_bin, "tokenize", "hello"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("lpx tokenize: ")
     tok = str(FIX / "tiny_spm/tokenizer.json")
-    for args, msg in [(["-t", tok, "--bogus", "x"],
+    for args, msg in [(["--tokenizer", tok, "--bogus", "x"],
                        "unknown option '--bogus' (see lpx tokenize --help)"),
-                      (["x", "-t"], "-t: needs a value")]:
+                      (["x", "--tokenizer"], "--tokenizer: needs a value"),
+                      (["-t", tok, "x"], "unknown option '-t' (see lpx tokenize --help)")]:
         r = subprocess.run([lpx_bin, "tokenize", *args], capture_output=True, text=True)
         assert r.returncode == 2 and r.stdout == "" and r.stderr == f"lpx tokenize: {msg}\n"
     for ids in ["1 x 2", "1 -5", "1,99999999999", "3.0"]:
-        r = subprocess.run([lpx_bin, "tokenize", "-t", tok, "--decode", ids], capture_output=True,
+        r = subprocess.run([lpx_bin, "tokenize", "--tokenizer", tok, "--decode", ids], capture_output=True,
                            text=True)
         assert r.returncode == 2 and r.stdout == ""
         assert r.stderr.startswith("lpx tokenize: --decode: expected token ids") and ids in r.stderr
     bad = tmp_path / "tokenizer.json"
     bad.write_text('{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}}')
-    r = subprocess.run([lpx_bin, "tokenize", "-t", str(bad), "x"], capture_output=True, text=True)
+    r = subprocess.run([lpx_bin, "tokenize", "--tokenizer", str(bad), "x"], capture_output=True, text=True)
     assert r.returncode == 1 and "merge 0" in r.stderr and "not in the vocabulary" in r.stderr
     assert r.stderr.count("\n") == 1
 
