@@ -238,7 +238,7 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     grep -E "step_sample" "$out/checks.log" | tail -3 >>"$summary"
     # one step ahead (step_begin/step_end): tokens fed on the device equal
     # step_sample's, every refusal of the contract; the engine's output with
-    # LPX_STEP_AHEAD=0 and without (a seeded setting without penalties: penalised
+    # --no-step-ahead and without (a seeded setting without penalties: penalised
     # rows never run ahead)
     check "step_begin/step_end: fed tokens and refusals (test_step_ahead)" \
         env LPX_TEST_DEVICE="$dev" LPX_MODEL="$smol" "$root/$build/test_step_ahead"
@@ -247,7 +247,7 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     for mode in greedy seeded; do
         args=""; [ "$mode" = seeded ] && args="$seeded"
         # shellcheck disable=SC2086
-        t_dev=$(run_text --device "$dev" $args); t_host=$(LPX_DEVICE_SAMPLING=0 run_text --device "$dev" $args)
+        t_dev=$(run_text --device "$dev" $args); t_host=$(run_text --device "$dev" --no-device-sampling $args)
         printf '%s device: %q\n%s host:   %q\n' "$mode" "$t_dev" "$mode" "$t_host" >>"$out/run.log"
         check "lpx run $mode: device sampling = host sampling" test -n "$t_dev" -a "$t_dev" = "$t_host"
         [ "$mode" = greedy ] && g_dev="$t_dev"
@@ -263,9 +263,9 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     fi
     ahead="--temp 0.8 --top-k 50 --top-p 0.9 -s 7"
     # shellcheck disable=SC2086
-    t_on=$(run_text --device "$dev" $ahead); t_off=$(LPX_STEP_AHEAD=0 run_text --device "$dev" $ahead)
+    t_on=$(run_text --device "$dev" $ahead); t_off=$(run_text --device "$dev" --no-step-ahead $ahead)
     printf 'seeded ahead:  %q\nseeded waited: %q\n' "$t_on" "$t_off" >>"$out/run.log"
-    check "lpx run seeded: one step ahead = LPX_STEP_AHEAD=0" test -n "$t_on" -a "$t_on" = "$t_off"
+    check "lpx run seeded: one step ahead = --no-step-ahead" test -n "$t_on" -a "$t_on" = "$t_off"
     # shellcheck disable=SC2086
     [ "$dev" = cuda ] && check "compute-sanitizer memcheck (engine, one step ahead)" compute-sanitizer --tool memcheck \
         --error-exitcode 9 "$lpx" run -m "$smol" -p "The capital of France is" -n 16 --ignore-eos --device cuda $ahead
