@@ -48,12 +48,6 @@ bool lpx_cli_opt_unknown(const char *cmd, const char *arg) {
     return false;
 }
 
-bool lpx_cli_opt_reject(const char *cmd, const char *arg, const char *const with_value[]) {
-    for (size_t k = 0; with_value[k]; k++)
-        if (!strcmp(arg, with_value[k])) return lpx_cli_opt_missing(cmd, arg);
-    return lpx_cli_opt_unknown(cmd, arg);
-}
-
 bool lpx_cli_opt_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
                      int64_t *out) {
     if (lpx_cli_i64(s, lo, hi, out)) return true;

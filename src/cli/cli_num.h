@@ -24,10 +24,6 @@ bool lpx_cli_i32(const char *s, int32_t lo, int32_t hi, int32_t *out);
 bool lpx_cli_opt_bad(const char *cmd, const char *opt, const char *value, const char *what);
 bool lpx_cli_opt_missing(const char *cmd, const char *opt);
 bool lpx_cli_opt_unknown(const char *cmd, const char *arg);
-/* For an argument no option took: "needs a value" when it is one of `with_value` (the
- * command's options that take a value, NULL-terminated; such an option is only left
- * over when it was the last argument), "unknown option" otherwise. */
-bool lpx_cli_opt_reject(const char *cmd, const char *arg, const char *const with_value[]);
 bool lpx_cli_opt_i64(const char *cmd, const char *opt, const char *s, int64_t lo, int64_t hi,
                      int64_t *out);
 bool lpx_cli_opt_i32(const char *cmd, const char *opt, const char *s, int32_t lo, int32_t hi,
