@@ -1,4 +1,4 @@
-/* The load generator's HTTP side: libcurl multi interface, one streaming request per
+/* The load generator's HTTP side (base/http_client.h's multi interface): one streaming request per
  * workload item, SSE parsed incrementally so each token chunk's arrival is timed,
  * Poisson arrivals under a concurrency cap, and /metrics scraped during the run. */
 #ifndef LPX_BENCH_CLIENT_H
@@ -47,7 +47,7 @@ typedef struct bench_run {
 } bench_run;
 
 /* Runs the workload; failures of single requests are recorded in run->reqs, only
- * setup failures (curl, memory) return an error. */
+ * setup failures (HTTP client, memory) return an error. */
 lpx_status bench_run_workload(const bench_target *t, const bench_work *w, size_t n,
                               const bench_run_opts *o, bench_run *run);
 void bench_run_free(bench_run *run);
