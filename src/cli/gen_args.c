@@ -152,9 +152,9 @@ int lpx_gen_args_open(lpx_gen_args *g, const char *cmd, lpx_model **m, lpx_engin
     if (!g->given_top_p && d->top_p > 0 && d->top_p <= 1) sp->top_p = d->top_p;
     if (!g->given_top_k && d->top_k >= 0) sp->top_k = d->top_k;
     if (!g->given_rep && d->repetition_penalty > 0) sp->repetition_penalty = d->repetition_penalty;
+    lpx_engine_args_env(&g->e);
     lpx_engine_opts o = g->e.eo;
     o.max_num_seqs = 1;
-    lpx_cli_dev_env(&o.dev_tune, &o.dev_trace);
     st = lpx_engine_create(*m, &o, e);
     if (st != LPX_OK) {
         int rc = lpx_gen_args_fail(cmd, st);

@@ -2,6 +2,7 @@
 are usage errors (exit 2, one line "lpx CMD: ...", nothing run), and the shared spellings
 (-c/--ctx-size/--max-model-len, -t/--threads, --temp/--temperature, -n/--max-tokens, the
 engine policy flags) mean the same in every command that takes them."""
+import os
 import subprocess
 
 import pytest
@@ -117,3 +118,20 @@ def test_help_lists_user_commands_before_developer_tools(lpx_bin):
     assert names == ["run", "chat", "serve", "batch", "bench", "doctor", "plan", "monitor",
                      "inspect", "tokenize", "template", "logits", "slice"]
     assert out.index("developer tools:") > out.index("  monitor")
+
+
+def test_developer_strings_reach_the_backend_only_when_set(lpx_bin, smollm2):
+    """LPX_CUDA_TUNE / LPX_CUDA_TRACE are read by the CLI (src/cli/cli_dev_env.c) and passed
+    when non-empty; the CPU backend refuses them, so a set one is an error there."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("LPX_CUDA_T")}
+    cmds = [["run", "-m", smollm2, "-p", "hi", "-n", "1", "--device", "cpu"],
+            ["bench", "-m", smollm2, "-p", "0", "-n", "1", "-b", "1", "-r", "1", "--device", "cpu"],
+            ["logits", "-m", smollm2, "--ids", "1,2", "--device", "cpu"]]
+    for words in cmds:
+        for var in ("LPX_CUDA_TUNE", "LPX_CUDA_TRACE"):
+            r = subprocess.run([lpx_bin, *words], capture_output=True, text=True, timeout=300,
+                               env={**base, var: "x"})
+            assert r.returncode != 0 and "the CPU backend has neither" in r.stderr, (words, r.stderr)
+        r = subprocess.run([lpx_bin, *words], capture_output=True, text=True, timeout=300,
+                           env={**base, "LPX_CUDA_TUNE": "", "LPX_CUDA_TRACE": ""})
+        assert r.returncode == 0, (words, r.stderr)
