@@ -47,7 +47,8 @@ typedef struct slot {
 } slot;
 
 typedef struct job {
-    lpx_batch_opts o; /* quality.specials may be owned (job_free) */
+    lpx_batch_opts o;          /* the caller's, quality.specials extended by the model's */
+    const char **own_specials; /* that extension, or NULL */
     lpx_batch_input in;
     lpx_model *model;
     lpx_engine *eng;

@@ -184,15 +184,15 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
     if (j->model) {
         /* the model's own special token texts count as leaks too */
         const lpx_tokenizer *tk = lpx_model_tokenizer(j->model);
-        size_t n = lpx_bq_n_default_specials;
+        size_t n = o->quality.n_specials;
         const char **sp = malloc((n + (size_t)lpx_vocab_size(tk)) * sizeof *sp);
         if (sp) {
-            memcpy(sp, lpx_bq_default_specials, n * sizeof *sp);
+            if (n) memcpy(sp, o->quality.specials, n * sizeof *sp);
             for (int32_t id = 0; id < lpx_vocab_size(tk); id++)
                 if (lpx_tokenizer_is_special(tk, id) && lpx_token_text(tk, id) &&
                     lpx_token_text(tk, id)[0])
                     sp[n++] = lpx_token_text(tk, id);
-            o->quality.specials = sp;
+            o->quality.specials = j->own_specials = sp;
             o->quality.n_specials = n;
         }
     }
@@ -326,7 +326,7 @@ void lpx_batch_job_free(job *j) {
         lpx_engine_stop(j->eng);
         lpx_engine_destroy(j->eng);
     }
-    if (j->o.quality.specials != lpx_bq_default_specials) free((void *)j->o.quality.specials);
+    free(j->own_specials);
     if (j->model) lpx_model_close(j->model);
     for (size_t i = 0; i < j->n_slots; i++) {
         free(j->slots[i].out.text);
