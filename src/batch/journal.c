@@ -135,7 +135,7 @@ void lpx_strvec_free(strvec *s) {
  * newline is a write cut by a kill. On --resume (truncate_torn) it is logged
  * and the file is cut back to its whole lines, so later appends stay whole;
  * its id has no record and runs again. Merge (!truncate_torn) never changes
- * a DIR: a torn or unreadable line stays where it is, stderr says where, and
+ * a DIR: a torn or unreadable line stays where it is, the note callback says where, and
  * it counts in j->n_unmerged (a record not done). A missing file has no
  * lines. */
 bool lpx_batch_read_records(job *j, const char *path, bool truncate_torn, record_fn fn,
