@@ -123,7 +123,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
             .trace = c->dev_trace,
         };
         st = c->ops->create(m, &bo, &e->be);
-        if (st != LPX_OK) lpx_error_wrap(st, "engine: %s backend", c->ops->name);
+        if (st != LPX_OK) lpx_error_wrap(st, "engine"); /* the backend names itself */
     }
     if (st != LPX_OK) {
         lpx_engine_destroy(e);
