@@ -890,14 +890,14 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     /* the tuning: the tune string, the fused kernel's plan (unless qa=0), the
      * device's facts, then the per-instance choices (tuning.c) */
     cuda_tune_overrides ov;
-    LPX_TRY(cuda_tune_parse(o->tune, &ov));
+    LPX_TRY(lpx_cuda_tune_parse(o->tune, &ov));
     const cuda_shape shape = {c->n_heads, c->n_kv_heads, hd, d, c->d_ff};
     if (ov.qa != 0) b->qa = qkv_attn_plan(&shape);
     int solo_smem = 0;
     LPX_TRY(matvec_init(&solo_smem));
     cuda_facts facts;
     LPX_TRY(gather_facts(&b->qa, &prop, solo_smem, &facts));
-    cuda_tuning_resolve(&shape, &facts, &ov, &b->tune);
+    lpx_cuda_tuning_resolve(&shape, &facts, &ov, &b->tune);
     b->mc.tune = &b->tune;
     LPX_TRY(trace_create(o->trace, c->n_layers, b->qa.cluster != 0, &b->trace));
     b->mc.probe = trace_probe(b->trace);

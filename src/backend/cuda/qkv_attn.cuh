@@ -443,7 +443,7 @@ template <int HD, int GM> static const void *qa_func(void) {
  * resident at once (the tune key qa=0 leaves it unplanned: cuda_backend.cu). */
 static qa_plan qkv_attn_plan(const cuda_shape *sh) {
     qa_plan p = {0, 0, 0, 0};
-    if (!cuda_qa_shape_fits(sh, 8 * QA_THREADS)) return p;
+    if (!lpx_cuda_qa_shape_fits(sh, 8 * QA_THREADS)) return p;
     const int n_kv = sh->n_kv, hd = sh->head_dim, cols = sh->d_model;
     const int G = sh->n_heads / n_kv;
     const int gm = qa_gm(G), R = (G + 2) * hd;

@@ -120,7 +120,7 @@ static void trace_destroy(cuda_trace *t) {
 static lpx_status trace_create(const char *spec, int n_layers, bool fused, cuda_trace **out) {
     *out = NULL;
     cuda_trace_opts o;
-    LPX_TRY(cuda_trace_parse(spec, &o));
+    LPX_TRY(lpx_cuda_trace_parse(spec, &o));
     if (!o.timing && !o.attn && !o.mv && o.blk_layer < 0) return LPX_OK;
     cuda_trace *t = (cuda_trace *)calloc(1, sizeof(cuda_trace));
     if (!t) return lpx_errorf(LPX_ERR_NOMEM, "cuda: trace: out of host memory");

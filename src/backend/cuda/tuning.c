@@ -106,7 +106,7 @@ static lpx_status skip_of(const item *it, unsigned *out) {
     return LPX_OK;
 }
 
-lpx_status cuda_tune_parse(const char *s, cuda_tune_overrides *o) {
+lpx_status lpx_cuda_tune_parse(const char *s, cuda_tune_overrides *o) {
     const cuda_tune_overrides none = {-1, -1, -1, -1, -1, -1, -1, -1, 0};
     *o = none;
     item it;
@@ -133,7 +133,7 @@ lpx_status cuda_tune_parse(const char *s, cuda_tune_overrides *o) {
     return LPX_OK;
 }
 
-lpx_status cuda_trace_parse(const char *s, cuda_trace_opts *t) {
+lpx_status lpx_cuda_trace_parse(const char *s, cuda_trace_opts *t) {
     memset(t, 0, sizeof *t);
     t->blk_layer = -1;
     item it;
@@ -163,7 +163,7 @@ lpx_status cuda_trace_parse(const char *s, cuda_trace_opts *t) {
     return LPX_OK;
 }
 
-bool cuda_qa_shape_fits(const cuda_shape *sh, int max_cols) {
+bool lpx_cuda_qa_shape_fits(const cuda_shape *sh, int max_cols) {
     if (sh->n_kv <= 0 || sh->n_heads % sh->n_kv || (sh->head_dim != 64 && sh->head_dim != 128) ||
         sh->d_model % 8 || sh->d_model > max_cols)
         return false;
@@ -174,10 +174,10 @@ bool cuda_qa_shape_fits(const cuda_shape *sh, int max_cols) {
  * a thread. */
 static int block_regs(int regs, int threads) { return (regs + 7) / 8 * 8 * threads; }
 
-void cuda_tuning_resolve(const cuda_shape *sh, const cuda_facts *f,
+void lpx_cuda_tuning_resolve(const cuda_shape *sh, const cuda_facts *f,
                          const cuda_tune_overrides *o, cuda_tuning *t) {
     memset(t, 0, sizeof *t);
-    t->qa = o->qa != 0 && f->qa_cluster > 0 && cuda_qa_shape_fits(sh, 8 * f->qa_threads);
+    t->qa = o->qa != 0 && f->qa_cluster > 0 && lpx_cuda_qa_shape_fits(sh, 8 * f->qa_threads);
     /* The small (56-register) projection kernel where one fused block and two
      * projection blocks fit an SM's registers only with its cap: Qwen3-0.6B -19 us
      * a step, Qwen2.5-0.5B (its fused kernel uncapped) +21 us when forced

@@ -94,19 +94,19 @@ typedef struct cuda_trace_opts {
 
 /* Parses a tune string (NULL or "" = no overrides). Unknown keys and bad values are
  * LPX_ERR_INVALID_ARG naming them. */
-lpx_status cuda_tune_parse(const char *s, cuda_tune_overrides *o);
+lpx_status lpx_cuda_tune_parse(const char *s, cuda_tune_overrides *o);
 
 /* Parses a trace string (NULL or "" = nothing traced), the same way. */
-lpx_status cuda_trace_parse(const char *s, cuda_trace_opts *t);
+lpx_status lpx_cuda_trace_parse(const char *s, cuda_trace_opts *t);
 
 /* Whether the fused q/k/v + attention kernel has a variant for this shape (head_dim
  * 64 or 128, a query group of at most 8, x of at most max_cols values, a multiple
  * of 8); its plan on the device decides the rest. */
-bool cuda_qa_shape_fits(const cuda_shape *sh, int max_cols);
+bool lpx_cuda_qa_shape_fits(const cuda_shape *sh, int max_cols);
 
 /* The tuning of one instance: the defaults above, the per-shape and per-device
  * choices, then the overrides. Pure: nothing but *t is written. */
-void cuda_tuning_resolve(const cuda_shape *sh, const cuda_facts *f,
+void lpx_cuda_tuning_resolve(const cuda_shape *sh, const cuda_facts *f,
                          const cuda_tune_overrides *o, cuda_tuning *t);
 
 #ifdef __cplusplus
