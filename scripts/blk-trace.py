@@ -14,9 +14,9 @@ kernel, per cluster of --cluster blocks (default 16; the line "clusters of N blo
 that LPX_CUDA_TRACE=timing prints gives it), the SMs used and the latest wait. Then, per kernel,
 how many SMs held one, two, ... of its blocks, and its late blocks (ending more than
 --late µs, default 0.5, after the kernel's median end) with what else the layer ran
-on their SMs (kernel, start and end of each block there): how docs/PERF.md rows 36-37
-found gate/up's last blocks waiting on the SMs that held two o blocks. docs/PERF.md
-row 32b reads one of these.
+on their SMs (kernel, start and end of each block there): how docs/lab/notebook.md rows
+36-37 found gate/up's last blocks waiting on the SMs that held two o blocks.
+docs/lab/notebook.md row 32b reads one of these.
 
     scripts/blk-trace.py [--late US] [--cluster N] trace.csv [more.csv ...]"""
 import csv

@@ -2,7 +2,7 @@
  *
  * At batch 1 a step reads ~1.2 GB of weights in ~7 matrices per layer; as separate
  * kernels each costs ~5 µs from launch to drain although its weights stream in 1-3 µs
- * (docs/PERF.md). Here one cooperative launch of one block per SM runs the whole
+ * (docs/lab/notebook.md). Here one cooperative launch of one block per SM runs the whole
  * step as phases separated by grid-wide barriers:
  *
  *   per layer: [norm + qkv matvec] | [q/k norm, RoPE, KV write, attention] |
@@ -18,7 +18,7 @@
  * cp.async.cg (L2), never through the non-coherent L1.
  *
  * Only a batch-1 step would take this path: larger batches keep the per-kernel
- * graphs of cuda_backend.cu. Measured slower than those graphs (docs/PERF.md, rows
+ * graphs of cuda_backend.cu. Measured slower than those graphs (docs/lab/notebook.md, rows
  * 7a/7b: the weight stream reaches ~1.8 TB/s, the attention phase ~22 µs), so it
  * left the product: this is the workshop's copy (docs/dev.md), built as an object
  * by dev/cuda/build-decode1.sh. The backend of 3a42aba ran it under LPX_CUDA_MEGA=1

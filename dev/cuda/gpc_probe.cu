@@ -2,7 +2,7 @@
  * each size fit one block an SM. The batch-1 fused q/k/v + attention kernel
  * (src/backend/cuda/qkv_attn.cuh) runs a cluster a KV head; where the clusters cannot
  * all be placed one block an SM, one of them doubles up on another's SMs and ends
- * late (docs/PERF.md rows 36-38). The cluster shapes that avoid this follow from the
+ * late (docs/lab/notebook.md rows 36-38). The cluster shapes that avoid this follow from the
  * GPC sizes, which CUDA does not report: this measures them.
  *
  * 1. cudaOccupancyMaxActiveClusters for cluster sizes 1..16 with shared memory just

@@ -6,6 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+lpx_status lpx_backend_run(lpx_backend *b, const lpx_step *s) {
+    LPX_TRY(b->ops->step_begin(b, s));
+    return b->ops->step_end(b);
+}
+
 size_t lpx_kv_bytes_per_token(const lpx_config *c, size_t bytes_per_elem) {
     return (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * bytes_per_elem;
 }

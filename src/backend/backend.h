@@ -49,43 +49,51 @@ typedef struct lpx_batch {
     const int32_t *logit_rows;  /* [n_logits] token indices whose logits are wanted */
 } lpx_batch;
 
+/* One step: the batch, and what comes back: with sample, one token per logits
+ * row, drawn on the backend exactly as lpx_sample would draw it from that row
+ * (bit for bit: sample_math.h), so only token ids leave the device; without, the
+ * float logits rows themselves. */
+typedef struct lpx_step {
+    const lpx_batch *batch;
+    const lpx_sample_batch *sample; /* [n_logits] rows, or NULL: the step returns logits */
+    const int32_t *feed;            /* [n_tokens] or NULL; only with sample (below) */
+    int32_t *tokens;                /* with sample: [n_logits] host, written by step_end */
+    float *logits;                  /* without: [n_logits][vocab_size] host, written by
+                                       step_end at the latest */
+} lpx_step;
+
+/* The one way to run a step, for every caller (engine, bench, lpx logits):
+ *  - step_begin checks the step, queues it and returns without waiting for it
+ *    (the CPU backend runs it at once). s->batch, s->sample and s->feed may be
+ *    reused once it returns; s->tokens / s->logits must stay valid until the
+ *    step's step_end returns. A step_begin that fails queues nothing.
+ *  - step_end waits for the oldest step begun and not yet ended; when it returns,
+ *    that step's tokens or logits are in place. A step_end that fails ends every
+ *    step in flight: their sequences' caches are unknown, as after a failed step.
+ * lpx_backend_run is the two together, for a caller that waits at once.
+ *
+ * So that the host prepares and queues step N+1 while the device runs step N (one
+ * step ahead; docs/backend.md), at most two steps may be in flight (begun, not
+ * ended): a third step_begin is LPX_ERR_BUSY. A step without sample runs alone:
+ * it begins only when none is in flight and nothing begins until it has ended
+ * (LPX_ERR_BUSY).
+ * feed: where feed[i] >= 0, token i is the token that the previous step_begin's
+ * step draws for its logits row feed[i] (the host need not know it yet;
+ * batch->tokens[i] is ignored). That step must have been a step with sample,
+ * begun successfully, with no other step_begin since, and feed[i] must be below
+ * its n_logits (else LPX_ERR_INVALID_ARG). A row with a penalty counts every
+ * output token, so a step with feed must have no penalised row (checked). */
 typedef struct lpx_backend_ops {
     const char *name;
     /* Uploads/prepares weights and allocates the KV cache. */
     lpx_status (*create)(const lpx_model *m, const lpx_backend_opts *o, lpx_backend **out);
-    /* Runs one step; writes float logits [n_logits][vocab_size] to logits (host memory). */
-    lpx_status (*step)(lpx_backend *b, const lpx_batch *batch, float *logits);
+    lpx_status (*step_begin)(lpx_backend *b, const lpx_step *s);
+    lpx_status (*step_end)(lpx_backend *b);
     /* Copies KV slots of one block to another (prefix sharing/forking; optional, may be NULL). */
     lpx_status (*copy_block)(lpx_backend *b, int32_t src, int32_t dst);
     /* Bytes of device memory in use (weights + KV + scratch). */
     size_t (*memory_used)(const lpx_backend *b);
     void (*destroy)(lpx_backend *b);
-    /* Optional (NULL: the engine samples on the host). Runs one step like `step`
-     * and writes to tokens[i] (host) the token lpx_sample would draw for
-     * s->rows[i] from logits row i (the same token, bit for bit: sample_math.h);
-     * only token ids leave the device. */
-    lpx_status (*step_sample)(lpx_backend *b, const lpx_batch *batch, const lpx_sample_batch *s,
-                              int32_t *tokens);
-    /* Optional (both NULL or both set; needs step_sample). step_sample in two halves,
-     * so that the host prepares and enqueues step N+1 while the device runs step N
-     * (one step ahead; docs/backend.md):
-     *  - step_begin checks a step as step_sample does, enqueues it and returns
-     *    without waiting for it (batch, s and feed may be reused once it returns);
-     *  - step_end waits for the oldest step begun and not yet ended and writes its
-     *    n_logits tokens to tokens, the same tokens step_sample would have drawn.
-     * At most two steps are in flight (begun, not ended): a third step_begin is
-     * LPX_ERR_BUSY, and so are step and step_sample while any step is in flight.
-     * feed: [n_tokens] or NULL. Where feed[i] >= 0, token i is the token that the
-     * previous step_begin's step draws for its logits row feed[i] (the host need not
-     * know it yet; batch->tokens[i] is ignored). That step must have been begun
-     * successfully, with no step or step_sample call since, and feed[i] must be below
-     * its n_logits (else LPX_ERR_INVALID_ARG). A row with a penalty counts every
-     * output token, so a step with feed must have no penalised row (checked).
-     * A step_begin that fails enqueues nothing. A step_end that fails ends every step
-     * in flight: their sequences' caches are unknown, as after a failed step. */
-    lpx_status (*step_begin)(lpx_backend *b, const lpx_batch *batch, const lpx_sample_batch *s,
-                             const int32_t *feed);
-    lpx_status (*step_end)(lpx_backend *b, int32_t *tokens);
 } lpx_backend_ops;
 
 struct lpx_backend {
@@ -98,6 +106,9 @@ extern const lpx_backend_ops lpx_cpu_backend_ops;
 #ifdef LPX_HAVE_CUDA
 extern const lpx_backend_ops lpx_cuda_backend_ops;
 #endif
+
+/* step_begin then step_end: one step, waited for (nothing may be in flight). */
+lpx_status lpx_backend_run(lpx_backend *b, const lpx_step *s);
 
 /* Bytes of K+V for one token across all layers, as the backend stores it. */
 size_t lpx_kv_bytes_per_token(const lpx_config *c, size_t bytes_per_elem);

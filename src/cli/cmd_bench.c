@@ -83,7 +83,7 @@ typedef struct bench {
     lpx_sample_row *greedy; /* [max batch] decode steps sample greedily */
     int32_t *sampled;       /* [max batch] */
     bool device_sampling;   /* off with LPX_DEVICE_SAMPLING=0: logits to the host */
-    bool ahead;             /* step_begin/step_end (off with LPX_STEP_AHEAD=0) */
+    bool ahead;             /* step N+1 begun before step N ends (off with LPX_STEP_AHEAD=0) */
     int32_t *feed;          /* [max batch] row s feeds sequence s */
     double weight_bytes, kv_bytes_per_token, bandwidth;
     uint64_t rng;
@@ -123,11 +123,11 @@ static lpx_status prefill(bench *b, int s0, int ns, int ctx) {
                     b->max_blocks,
                     ns,
                     b->rows};
-    return b->ops->step(b->be, &bt, b->logits);
+    return lpx_backend_run(b->be, &(lpx_step){.batch = &bt, .logits = b->logits});
 }
 
 /* One decode step of B sequences at context length len (after the step); with
- * b->ahead only queued (step_begin), its tokens the previous step's when fed. */
+ * b->ahead only begun (ended by the caller), its tokens the previous step's when fed. */
 static lpx_status decode_step(bench *b, int B, int len, bool fed) {
     for (int s = 0; s < B; s++) {
         b->ids[s] = next_id(b);
@@ -140,9 +140,13 @@ static lpx_status decode_step(bench *b, int B, int len, bool fed) {
     lpx_batch bt = {B,          b->ids,   b->pos,        B, b->seq_start,
                     b->seq_len, b->table, b->max_blocks, B, b->rows};
     lpx_sample_batch sb = {.rows = b->greedy};
-    if (b->ahead) return b->ops->step_begin(b->be, &bt, &sb, fed ? b->feed : NULL);
-    if (b->device_sampling) return b->ops->step_sample(b->be, &bt, &sb, b->sampled);
-    return b->ops->step(b->be, &bt, b->logits);
+    lpx_step st = {.batch = &bt, .tokens = b->sampled, .logits = b->logits};
+    if (b->device_sampling) st.sample = &sb;
+    if (b->ahead) {
+        st.feed = fed ? b->feed : NULL;
+        return b->ops->step_begin(b->be, &st);
+    }
+    return lpx_backend_run(b->be, &st);
 }
 
 static void finish(result *r, double *t, int reps) {
@@ -185,9 +189,9 @@ static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_
         const double t0 = now_s();
         for (int k = 0; k < n; k++) {
             LPX_TRY(decode_step(b, B, ctx + k + 1, k > 0));
-            if (b->ahead && k > 0) LPX_TRY(b->ops->step_end(b->be, b->sampled));
+            if (b->ahead && k > 0) LPX_TRY(b->ops->step_end(b->be));
         }
-        if (b->ahead) LPX_TRY(b->ops->step_end(b->be, b->sampled));
+        if (b->ahead) LPX_TRY(b->ops->step_end(b->be));
         if (i >= 0) t[i] = now_s() - t0;
     }
     if (B == 1)
@@ -425,9 +429,9 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     const char *env = getenv("LPX_DEVICE_SAMPLING");
-    b.device_sampling = ops->step_sample && !(env && !strcmp(env, "0"));
+    b.device_sampling = !(env && !strcmp(env, "0"));
     env = getenv("LPX_STEP_AHEAD");
-    b.ahead = b.device_sampling && ops->step_begin && ops->step_end && !(env && !strcmp(env, "0"));
+    b.ahead = b.device_sampling && !(env && !strcmp(env, "0"));
     for (int i = 0; i < maxB; i++) b.feed[i] = i;
     for (int i = 0; i < maxB; i++)
         b.greedy[i].p = (lpx_sampling_params){.top_p = 1, .repetition_penalty = 1};

@@ -84,7 +84,7 @@ static lpx_status step(run *r, int32_t upto_greedy, int32_t *n_fed) {
     r->seq_start[ns] = n;
     lpx_batch bt = {n,          r->tokens, r->positions,  ns, r->seq_start,
                     r->seq_len, r->table,  r->max_blocks, nl, r->rows};
-    return r->b->ops->step(r->b, &bt, r->logits);
+    return lpx_backend_run(r->b, &(lpx_step){.batch = &bt, .logits = r->logits});
 }
 
 static int32_t argmax(const float *v, int32_t n) {

@@ -92,6 +92,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
         for (int f = 0; f < 2; f++) {
             e->flight[f].seqs = alloc_array((size_t)c->max_num_seqs, sizeof(lpx_seq *), &ok);
             e->flight[f].row = alloc_array((size_t)c->max_num_seqs, sizeof(bool), &ok);
+            e->flight[f].tokens = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
         }
         size_t cells;
         ok = ok && lpx_mul_size((size_t)c->max_num_seqs, stride, &cells);
@@ -527,6 +528,11 @@ static void put_table(lpx_engine *e, int32_t i, const lpx_seq *s, int32_t stride
 
 /* Records the step just begun over q (batch order): its chunks count as
  * computed; continuation: each sequence draws a token (rows in batch order). */
+/* Where the step about to be begun (and pushed) gets its tokens. */
+static int32_t *next_tokens(lpx_engine *e) {
+    return e->flight[(e->flight_head + e->n_flights) % 2].tokens;
+}
+
 static void flight_push(lpx_engine *e, const lpx_seq_list *q, bool continuation) {
     lpx_flight *f = &e->flight[(e->flight_head + e->n_flights) % 2];
     e->n_flights++;
@@ -577,8 +583,8 @@ static lpx_status fail_flights(lpx_engine *e, lpx_status st, const char *msg) {
 
 /* Waits for the oldest step in flight and reports its tokens. */
 static lpx_status end_oldest(lpx_engine *e) {
-    lpx_status st = e->cfg.ops->step_end(e->be, e->sampled);
-    if (st == LPX_OK) return flight_pop(e, e->sampled, NULL);
+    lpx_status st = e->cfg.ops->step_end(e->be);
+    if (st == LPX_OK) return flight_pop(e, e->flight[e->flight_head].tokens, NULL);
     char msg[512];
     snprintf(msg, sizeof msg, "%s", lpx_last_error());
     return fail_flights(e, st, msg);
@@ -697,12 +703,13 @@ static lpx_status step_ahead(lpx_engine *e) {
     if (stride > 0) {
         lpx_batch b = staged_batch(e, q->n, q->n, stride, q->n);
         lpx_sample_batch sb = {.rows = e->s_rows, .seen = e->seen, .n_seen = 0};
-        st = e->cfg.ops->step_begin(e->be, &b, &sb, e->b_feed);
+        lpx_step step = {.batch = &b, .sample = &sb, .feed = e->b_feed, .tokens = next_tokens(e)};
+        st = e->cfg.ops->step_begin(e->be, &step);
         if (st != LPX_OK) {
             /* Its sequences are the older step's: that step ends, and all of them fail. */
             char msg[512];
             snprintf(msg, sizeof msg, "%s", lpx_last_error());
-            e->cfg.ops->step_end(e->be, e->sampled);
+            e->cfg.ops->step_end(e->be);
             st = fail_flights(e, st, msg);
             account(e, t0, -1, false);
             return st;
@@ -742,8 +749,7 @@ static lpx_status step_scheduled(lpx_engine *e) {
     lpx_batch b = staged_batch(e, n_tok, q->n, stride, n_rows);
     /* Rows sample on the device unless one needs the logits (logprobs); the
      * step runs ahead unless a row has a penalty (its counts need every token). */
-    bool dev = e->device_sampling && e->cfg.ops->step_sample;
-    bool ahead = e->cfg.step_ahead && e->cfg.ops->step_begin && e->cfg.ops->step_end;
+    bool dev = e->device_sampling, ahead = e->cfg.step_ahead;
     int32_t n_seen = 0;
     for (int32_t i = 0, row = 0; dev && i < q->n; i++) {
         lpx_seq *s = q->v[i];
@@ -758,17 +764,18 @@ static lpx_status step_scheduled(lpx_engine *e) {
         r->n_seen = n_seen - r->seen_start;
     }
     lpx_sample_batch sb = {.rows = e->s_rows, .seen = e->seen, .n_seen = n_seen};
+    lpx_step step = {.batch = &b, .sample = dev ? &sb : NULL, .tokens = e->sampled,
+                     .logits = dev ? NULL : e->logits};
     if (st == LPX_OK && dev && ahead) {
-        st = e->cfg.ops->step_begin(e->be, &b, &sb, NULL);
+        step.tokens = next_tokens(e);
+        st = e->cfg.ops->step_begin(e->be, &step);
         if (st == LPX_OK) {
             flight_push(e, q, false);
             account(e, t0, n_tok, false);
             return LPX_OK;
         }
-    } else if (st == LPX_OK && dev) {
-        st = e->cfg.ops->step_sample(e->be, &b, &sb, e->sampled);
     } else if (st == LPX_OK) {
-        st = e->cfg.ops->step(e->be, &b, e->logits);
+        st = lpx_backend_run(e->be, &step);
     }
     if (st != LPX_OK) {
         /* The step's sequences cannot go on (their cache is unknown); others can. */
@@ -919,6 +926,7 @@ void lpx_engine_destroy(lpx_engine *e) {
     for (int f = 0; f < 2; f++) {
         free(e->flight[f].seqs);
         free(e->flight[f].row);
+        free(e->flight[f].tokens);
     }
     free(e->seen);
     free(e->logits);

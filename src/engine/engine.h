@@ -22,8 +22,8 @@ typedef struct lpx_engine_config {
     int32_t block_size;
     int32_t n_blocks;
     size_t kv_bytes_per_token;
-    bool step_ahead;      /* use the backend's step_begin/step_end when it has them */
-    bool device_sampling; /* use the backend's step_sample when every row allows it */
+    bool step_ahead;      /* begin step N+1 before step N ends where the batch allows it */
+    bool device_sampling; /* steps with sample (tokens back) when every row allows it */
     const char *dev_tune, *dev_trace; /* for the backend (lpx_engine_opts); may be NULL */
 } lpx_engine_config;
 

@@ -51,6 +51,7 @@ typedef struct lpx_seq_list {
 typedef struct lpx_flight {
     lpx_seq **seqs; /* [max_num_seqs] batch order */
     bool *row;      /* [max_num_seqs] seqs[i] draws a token (logits rows in batch order) */
+    int32_t *tokens; /* [max_num_seqs] the tokens drawn, by logits row (step_end writes them) */
     int32_t n;
 } lpx_flight;
 
@@ -70,9 +71,9 @@ struct lpx_engine {
     lpx_seq_list sched;   /* this step's sequences, batch order */
     int32_t *b_tokens, *b_pos, *b_start, *b_len, *b_table, *b_rows; /* batch descriptor */
     float *logits;                                                  /* [max_num_seqs][vocab] */
-    /* Sampling: on the device (ops->step_sample) when every row allows it. */
+    /* Sampling: on the device (a step with sample) when every row allows it. */
     bool device_sampling;      /* lpx_engine_config.device_sampling */
-    int32_t *sampled;          /* [max_num_seqs] tokens step_sample drew */
+    int32_t *sampled;          /* [max_num_seqs] tokens a waited step with sample drew */
     lpx_sample_row *s_rows;    /* [max_num_seqs] */
     lpx_token_count *seen;     /* [seen_cap] token counts of the rows with penalties */
     int32_t seen_cap;

@@ -1,6 +1,6 @@
 """scripts/blk-trace.py on a made-up CSV of the CUDA trace blk=LAYER whose answers are known:
 the phases, the blocks an SM, and a late gate/up block with the two o blocks that held
-its SM (the pattern of docs/PERF.md row 36)."""
+its SM (the pattern of docs/lab/notebook.md row 36)."""
 import pathlib
 import subprocess
 import sys

@@ -247,7 +247,7 @@ static bool feed(lpx_backend *b, const int32_t *chunk, const int32_t table[NSEQ]
         if (!n) return true;
         start[ns] = n;
         lpx_batch bt = {n, tok, pos, ns, start, len, &tbl[0][0], MAXB, n, rows};
-        if (b->ops->step(b, &bt, &logits[0][0]) != LPX_OK) {
+        if (lpx_backend_run(b, &(lpx_step){.batch = &bt, .logits = &logits[0][0]}) != LPX_OK) {
             fprintf(stderr, "step: %s\n", lpx_last_error());
             return false;
         }
@@ -349,7 +349,7 @@ static void test_invariance(bool features) {
         }
         static float lg[12][VOCAB];
         lpx_batch bt = {12, tok, pos, 1, start, len, fork[2], MAXB, 12, rows};
-        CHECK(b->ops->step(b, &bt, &lg[0][0]) == LPX_OK);
+        CHECK(lpx_backend_run(b, &(lpx_step){.batch = &bt, .logits = &lg[0][0]}) == LPX_OK);
         CHECK(!memcmp(lg, alone[2][8], sizeof lg));
     }
     CHECK(b->ops->copy_block(b, 0, NBLK) == LPX_ERR_INVALID_ARG);
@@ -360,27 +360,27 @@ static void test_invariance(bool features) {
         int32_t tbl[MAXB] = {0};
         float lg[VOCAB];
         lpx_batch ok = {2, tok, pos, 1, start, len, tbl, MAXB, 1, rows};
-        CHECK(b->ops->step(b, &ok, lg) == LPX_OK);
+        CHECK(lpx_backend_run(b, &(lpx_step){.batch = &ok, .logits = lg}) == LPX_OK);
         lpx_batch bad = ok;
         int32_t badtok[2] = {1, VOCAB};
         bad.tokens = badtok;
-        CHECK(b->ops->step(b, &bad, lg) == LPX_ERR_INVALID_ARG);
+        CHECK(lpx_backend_run(b, &(lpx_step){.batch = &bad, .logits = lg}) == LPX_ERR_INVALID_ARG);
         bad = ok;
         int32_t badpos[2] = {0, 2};
         bad.positions = badpos;
-        CHECK(b->ops->step(b, &bad, lg) == LPX_ERR_INVALID_ARG);
+        CHECK(lpx_backend_run(b, &(lpx_step){.batch = &bad, .logits = lg}) == LPX_ERR_INVALID_ARG);
         bad = ok;
         int32_t badtbl[MAXB] = {NBLK};
         bad.block_table = badtbl;
-        CHECK(b->ops->step(b, &bad, lg) == LPX_ERR_INVALID_ARG);
+        CHECK(lpx_backend_run(b, &(lpx_step){.batch = &bad, .logits = lg}) == LPX_ERR_INVALID_ARG);
         bad = ok;
         int32_t badrow[1] = {2};
         bad.logit_rows = badrow;
-        CHECK(b->ops->step(b, &bad, lg) == LPX_ERR_INVALID_ARG);
+        CHECK(lpx_backend_run(b, &(lpx_step){.batch = &bad, .logits = lg}) == LPX_ERR_INVALID_ARG);
         bad = ok;
         int32_t badlen[1] = {MAXB * BS + 1};
         bad.seq_len = badlen;
-        CHECK(b->ops->step(b, &bad, lg) == LPX_ERR_INVALID_ARG);
+        CHECK(lpx_backend_run(b, &(lpx_step){.batch = &bad, .logits = lg}) == LPX_ERR_INVALID_ARG);
     }
     b->ops->destroy(b);
 

@@ -3,7 +3,7 @@
  * shapes of scripts/make-shape-model.py and SmolLM2-135M, and the developer strings
  * parse (docs/dev.md) with errors that name the bad key.
  *
- * The device facts are an H200's (docs/PERF.md): 132 SMs, 64 K registers an SM,
+ * The device facts are an H200's (docs/lab/notebook.md): 132 SMs, 64 K registers an SM,
  * MM_SOLO's 115,457 bytes (row 34); the registers are ptxas's for sm_90 at this
  * commit (-Xptxas -v): matvec_tma_kernel<1> 72, matvec_tma_small_kernel 56,
  * qkv_attn_kernel<128, 2> (Qwen3-0.6B) 72, <64, 4> (SmolLM2, groups of 3) 75, <64, 8>
@@ -20,9 +20,15 @@ static const cuda_shape llama32_1b = {32, 8, 64, 2048, 8192};
 static const cuda_shape smollm2_135m = {9, 3, 64, 576, 1536};
 
 static cuda_facts h200(int qa_cluster, int qa_regs) {
-    cuda_facts f = {.n_sms = 132, .regs_per_sm = 65536, .qa_cluster = qa_cluster,
-                    .qa_regs = qa_regs, .qa_threads = 256, .mv_regs = 72, .mv_small_regs = 56,
-                    .mv_threads = 384, .mv_solo_smem = 115457};
+    cuda_facts f = {.n_sms = 132,
+                    .regs_per_sm = 65536,
+                    .qa_cluster = qa_cluster,
+                    .qa_regs = qa_regs,
+                    .qa_threads = 256,
+                    .mv_regs = 72,
+                    .mv_small_regs = 56,
+                    .mv_threads = 384,
+                    .mv_solo_smem = 115457};
     return f;
 }
 

@@ -208,23 +208,29 @@ static int64_t compare(const lpx_model *m, const char *name, const req *reqs, in
 static lpx_backend_ops faulty;
 static int begins, ends, fail_begin_at, fail_end_at, in_flight;
 
-static lpx_status faulty_begin(lpx_backend *b, const lpx_batch *bt, const lpx_sample_batch *s,
-                               const int32_t *feed) {
+static lpx_status faulty_begin(lpx_backend *b, const lpx_step *s) {
     if (++begins == fail_begin_at) return lpx_errorf(LPX_ERR_DEVICE, "injected begin failure");
-    lpx_status st = lpx_cpu_backend_ops.step_begin(b, bt, s, feed);
+    lpx_status st = lpx_cpu_backend_ops.step_begin(b, s);
     if (st == LPX_OK) in_flight++;
     return st;
 }
 
 /* A failed step_end ends every step in flight (the contract). */
-static lpx_status faulty_end(lpx_backend *b, int32_t *tokens) {
+static lpx_status faulty_end(lpx_backend *b) {
     if (++ends == fail_end_at) {
         for (; in_flight > 0; in_flight--)
-            lpx_cpu_backend_ops.step_end(b, tokens);
+            lpx_cpu_backend_ops.step_end(b);
         return lpx_errorf(LPX_ERR_DEVICE, "injected end failure");
     }
-    lpx_status st = lpx_cpu_backend_ops.step_end(b, tokens);
+    lpx_status st = lpx_cpu_backend_ops.step_end(b);
     if (st == LPX_OK) in_flight--;
+    return st;
+}
+
+/* The CPU backend, its steps through faulty's ops. */
+static lpx_status faulty_create(const lpx_model *m, const lpx_backend_opts *o, lpx_backend **out) {
+    lpx_status st = lpx_cpu_backend_ops.create(m, o, out);
+    if (st == LPX_OK) (*out)->ops = &faulty;
     return st;
 }
 
@@ -235,6 +241,7 @@ static void faults(const lpx_model *m, const req *reqs, const ctx *ref, int at_b
     faulty = lpx_cpu_backend_ops;
     faulty.step_begin = faulty_begin;
     faulty.step_end = faulty_end;
+    faulty.create = faulty_create;
     begins = ends = in_flight = 0;
     fail_begin_at = at_begin;
     fail_end_at = at_end;

@@ -19,14 +19,16 @@ typedef struct mock {
     lpx_backend base;
     int32_t *slots; /* [n_blocks * block_size] token ids written to the cache */
     int fail_next;  /* make the next step fail */
-    /* step_sample, step_begin/step_end (mock_ahead_ops) */
+    /* steps with sample; steps in flight (step_begin/step_end) */
     lpx_sampler sampler;
     int32_t drawn[2][MAXROWS]; /* FIFO of the steps in flight; drawn[last]: the last begun */
+    int32_t *out[2];           /* their tokens' destinations; NULL: a logits step */
     int n_drawn[2], head, n_flight, last;
     bool feedable;
     int32_t fed[MAXTOK];
 } mock;
 
+static const lpx_backend_ops mock_ops;
 static int violations;
 
 static float logit_of(uint64_t h, int v) {
@@ -48,6 +50,7 @@ static void context_logits(const int32_t *ctx, int n, float *out) {
 static lpx_status mock_create(const lpx_model *m, const lpx_backend_opts *o, lpx_backend **out) {
     mock *b = calloc(1, sizeof *b);
     b->slots = malloc((size_t)o->n_blocks * o->block_size * sizeof *b->slots);
+    b->base.ops = &mock_ops;
     b->base.model = m;
     b->base.opts = *o;
     *out = &b->base;
@@ -94,9 +97,6 @@ static void mock_destroy(lpx_backend *be) {
     free(be);
 }
 
-static const lpx_backend_ops mock_ops = {
-    .name = "mock", .create = mock_create, .step = mock_step, .destroy = mock_destroy};
-
 /* The host sampler over mock_step's logits. */
 static lpx_status mock_step_sample(lpx_backend *be, const lpx_batch *bt, const lpx_sample_batch *sb,
                                    int32_t *tokens) {
@@ -119,68 +119,61 @@ static lpx_status mock_step_sample(lpx_backend *be, const lpx_batch *bt, const l
 }
 
 /* Synchronous, as the CPU backend's: the step runs at begin, its tokens wait. */
-static lpx_status mock_step_begin(lpx_backend *be, const lpx_batch *bt, const lpx_sample_batch *sb,
-                                  const int32_t *feed) {
+static lpx_status mock_step_begin(lpx_backend *be, const lpx_step *st) {
     mock *b = (mock *)be;
-    if (b->n_flight == 2 || bt->n_tokens > MAXTOK) {
+    const lpx_batch *bt = st->batch;
+    if (b->n_flight == 2 || bt->n_tokens > MAXTOK ||
+        (b->n_flight > 0 && (!st->sample || !b->out[b->last]))) {
         violations++;
         return LPX_ERR_BUSY;
     }
-    lpx_batch run = *bt;
-    for (int32_t i = 0; i < bt->n_tokens; i++) {
-        b->fed[i] = bt->tokens[i];
-        if (!feed || feed[i] < 0) continue;
-        if (!b->feedable || feed[i] >= b->n_drawn[b->last]) {
-            violations++;
-            return LPX_ERR_INVALID_ARG;
-        }
-        b->fed[i] = b->drawn[b->last][feed[i]];
-    }
-    run.tokens = b->fed;
     int slot = (b->head + b->n_flight) % 2;
-    lpx_status st = mock_step_sample(be, &run, sb, b->drawn[slot]);
-    b->feedable = st == LPX_OK;
-    if (st != LPX_OK) return st;
+    lpx_status s;
+    if (!st->sample) {
+        if (st->feed) violations++;
+        s = mock_step(be, bt, st->logits);
+        b->feedable = false;
+    } else {
+        lpx_batch run = *bt;
+        for (int32_t i = 0; i < bt->n_tokens; i++) {
+            b->fed[i] = bt->tokens[i];
+            if (!st->feed || st->feed[i] < 0) continue;
+            if (!b->feedable || st->feed[i] >= b->n_drawn[b->last]) {
+                violations++;
+                return LPX_ERR_INVALID_ARG;
+            }
+            b->fed[i] = b->drawn[b->last][st->feed[i]];
+        }
+        run.tokens = b->fed;
+        s = mock_step_sample(be, &run, st->sample, b->drawn[slot]);
+        b->feedable = s == LPX_OK;
+    }
+    if (s != LPX_OK) return s;
     b->n_drawn[slot] = bt->n_logits;
+    b->out[slot] = st->sample ? st->tokens : NULL;
     b->last = slot;
     b->n_flight++;
     return LPX_OK;
 }
 
-static lpx_status mock_step_end(lpx_backend *be, int32_t *tokens) {
+static lpx_status mock_step_end(lpx_backend *be) {
     mock *b = (mock *)be;
     if (b->n_flight == 0) {
         violations++;
         return LPX_ERR_INVALID_ARG;
     }
-    memcpy(tokens, b->drawn[b->head], (size_t)b->n_drawn[b->head] * sizeof *tokens);
+    if (b->out[b->head])
+        memcpy(b->out[b->head], b->drawn[b->head], (size_t)b->n_drawn[b->head] * sizeof(int32_t));
     b->head = (b->head + 1) % 2;
     b->n_flight--;
     return LPX_OK;
 }
 
-static lpx_status mock_step_idle(lpx_backend *be, const lpx_batch *bt, float *logits) {
-    mock *b = (mock *)be;
-    if (b->n_flight) violations++;
-    b->feedable = false;
-    return mock_step(be, bt, logits);
-}
-
-static lpx_status mock_step_sample_idle(lpx_backend *be, const lpx_batch *bt,
-                                        const lpx_sample_batch *sb, int32_t *tokens) {
-    mock *b = (mock *)be;
-    if (b->n_flight) violations++;
-    b->feedable = false;
-    return mock_step_sample(be, bt, sb, tokens);
-}
-
-static const lpx_backend_ops mock_ahead_ops = {.name = "mock",
-                                               .create = mock_create,
-                                               .step = mock_step_idle,
-                                               .destroy = mock_destroy,
-                                               .step_sample = mock_step_sample_idle,
-                                               .step_begin = mock_step_begin,
-                                               .step_end = mock_step_end};
+static const lpx_backend_ops mock_ops = {.name = "mock",
+                                         .create = mock_create,
+                                         .step_begin = mock_step_begin,
+                                         .step_end = mock_step_end,
+                                         .destroy = mock_destroy};
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -235,11 +228,13 @@ static int reference(const int32_t *prompt, int n_prompt, const lpx_sampling_par
 
 static lpx_model model;
 
-static lpx_engine *make_on(const lpx_backend_ops *ops, int max_seqs, int max_tokens_step,
-                           int n_blocks, int block_size) {
-    lpx_engine_config c = {.ops = ops,
-                           .step_ahead = true,
-                           .device_sampling = true,
+/* ahead: steps with sample, one step ahead; else every step returns logits and
+ * the engine samples on the host. */
+static lpx_engine *make_on(bool ahead, int max_seqs, int max_tokens_step, int n_blocks,
+                           int block_size) {
+    lpx_engine_config c = {.ops = &mock_ops,
+                           .step_ahead = ahead,
+                           .device_sampling = ahead,
                            .device_name = "mock",
                            .max_num_seqs = max_seqs,
                            .max_num_batched_tokens = max_tokens_step,
@@ -253,7 +248,7 @@ static lpx_engine *make_on(const lpx_backend_ops *ops, int max_seqs, int max_tok
 }
 
 static lpx_engine *make(int max_seqs, int max_tokens_step, int n_blocks, int block_size) {
-    return make_on(&mock_ops, max_seqs, max_tokens_step, n_blocks, block_size);
+    return make_on(false, max_seqs, max_tokens_step, n_blocks, block_size);
 }
 
 static void drain(lpx_engine *e) {
@@ -276,7 +271,7 @@ static void make_prompt(int k, int32_t *p, int n) {
 static int64_t batch_run(int n, int max_seqs, int step_tokens, int n_blocks, int block_size,
                          int sampled, bool ahead) {
     lpx_engine *e =
-        make_on(ahead ? &mock_ahead_ops : &mock_ops, max_seqs, step_tokens, n_blocks, block_size);
+        make_on(ahead, max_seqs, step_tokens, n_blocks, block_size);
     if (!e) return -1;
     static result res[16];
     int32_t prompts[16][64];

@@ -1,15 +1,15 @@
-/* The backend's step_sample against the host sampler, on the real SmolLM2:
- *  1. backend level: one decode step of 16 sequences, run with `step` (logits
- *     to the host, then lpx_sample per row) and with `step_sample` for many
+/* The backend's steps with sample against the host sampler, on the real SmolLM2:
+ *  1. backend level: one decode step of 16 sequences, run without sample (logits
+ *     to the host, then lpx_sample per row) and with sample for many
  *     sampling settings (greedy, penalties, temperature, min_p, top_k, top_p,
  *     flat distributions), seeds and output indices: every token equal;
- *  2. one step ahead: NSEQ sequences decode AHEAD tokens with step_sample (each
- *     step's tokens fed back by the host) and with step_begin/step_end (step N+1
+ *  2. one step ahead: NSEQ sequences decode AHEAD tokens, each step waited for
+ *     (its tokens fed back by the host) and one step ahead (step N+1
  *     queued before step N ends, its tokens fed on the device): every token
  *     equal (the contract's refusals: test_step_ahead.c);
  *  3. engine level: requests of each setting batched together give the same
  *     tokens with device sampling (the default) and with device_sampling off (lpx_engine_opts).
- * On the CPU backend step_sample is the host sampler, so this checks the
+ * On the CPU backend a step with sample uses the host sampler, so this checks the
  * engine's wiring; LPX_TEST_DEVICE=cuda (scripts/gpu-check.sh) checks the CUDA
  * sampler bit for bit. LPX_MODEL overrides the model path. */
 #include "backend/backend.h"
@@ -58,7 +58,7 @@ static void backend_level(const lpx_model *m, const char *device) {
     const lpx_backend_ops *ops;
     int ordinal;
     CHECK(lpx_backend_select(device, &ops, &ordinal) == LPX_OK);
-    if (!ops || !ops->step_sample) {
+    if (!ops) {
         CHECK(0);
         return;
     }
@@ -91,7 +91,7 @@ static void backend_level(const lpx_model *m, const char *device) {
     float *logits = malloc((size_t)NSEQ * V * sizeof *logits);
     float *work = malloc((size_t)V * sizeof *work);
     lpx_batch pre = {NSEQ * PROMPT, ids, pos, NSEQ, start, len, table, maxb, NSEQ, rows};
-    CHECK(ops->step(be, &pre, logits) == LPX_OK);
+    CHECK(lpx_backend_run(be, &(lpx_step){.batch = &pre, .logits = logits}) == LPX_OK);
     /* The decode step: token PROMPT of each sequence; run repeatedly (it writes
      * the same K/V each time). */
     int32_t dids[NSEQ], dpos[NSEQ], dstart[NSEQ + 1], dlen[NSEQ], drows[NSEQ];
@@ -104,7 +104,7 @@ static void backend_level(const lpx_model *m, const char *device) {
     }
     dstart[NSEQ] = NSEQ;
     lpx_batch dec = {NSEQ, dids, dpos, NSEQ, dstart, dlen, table, maxb, NSEQ, drows};
-    CHECK(ops->step(be, &dec, logits) == LPX_OK);
+    CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .logits = logits}) == LPX_OK);
     /* Every sequence "has seen" its prompt, and an output of 3 tokens. */
     lpx_sampler sm;
     CHECK(lpx_sampler_init(&sm, V) == LPX_OK);
@@ -127,8 +127,8 @@ static void backend_level(const lpx_model *m, const char *device) {
                                        .seen_start = seen_at[s],
                                        .n_seen = n_seen[s]};
         lpx_sample_batch sb = {srow, seen, n_all};
-        CHECK(ops->step(be, &dec, logits) == LPX_OK);
-        CHECK(ops->step_sample(be, &dec, &sb, got) == LPX_OK);
+        CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .logits = logits}) == LPX_OK);
+        CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .sample = &sb, .tokens = got}) == LPX_OK);
         for (int s = 0; s < NSEQ; s++) {
             memcpy(work, logits + (size_t)s * V, (size_t)V * sizeof *work);
             const bool pen = lpx_sampling_penalized(&srow[s].p);
@@ -143,7 +143,7 @@ static void backend_level(const lpx_model *m, const char *device) {
             }
         }
     }
-    printf("%s step_sample vs host sampler: %d/%d rows equal\n", device, compared - mismatches,
+    printf("%s steps with sample vs host sampler: %d/%d rows equal\n", device, compared - mismatches,
            compared);
     CHECK(mismatches == 0);
     /* Cost (printed, not checked): all rows greedy, then all rows top_p. */
@@ -153,11 +153,11 @@ static void backend_level(const lpx_model *m, const char *device) {
         lpx_sample_batch sb = {srow, seen, n_all};
         double t0 = now_ms();
         for (int i = 0; i < 5; i++)
-            CHECK(ops->step_sample(be, &dec, &sb, got) == LPX_OK);
+            CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .sample = &sb, .tokens = got}) == LPX_OK);
         double t1 = now_ms();
         for (int i = 0; i < 5; i++)
-            CHECK(ops->step(be, &dec, logits) == LPX_OK);
-        printf("%s, %d rows %s: step_sample %.3f ms, step (logits to host) %.3f ms\n", device, NSEQ,
+            CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .logits = logits}) == LPX_OK);
+        printf("%s, %d rows %s: with sample %.3f ms, logits to host %.3f ms\n", device, NSEQ,
                k ? "top_p 0.9" : "greedy", (t1 - t0) / 5, (now_ms() - t1) / 5);
     }
     lpx_sampler_free(&sm);
@@ -192,7 +192,7 @@ static lpx_backend *prefilled(const lpx_model *m, const lpx_backend_ops *ops, in
     start[NSEQ] = NSEQ * PROMPT;
     float *logits = malloc((size_t)NSEQ * m->cfg.vocab_size * sizeof *logits);
     lpx_batch pre = {NSEQ * PROMPT, ids, pos, NSEQ, start, len, table, 2, NSEQ, rows};
-    if (!logits || ops->step(be, &pre, logits) != LPX_OK) {
+    if (!logits || lpx_backend_run(be, &(lpx_step){.batch = &pre, .logits = logits}) != LPX_OK) {
         fprintf(stderr, "%s\n", lpx_last_error());
         free(logits);
         ops->destroy(be);
@@ -224,8 +224,7 @@ static void step_ahead(const lpx_model *m, const char *device) {
     const lpx_backend_ops *ops;
     int ordinal;
     CHECK(lpx_backend_select(device, &ops, &ordinal) == LPX_OK);
-    if (!ops || !ops->step_begin || !ops->step_end) {
-        fprintf(stderr, "%s: no step_begin/step_end\n", device);
+    if (!ops) {
         CHECK(0);
         return;
     }
@@ -239,14 +238,14 @@ static void step_ahead(const lpx_model *m, const char *device) {
                                           .index = k};
     int32_t table[NSEQ * 2], want[AHEAD][NSEQ], got[AHEAD][NSEQ];
     dstep d;
-    /* reference: step_sample, the host feeding each step's tokens to the next */
+    /* reference: each step waited for, the host feeding each step's tokens to the next */
     lpx_backend *be = prefilled(m, ops, ordinal, table);
     CHECK(be != NULL);
     if (!be) return;
     for (int k = 0; k < AHEAD; k++) {
         dstep_make(&d, k, k ? want[k - 1] : NULL, table);
         lpx_sample_batch sb = {srow[k], NULL, 0};
-        CHECK(ops->step_sample(be, &d.b, &sb, want[k]) == LPX_OK);
+        CHECK(lpx_backend_run(be, &(lpx_step){.batch = &d.b, .sample = &sb, .tokens = want[k]}) == LPX_OK);
     }
     ops->destroy(be);
     /* one step ahead: step k+1 begun before step k ends, fed on the device */
@@ -258,19 +257,21 @@ static void step_ahead(const lpx_model *m, const char *device) {
     for (int k = 0; k < AHEAD; k++) {
         dstep_make(&d, k, NULL, table); /* ids ignored where fed (k > 0) */
         lpx_sample_batch sb = {srow[k], NULL, 0};
-        CHECK(ops->step_begin(be, &d.b, &sb, k ? feed : NULL) == LPX_OK);
-        if (k) CHECK(ops->step_end(be, got[k - 1]) == LPX_OK);
+        const lpx_step st = {.batch = &d.b, .sample = &sb, .feed = k ? feed : NULL,
+                             .tokens = got[k]};
+        CHECK(ops->step_begin(be, &st) == LPX_OK);
+        if (k) CHECK(ops->step_end(be) == LPX_OK);
     }
-    CHECK(ops->step_end(be, got[AHEAD - 1]) == LPX_OK);
+    CHECK(ops->step_end(be) == LPX_OK);
     int equal = 0;
     for (int k = 0; k < AHEAD; k++)
         for (int s = 0; s < NSEQ; s++) {
             equal += want[k][s] == got[k][s];
             if (want[k][s] != got[k][s])
-                fprintf(stderr, "step %d row %d: step_sample %d, step ahead %d\n", k, s,
+                fprintf(stderr, "step %d row %d: waited %d, step ahead %d\n", k, s,
                         want[k][s], got[k][s]);
         }
-    printf("%s step_begin/step_end one step ahead vs step_sample: %d/%d tokens equal\n", device,
+    printf("%s one step ahead vs each step waited for: %d/%d tokens equal\n", device,
            equal, AHEAD * NSEQ);
     CHECK(equal == AHEAD * NSEQ);
     ops->destroy(be);

@@ -1,13 +1,14 @@
 /* The backend's step_begin/step_end (backend.h) on the real SmolLM2:
  *  1. a prefill and five decode steps of four sequences run one step ahead, each
  *     decode step's tokens fed on the device from the previous step's rows (in
- *     another sequence order every step), give exactly the tokens of step_sample
- *     with the tokens written out;
- *  2. the contract's refusals: a third step in flight, step and step_sample while
- *     one is in flight (LPX_ERR_BUSY); feed with no step_begin before it, after
- *     step or step_sample, after a failed step_begin, from a row the previous step
- *     does not have, or with a penalised row (LPX_ERR_INVALID_ARG); a failed
- *     step_begin enqueues nothing; step_end with nothing in flight fails.
+ *     another sequence order every step), give exactly the tokens of steps waited
+ *     for one by one with the tokens written out;
+ *  2. the contract's refusals: a third step in flight, a step without sample
+ *     while one is in flight and any step while one without sample is
+ *     (LPX_ERR_BUSY); feed with no step_begin before it, after a step without
+ *     sample, after a failed step_begin, from a row the previous step does not
+ *     have, or with a penalised row (LPX_ERR_INVALID_ARG); a failed step_begin
+ *     enqueues nothing; step_end with nothing in flight fails.
  * LPX_TEST_DEVICE=cuda runs the same checks on the CUDA backend. */
 #include "backend/backend.h"
 #include "sample/sampler.h"
@@ -70,12 +71,19 @@ static void make_step(step *st, int k, const int order[NSEQ], const int32_t *tok
 
 static const int fwd[NSEQ] = {0, 1, 2, 3}, rev[NSEQ] = {3, 2, 1, 0};
 
-/* ref[k][s]: the token step k draws for sequence s, by step_sample. */
+/* Begins st's step with sample, its tokens to out. */
+static lpx_status begin(const lpx_backend_ops *ops, lpx_backend *be, const step *st,
+                        const int32_t *feed, int32_t *out) {
+    return ops->step_begin(be, &(lpx_step){.batch = &st->b, .sample = &st->sb, .feed = feed,
+                                            .tokens = out});
+}
+
+/* ref[k][s]: the token step k draws for sequence s, each step waited for. */
 static void reference(const lpx_backend_ops *ops, lpx_backend *be, int32_t ref[STEPS + 1][NSEQ]) {
     step st;
     for (int k = 0; k <= STEPS; k++) {
         make_step(&st, k, fwd, k ? ref[k - 1] : NULL);
-        CHECK(ops->step_sample(be, &st.b, &st.sb, ref[k]) == LPX_OK);
+        CHECK(lpx_backend_run(be, &(lpx_step){.batch = &st.b, .sample = &st.sb, .tokens = ref[k]}) == LPX_OK);
     }
 }
 
@@ -85,7 +93,7 @@ static void ahead(const lpx_backend_ops *ops, lpx_backend *be, int32_t got[STEPS
     step st;
     int32_t feed[NSEQ], out[NSEQ];
     make_step(&st, 0, fwd, NULL);
-    CHECK(ops->step_begin(be, &st.b, &st.sb, NULL) == LPX_OK);
+    CHECK(begin(ops, be, &st, NULL, out) == LPX_OK);
     for (int k = 0; k <= STEPS; k++) {
         const int *prev = k % 2 ? rev : fwd, *next = k % 2 ? fwd : rev;
         if (k < STEPS) {
@@ -93,9 +101,9 @@ static void ahead(const lpx_backend_ops *ops, lpx_backend *be, int32_t got[STEPS
             for (int i = 0; i < NSEQ; i++)
                 for (int j = 0; j < NSEQ; j++)
                     if (prev[j] == next[i]) feed[i] = j;
-            CHECK(ops->step_begin(be, &st.b, &st.sb, feed) == LPX_OK);
+            CHECK(begin(ops, be, &st, feed, out) == LPX_OK);
         }
-        CHECK(ops->step_end(be, out) == LPX_OK);
+        CHECK(ops->step_end(be) == LPX_OK);
         for (int j = 0; j < NSEQ; j++)
             got[k][prev[j]] = out[j];
     }
@@ -116,52 +124,55 @@ static void refusals(const lpx_backend_ops *ops, lpx_backend *be, int32_t ref[ST
     make_step(&b, 2, fwd, NULL);
     make_step(&pen, 2, fwd, NULL);
     pen.srow[2].p.repetition_penalty = 1.3f;
+    const lpx_step logits_a = {.batch = &a.b, .logits = logits};
 
-    /* Two in flight; a third, step and step_sample are refused, and nothing is
-     * enqueued by them: two step_ends, then a third fails. */
-    expect(ops->step_begin(be, &a.b, &a.sb, NULL), LPX_OK, "begin");
-    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_OK, "begin fed");
-    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_ERR_BUSY, "third begin");
-    expect(ops->step(be, &a.b, logits), LPX_ERR_BUSY, "step in flight");
-    expect(ops->step_sample(be, &a.b, &a.sb, out), LPX_ERR_BUSY, "step_sample in flight");
-    expect(ops->step_end(be, out), LPX_OK, "end 1");
+    /* Two in flight; a third and a step without sample are refused, and nothing
+     * is enqueued by them: two step_ends, then a third fails. */
+    expect(begin(ops, be, &a, NULL, out), LPX_OK, "begin");
+    expect(ops->step_begin(be, &logits_a), LPX_ERR_BUSY, "logits step with one in flight");
+    expect(begin(ops, be, &b, feed, out), LPX_OK, "begin fed");
+    expect(begin(ops, be, &b, feed, out), LPX_ERR_BUSY, "third begin");
+    expect(ops->step_end(be), LPX_OK, "end 1");
     CHECK(!memcmp(out, ref[1], sizeof out));
-    expect(ops->step_end(be, out), LPX_OK, "end 2");
+    expect(ops->step_end(be), LPX_OK, "end 2");
     CHECK(!memcmp(out, ref[2], sizeof out));
-    CHECK(ops->step_end(be, out) != LPX_OK);
+    CHECK(ops->step_end(be) != LPX_OK);
 
-    /* Feed after step_sample, after step: nothing to feed from. */
-    expect(ops->step_sample(be, &a.b, &a.sb, out), LPX_OK, "step_sample");
-    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_ERR_INVALID_ARG, "feed after step_sample");
-    expect(ops->step(be, &a.b, logits), LPX_OK, "step");
-    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_ERR_INVALID_ARG, "feed after step");
-    CHECK(ops->step_end(be, out) != LPX_OK); /* the refused begins enqueued nothing */
+    /* A step without sample runs alone; no feed after it (nothing to feed from). */
+    expect(ops->step_begin(be, &logits_a), LPX_OK, "logits step");
+    expect(begin(ops, be, &a, NULL, out), LPX_ERR_BUSY, "begin while a logits step is in flight");
+    expect(ops->step_end(be), LPX_OK, "end logits step");
+    CHECK(ops->step_end(be) != LPX_OK);
+    expect(begin(ops, be, &b, feed, out), LPX_ERR_INVALID_ARG, "feed after a logits step");
+    expect(ops->step_begin(be, &(lpx_step){.batch = &a.b, .feed = feed, .logits = logits}),
+           LPX_ERR_INVALID_ARG, "feed without sample");
+    CHECK(ops->step_end(be) != LPX_OK); /* the refused begins enqueued nothing */
 
     /* Feed from a row the previous step lacks; then the previous step_begin
      * failed, so a good feed is refused too; the first step still ends. */
-    expect(ops->step_begin(be, &a.b, &a.sb, NULL), LPX_OK, "begin");
-    expect(ops->step_begin(be, &b.b, &b.sb, bad), LPX_ERR_INVALID_ARG, "feed row = n_logits");
-    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_ERR_INVALID_ARG, "feed after a refusal");
-    expect(ops->step_end(be, out), LPX_OK, "end");
+    expect(begin(ops, be, &a, NULL, out), LPX_OK, "begin");
+    expect(begin(ops, be, &b, bad, out), LPX_ERR_INVALID_ARG, "feed row = n_logits");
+    expect(begin(ops, be, &b, feed, out), LPX_ERR_INVALID_ARG, "feed after a refusal");
+    expect(ops->step_end(be), LPX_OK, "end");
     CHECK(!memcmp(out, ref[1], sizeof out));
-    CHECK(ops->step_end(be, out) != LPX_OK);
+    CHECK(ops->step_end(be) != LPX_OK);
 
     /* A penalised row: refused with feed, taken without. Feeding from a step
-     * already ended is allowed (no step or step_sample since). */
-    expect(ops->step_begin(be, &a.b, &a.sb, NULL), LPX_OK, "begin");
-    expect(ops->step_begin(be, &pen.b, &pen.sb, feed), LPX_ERR_INVALID_ARG, "penalty with feed");
-    expect(ops->step_begin(be, &a.b, &a.sb, NULL), LPX_OK, "begin again");
-    expect(ops->step_end(be, out), LPX_OK, "end");
-    expect(ops->step_end(be, out), LPX_OK, "end");
+     * already ended is allowed (no other step begun since). */
+    expect(begin(ops, be, &a, NULL, out), LPX_OK, "begin");
+    expect(begin(ops, be, &pen, feed, out), LPX_ERR_INVALID_ARG, "penalty with feed");
+    expect(begin(ops, be, &a, NULL, out), LPX_OK, "begin again");
+    expect(ops->step_end(be), LPX_OK, "end");
+    expect(ops->step_end(be), LPX_OK, "end");
     CHECK(!memcmp(out, ref[1], sizeof out));
-    expect(ops->step_begin(be, &b.b, &b.sb, feed), LPX_OK, "feed from an ended step");
-    expect(ops->step_end(be, out), LPX_OK, "end");
+    expect(begin(ops, be, &b, feed, out), LPX_OK, "feed from an ended step");
+    expect(ops->step_end(be), LPX_OK, "end");
     CHECK(!memcmp(out, ref[2], sizeof out));
     memcpy(pen.ids, ref[1], sizeof ref[1]); /* the tokens, written out */
-    expect(ops->step_begin(be, &pen.b, &pen.sb, NULL), LPX_OK, "penalty without feed");
-    expect(ops->step_end(be, out), LPX_OK, "end");
+    expect(begin(ops, be, &pen, NULL, out), LPX_OK, "penalty without feed");
+    expect(ops->step_end(be), LPX_OK, "end");
 
-    CHECK(ops->step_end(be, out) != LPX_OK);
+    CHECK(ops->step_end(be) != LPX_OK);
     free(logits);
 }
 
@@ -175,18 +186,18 @@ int main(void) {
     const lpx_backend_ops *ops;
     int ordinal;
     CHECK(lpx_backend_select(device, &ops, &ordinal) == LPX_OK);
-    CHECK(ops && ops->step_sample && ops->step_begin && ops->step_end);
+    CHECK(ops != NULL);
     lpx_backend_opts o = {.device = ordinal, .block_size = BS, .n_blocks = NSEQ * MAXB,
                           .max_batch_tokens = NSEQ * PROMPT, .max_seqs = NSEQ};
     lpx_backend *be = NULL;
-    if (ops && ops->step_begin && ops->create(m, &o, &be) != LPX_OK)
+    if (ops && ops->create(m, &o, &be) != LPX_OK)
         fprintf(stderr, "%s\n", lpx_last_error());
     if (be) {
         /* Feed before any step_begin. */
         step st;
-        int32_t feed[NSEQ] = {0, 1, 2, 3};
+        int32_t feed[NSEQ] = {0, 1, 2, 3}, out[NSEQ];
         make_step(&st, 1, fwd, NULL);
-        expect(ops->step_begin(be, &st.b, &st.sb, feed), LPX_ERR_INVALID_ARG, "feed first");
+        expect(begin(ops, be, &st, feed, out), LPX_ERR_INVALID_ARG, "feed first");
 
         static int32_t ref[STEPS + 1][NSEQ], got[STEPS + 1][NSEQ];
         reference(ops, be, ref);

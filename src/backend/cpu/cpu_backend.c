@@ -51,18 +51,19 @@ typedef struct cpu_backend {
     float *scores;    /* [n_threads][ctx_cap] attention weights */
     int32_t *tok_seq; /* [T] sequence index of each token */
 
-    /* step_sample: the host sampler over logits kept here */
+    /* steps with sample: the host sampler over logits kept here */
     lpx_sampler sampler;
     float *sample_logits; /* [sample_rows][vocab] */
     int32_t sample_rows;
 
     /* step_begin/step_end, synchronously: step_begin runs the step at once and
-     * queues its tokens; step_end hands them out in order. */
+     * queues its result; step_end hands the results over in order. */
     int32_t *ahead_tokens[2]; /* [2][max_batch_tokens] a FIFO of the steps in flight */
     int32_t ahead_n[2];       /* their n_logits */
+    int32_t *ahead_out[2];    /* where step_end copies their tokens; NULL: a logits step */
     int ahead_head, ahead_count;
     int ahead_last;      /* slot of the last step begun (stays valid after its step_end) */
-    bool ahead_feedable; /* ahead_last may be fed from: no step/step_sample/failed begin since */
+    bool ahead_feedable; /* ahead_last may be fed from: a step with sample, the last begun */
     int32_t *fed;        /* [max_batch_tokens] the batch's tokens with feed resolved */
 } cpu_backend;
 
@@ -520,7 +521,7 @@ static lpx_status forward(lpx_backend *base, const lpx_batch *bt, float *logits)
     return LPX_OK;
 }
 
-/* step_sample on the host: the step's logits, then the host sampler, so the
+/* A step with sample, on the host: the step's logits, then the host sampler, so the
  * engine's device-sampling path runs (and is tested) without a GPU. */
 static lpx_status forward_sample(lpx_backend *base, const lpx_batch *bt, const lpx_sample_batch *sb,
                                  int32_t *tokens) {
@@ -550,27 +551,6 @@ static lpx_status forward_sample(lpx_backend *base, const lpx_batch *bt, const l
     return LPX_OK;
 }
 
-/* step and step_sample: refused while a step_begin's step is in flight; they end
- * what a later step_begin may feed from. */
-static lpx_status check_idle(cpu_backend *b, const char *op) {
-    if (b->ahead_count > 0)
-        return lpx_errorf(LPX_ERR_BUSY, "cpu backend: %s while %d step(s) begun are not ended", op,
-                          b->ahead_count);
-    b->ahead_feedable = false;
-    return LPX_OK;
-}
-
-static lpx_status cpu_step(lpx_backend *base, const lpx_batch *bt, float *logits) {
-    LPX_TRY(check_idle((cpu_backend *)base, "step"));
-    return forward(base, bt, logits);
-}
-
-static lpx_status cpu_step_sample(lpx_backend *base, const lpx_batch *bt,
-                                  const lpx_sample_batch *sb, int32_t *tokens) {
-    LPX_TRY(check_idle((cpu_backend *)base, "step_sample"));
-    return forward_sample(base, bt, sb, tokens);
-}
-
 /* The batch's tokens into b->fed, each fed one taken from the last step begun. */
 static lpx_status resolve_feed(cpu_backend *b, const lpx_batch *bt, const lpx_sample_batch *sb,
                                const int32_t *feed) {
@@ -586,7 +566,7 @@ static lpx_status resolve_feed(cpu_backend *b, const lpx_batch *bt, const lpx_sa
         if (!b->ahead_feedable)
             return lpx_errorf(LPX_ERR_INVALID_ARG,
                               "cpu backend: step_begin: token %d is fed (row %d) but the last "
-                              "call was not a successful step_begin",
+                              "step begun was not a step with sample that began",
                               i, feed[i]);
         if (feed[i] >= b->ahead_n[b->ahead_last])
             return lpx_errorf(LPX_ERR_INVALID_ARG,
@@ -605,31 +585,48 @@ static lpx_status resolve_feed(cpu_backend *b, const lpx_batch *bt, const lpx_sa
     return LPX_OK;
 }
 
-static lpx_status cpu_step_begin(lpx_backend *base, const lpx_batch *bt, const lpx_sample_batch *sb,
-                                 const int32_t *feed) {
+static lpx_status cpu_step_begin(lpx_backend *base, const lpx_step *st) {
     cpu_backend *b = (cpu_backend *)base;
+    const lpx_batch *bt = st->batch;
     if (b->ahead_count == 2)
         return lpx_errorf(LPX_ERR_BUSY, "cpu backend: step_begin: two steps in flight already");
-    lpx_status st = resolve_feed(b, bt, sb, feed);
-    lpx_batch run = *bt;
-    run.tokens = b->fed;
+    if (b->ahead_count > 0 && (!st->sample || !b->ahead_out[b->ahead_last]))
+        return lpx_errorf(LPX_ERR_BUSY,
+                          "cpu backend: step_begin: a step without sample runs alone (%d in "
+                          "flight)",
+                          b->ahead_count);
     int slot = (b->ahead_head + b->ahead_count) % 2;
-    if (st == LPX_OK) st = forward_sample(base, &run, sb, b->ahead_tokens[slot]);
-    b->ahead_feedable = st == LPX_OK;
-    if (st != LPX_OK) return st;
+    lpx_status s;
+    if (!st->sample) {
+        s = st->feed || !st->logits
+                ? lpx_errorf(LPX_ERR_INVALID_ARG,
+                             "cpu backend: step_begin: a step without sample takes logits "
+                             "and no feed")
+                : forward(base, bt, st->logits);
+        b->ahead_feedable = false;
+    } else {
+        s = resolve_feed(b, bt, st->sample, st->feed);
+        lpx_batch run = *bt;
+        run.tokens = b->fed;
+        if (s == LPX_OK) s = forward_sample(base, &run, st->sample, b->ahead_tokens[slot]);
+        b->ahead_feedable = s == LPX_OK;
+    }
+    if (s != LPX_OK) return s;
     b->ahead_n[slot] = bt->n_logits;
+    b->ahead_out[slot] = st->sample ? st->tokens : NULL;
     b->ahead_last = slot;
     b->ahead_count++;
     return LPX_OK;
 }
 
-static lpx_status cpu_step_end(lpx_backend *base, int32_t *tokens) {
+static lpx_status cpu_step_end(lpx_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     if (b->ahead_count == 0)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "cpu backend: step_end: no step in flight");
     int slot = b->ahead_head;
-    if (b->ahead_n[slot] > 0)
-        memcpy(tokens, b->ahead_tokens[slot], (size_t)b->ahead_n[slot] * sizeof *tokens);
+    if (b->ahead_out[slot] && b->ahead_n[slot] > 0)
+        memcpy(b->ahead_out[slot], b->ahead_tokens[slot],
+               (size_t)b->ahead_n[slot] * sizeof(int32_t));
     b->ahead_head = (slot + 1) % 2;
     b->ahead_count--;
     return LPX_OK;
@@ -653,11 +650,9 @@ static size_t cpu_memory_used(const lpx_backend *base) {
 const lpx_backend_ops lpx_cpu_backend_ops = {
     .name = "cpu",
     .create = cpu_create,
-    .step = cpu_step,
+    .step_begin = cpu_step_begin,
+    .step_end = cpu_step_end,
     .copy_block = cpu_copy_block,
     .memory_used = cpu_memory_used,
     .destroy = cpu_destroy,
-    .step_sample = cpu_step_sample,
-    .step_begin = cpu_step_begin,
-    .step_end = cpu_step_end,
 };

@@ -103,7 +103,7 @@ template <int HD, int RM, int TPK> struct ad_smem {
  * flash_prefill.cuh), with the token's q/k/v preparation fused in. Block per
  * (token, kv head, split); its rows are the G <= RM query heads of the kv head's
  * group (RM, a template bound, keeps unused rows out of the code: a kernel for 8
- * rows run with G = 2 issued 3× the instructions, latency-bound, docs/PERF.md).
+ * rows run with G = 2 issued 3× the instructions, latency-bound, docs/lab/notebook.md).
  * The token's keys [lo, len) are cut into S_eff = min(S, ceil(n / AD_KEYS))
  * splits (blocks beyond exit), so up to AD_KEYS keys take one block and no
  * reduce. The block

@@ -84,7 +84,7 @@ typedef struct cuda_backend {
     int *done;      /* (tok_cap, n_kv) split counters of the attention kernel */
     float *logits;  /* (logit_cap, vocab) */
 
-    /* step_sample (sampling.cuh): rows and token counts in, token ids out, pinned
+    /* steps with sample (sampling.cuh): rows and token counts in, token ids out, pinned
      * on the host; allocated at the first call. srow_host, srow_dev and tok_host
      * are the current slot's. tok_dev keeps the last sampled step's tokens until
      * the next one's sampler: the next step reads its fed tokens there first. */
@@ -98,8 +98,8 @@ typedef struct cuda_backend {
     int n_buckets;
     /* Two slots, so that step N+1 is prepared while step N runs (step_begin): each
      * has its own inputs (pinned and device), sampling rows and token buffer, and
-     * its own graphs, which captured those addresses. step and step_sample use the
-     * current slot and leave it current; step_begin moves to the other one. The
+     * its own graphs, which captured those addresses. A step without sample (it runs
+     * alone) uses the current slot; one with sample moves to the other one. The
      * inputs go up on the side stream `up` while the step before still runs. */
     int cur;
     int32_t *slot_in_host[N_SLOTS], *slot_in_dev[N_SLOTS];
@@ -109,7 +109,7 @@ typedef struct cuda_backend {
     cudaEvent_t up_done[N_SLOTS], step_done[N_SLOTS];
     cudaGraphExec_t graphs[N_SLOTS][MAX_BUCKETS];
     /* the same steps with the device sampler and the token copy to tok_host inside
-     * (step_sample): one launch a step; dropped when seen_dev moves (grow_seen) */
+     * (steps with sample): one launch a step; dropped when seen_dev moves (grow_seen) */
     cudaGraphExec_t graphs_s[N_SLOTS][MAX_BUCKETS];
     /* steps in flight: n_flight of them, the oldest in slot `oldest`; what the
      * end of each needs (flight[slot]); feed_rows: the logits rows of the last
@@ -118,6 +118,7 @@ typedef struct cuda_backend {
     struct {
         int rows, k;
         bool decode;
+        int32_t *out; /* where step_end copies the step's tokens; NULL: a logits step */
     } flight[N_SLOTS];
     bool tracing; /* a trace buffer is on: step_begin waits for its step */
 
@@ -325,7 +326,7 @@ static layer_flags layer_flags_of(const cuda_tuning *tu, int T, bool fused) {
      * o, so that gate/up's 12 MB of weights (Qwen3-0.6B) stream during the
      * attention as well (gate/up reads only weights before its wait), and down,
      * so that the next layer's fused kernel has done its setup (2.7-3.7 µs
-     * under the weight streams) when down ends (docs/PERF.md row 32). A kernel
+     * under the weight streams) when down ends (docs/lab/notebook.md row 32). A kernel
      * may read its residual x before its wait (MM_ADD_EARLY) only if x's last
      * writer has completed once it can start: o's x is down's (or embed's),
      * complete when the kernel before o launched o after its own wait; down's x
@@ -333,12 +334,12 @@ static layer_flags layer_flags_of(const cuda_tuning *tu, int T, bool fused) {
      * that let it launch only once their own weights are used. */
     const unsigned E = tu->early, La = tu->late;
     auto next = [&](unsigned k) { return E & k ? MM_NEXT_EARLY : La & k ? MM_NEXT_LATE : 0; };
-    /* batch 1: the projections one block an SM (MM_SOLO; docs/PERF.md row 34) */
+    /* batch 1: the projections one block an SM (MM_SOLO; docs/lab/notebook.md row 34) */
     const unsigned So = T == 1 ? tu->solo : 0;
     layer_flags f;
     f.qa_next = E & TK_F ? QA_NEXT_START : La & TK_F ? QA_NEXT_ROWS : QA_NEXT_WAIT;
     f.o = (fused && (E & TK_F) ? MM_ADD : MM_ADD_EARLY) | (So & TK_O ? MM_SOLO : 0) | next(TK_O);
-    /* batch 1: gate/up's weight pieces tu->pace at a time (MM_PACE; docs/PERF.md row 33) */
+    /* batch 1: gate/up's weight pieces tu->pace at a time (MM_PACE; docs/lab/notebook.md row 33) */
     f.gu = (T == 1 ? MM_PACE(tu->pace) : 0) | (So & TK_G ? MM_SOLO : 0) | next(TK_G);
     f.down = (E & TK_G ? MM_ADD : MM_ADD_EARLY) | (So & TK_D ? MM_SOLO : 0) | next(TK_D);
     return f;
@@ -507,7 +508,7 @@ static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks, in
 }
 
 /* Hands logits rows r0 .. r0+n (in b->logits) to the caller: copied to the host,
- * or, with tokens (step_sample), sampled here so only token ids are copied. */
+ * or, for a step with sample, sampled here so only token ids are copied. */
 static lpx_status emit_rows(cuda_backend *b, int r0, int n, float *logits, bool sample) {
     const int V = b->cfg.vocab_size;
     if (sample) {
@@ -545,7 +546,7 @@ static lpx_status capture_decode_graph(cuda_backend *b, int k, bool sample) {
     return LPX_OK;
 }
 
-/* step_sample's rows (srow_host, n of them) to the device, followed by plain
+/* A step's sampling rows (srow_host, n of them) to the device, followed by plain
  * greedy rows up to T (a sampled decode graph samples every row of its bucket;
  * these read no penalty counts). */
 static lpx_status upload_sample_rows(cuda_backend *b, int n, int T) {
@@ -633,27 +634,6 @@ static lpx_status finish_step(cuda_backend *b, int i) {
     return trace_step_done(b->trace, i, b->flight[i].decode, b->flight[i].k == 0);
 }
 
-/* step and step_sample wait for their step: none may be in flight (backend.h). */
-static lpx_status check_idle(const cuda_backend *b) {
-    if (b->n_flight > 0)
-        return lpx_errorf(LPX_ERR_BUSY, "cuda: a step while %d begun steps are not ended",
-                          b->n_flight);
-    return LPX_OK;
-}
-
-/* One step, waited for (step and step_sample). */
-static lpx_status run_step(cuda_backend *b, const lpx_batch *bt, float *logits, bool sample) {
-    LPX_TRY(check_idle(b));
-    LPX_CUDA_TRY(cudaSetDevice(b->device));
-    b->feed_rows = -1;
-    LPX_TRY(enqueue_step(b, bt, NULL, logits, sample));
-    return finish_step(b, b->cur);
-}
-
-static lpx_status cuda_step(lpx_backend *base, const lpx_batch *bt, float *logits) {
-    return run_step((cuda_backend *)base, bt, logits, false);
-}
-
 /* Grows the pinned host buffer of token counts and its device twin to n. */
 static lpx_status grow_seen(cuda_backend *b, int n) {
     if (n <= b->seen_cap) return LPX_OK;
@@ -693,8 +673,8 @@ static lpx_status sample_buffers(cuda_backend *b) {
     return LPX_OK;
 }
 
-/* The checks and uploads step_sample and step_begin share: the rows into the
- * current slot (enqueue_step uploads them), the token counts to the device. */
+/* The checks and uploads of a step with sample: the rows into the current slot
+ * (enqueue_step uploads them), the token counts to the device. */
 static lpx_status prepare_sample(cuda_backend *b, const lpx_batch *bt, const lpx_sample_batch *sb) {
     const int n = bt->n_logits;
     LPX_TRY(lpx_sample_batch_check(sb, n, b->cfg.vocab_size));
@@ -715,16 +695,6 @@ static lpx_status prepare_sample(cuda_backend *b, const lpx_batch *bt, const lpx
     return LPX_OK;
 }
 
-static lpx_status cuda_step_sample(lpx_backend *base, const lpx_batch *bt,
-                                   const lpx_sample_batch *sb, int32_t *tokens) {
-    cuda_backend *b = (cuda_backend *)base;
-    LPX_TRY(check_idle(b)); /* before prepare_sample touches the slot's buffers */
-    LPX_TRY(prepare_sample(b, bt, sb));
-    LPX_TRY(run_step(b, bt, NULL, true));
-    memcpy(tokens, b->tok_host, sizeof(int32_t) * bt->n_logits);
-    return LPX_OK;
-}
-
 /* Ends every step in flight after a failure (their caches are unknown). */
 static lpx_status drop_flight(cuda_backend *b, lpx_status s) {
     b->n_flight = 0;
@@ -732,17 +702,42 @@ static lpx_status drop_flight(cuda_backend *b, lpx_status s) {
     return s;
 }
 
-static lpx_status cuda_step_begin(lpx_backend *base, const lpx_batch *bt,
-                                  const lpx_sample_batch *sb, const int32_t *feed) {
+/* A step without sample: alone, in the current slot (no step is in flight). */
+static lpx_status begin_logits(cuda_backend *b, const lpx_step *st) {
+    if (st->feed || !st->logits)
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "cuda: step_begin: a step without sample takes logits and no feed");
+    b->feed_rows = -1; /* the next step_begin may not feed (backend.h) */
+    LPX_TRY(enqueue_step(b, st->batch, NULL, st->logits, false));
+    const int slot = b->cur;
+    b->flight[slot].out = NULL;
+    b->oldest = slot;
+    b->n_flight = 1;
+    if (b->tracing) { /* the trace buffers are the graph's: read them before the next step */
+        lpx_status s = finish_step(b, slot);
+        if (s != LPX_OK) return drop_flight(b, s);
+    }
+    return LPX_OK;
+}
+
+static lpx_status cuda_step_begin(lpx_backend *base, const lpx_step *st) {
     cuda_backend *b = (cuda_backend *)base;
+    const lpx_batch *bt = st->batch;
+    const lpx_sample_batch *sb = st->sample;
     if (b->n_flight >= N_SLOTS)
         return lpx_errorf(LPX_ERR_BUSY, "cuda: step_begin with %d steps in flight (at most %d)",
                           b->n_flight, N_SLOTS);
+    if (b->n_flight > 0 && (!sb || !b->flight[b->cur].out))
+        return lpx_errorf(LPX_ERR_BUSY,
+                          "cuda: step_begin: a step without sample runs alone (%d in flight)",
+                          b->n_flight);
     LPX_CUDA_TRY(cudaSetDevice(b->device));
+    if (!sb) return begin_logits(b, st);
     LPX_TRY(sample_buffers(b));
     /* the slot after the last begun step's (the one in flight, if any) */
     const int prev = b->cur, slot = (prev + 1) % N_SLOTS;
     use_slot(b, slot);
+    const int32_t *feed = st->feed;
     lpx_status s = prepare_sample(b, bt, sb);
     for (int i = 0; s == LPX_OK && feed && i < bt->n_logits; i++)
         if (lpx_sampling_penalized(&sb->rows[i].p))
@@ -754,6 +749,7 @@ static lpx_status cuda_step_begin(lpx_backend *base, const lpx_batch *bt,
         b->feed_rows = -1; /* the next step_begin may not feed (backend.h) */
         return s;
     }
+    b->flight[slot].out = st->tokens;
     if (b->n_flight == 0) b->oldest = slot;
     b->n_flight++;
     b->feed_rows = bt->n_logits;
@@ -764,14 +760,15 @@ static lpx_status cuda_step_begin(lpx_backend *base, const lpx_batch *bt,
     return LPX_OK;
 }
 
-static lpx_status cuda_step_end(lpx_backend *base, int32_t *tokens) {
+static lpx_status cuda_step_end(lpx_backend *base) {
     cuda_backend *b = (cuda_backend *)base;
     if (b->n_flight == 0)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: step_end with no step in flight");
     const int i = b->oldest;
     lpx_status s = b->tracing ? LPX_OK : finish_step(b, i);
     if (s != LPX_OK) return drop_flight(b, s);
-    memcpy(tokens, b->slot_tok_host[i], sizeof(int32_t) * b->flight[i].rows);
+    if (b->flight[i].out)
+        memcpy(b->flight[i].out, b->slot_tok_host[i], sizeof(int32_t) * b->flight[i].rows);
     b->oldest = (i + 1) % N_SLOTS;
     b->n_flight--;
     return LPX_OK;
@@ -1048,6 +1045,7 @@ static lpx_status cuda_create(const lpx_model *m, const lpx_backend_opts *o, lpx
     b->base.ops = &lpx_cuda_backend_ops;
     b->base.model = m;
     b->base.opts = *o;
+    b->base.opts.tune = b->base.opts.trace = NULL; /* read at create only (into tune, trace) */
     b->cfg = m->cfg;
     lpx_status s = cuda_create_inner(b, m, o);
     if (s != LPX_OK) {
@@ -1078,6 +1076,6 @@ static size_t cuda_memory_used(const lpx_backend *base) {
 }
 
 extern "C" const lpx_backend_ops lpx_cuda_backend_ops = {
-    "cuda",           cuda_create,  cuda_step,       cuda_copy_block, cuda_memory_used,
-    cuda_destroy,     cuda_step_sample, cuda_step_begin, cuda_step_end,
+    "cuda", cuda_create, cuda_step_begin, cuda_step_end, cuda_copy_block, cuda_memory_used,
+    cuda_destroy,
 };

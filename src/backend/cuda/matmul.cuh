@@ -30,14 +30,14 @@
 /* Batch 1, matvec_tma_kernel: at most d of a block's weight pieces in flight (bits
  * 16-19; 0: all at once). The last warp issues the others as earlier ones land,
  * before its wait, so that fewer bulk copies queue ahead of the latency-bound loads
- * (x staging, the hand-overs) of the kernels around it (docs/PERF.md row 33).
+ * (x staging, the hand-overs) of the kernels around it (docs/lab/notebook.md row 33).
  * matvec_any drops it for grids of more blocks than SMs. */
 #define MM_PACE(d) ((int)((unsigned)(d) & 15u) << 16)
 /* Batch 1, matvec_tma_kernel: the launch asks for enough shared memory that no two of
  * its blocks share an SM (cuda_tuning.mv_solo_smem). With the fused q/k/v + attention kernel on,
  * each 128-block kernel of a layer otherwise lands two blocks an SM on the 64-82 SMs
  * its predecessors left room on, and its issue-bound rows phase runs on half the GPU
- * (docs/PERF.md rows 32b, 34). matvec_any drops it for grids of more blocks than SMs. */
+ * (docs/lab/notebook.md rows 32b, 34). matvec_any drops it for grids of more blocks than SMs. */
 #define MM_SOLO (1 << 20)
 #define MV_MAX_TOKENS 8   /* above this, cuBLAS */
 #define MV2_ROWS 4        /* rows a warp of matvec_tma_kernel computes at once */
@@ -56,7 +56,7 @@
  * 256-column chunk, four chunks in flight. The first chunks are loaded before
  * grid_wait(): weights never depend on the previous kernel, so their fetch
  * overlaps its tail (measured: a persistent variant with fewer, longer-lived
- * blocks was 30% slower at batch 1, docs/PERF.md).
+ * blocks was 30% slower at batch 1, docs/lab/notebook.md).
  * x is staged in shared memory as bf16 when xs_bytes > 0: with norm_w set, x is
  * the float residual stream and the block applies RMSNorm while staging (so no
  * separate norm kernel); otherwise x is bf16. With xs_bytes == 0, x (bf16) is read
@@ -174,7 +174,7 @@ static __device__ __forceinline__ void mbar_fence_init(void) {
 /* Built with -DLPX_CUDA_NO_WEIGHTS=1 (an experiment, never a product build): the bulk
  * copies of weight slices are not issued and their mbarriers complete at once, so
  * a decode step's time is its chain of latencies without the weight stream (the
- * results are garbage). docs/PERF.md, log row 31. */
+ * results are garbage). docs/lab/notebook.md row 31. */
 #ifndef LPX_CUDA_NO_WEIGHTS
 #define LPX_CUDA_NO_WEIGHTS 0
 #endif
@@ -183,7 +183,7 @@ static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t byt
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
-/* L2 priority of the weight streams (docs/PERF.md row 48). The model passes
+/* L2 priority of the weight streams (docs/lab/notebook.md row 48). The model passes
  * through L2 once a step (1.2 GB for Qwen3-0.6B against 50 MB), so with the default
  * policy it evicts everything else: the norm weights, biases, RoPE frequencies and
  * the like that a kernel reads before its grid_wait() then come from HBM, behind
@@ -283,7 +283,7 @@ matvec_tma_body(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__res
     }
     /* With norm_w and x short enough, each thread keeps its x values in registers:
      * one round trip for all of them (a strided loop waited once per value: 2.3-3.3
-     * us of the qkv and gate/up kernels, docs/PERF.md), and the norm weights, which
+     * us of the qkv and gate/up kernels, docs/lab/notebook.md), and the norm weights, which
      * no kernel writes, are read before the wait. */
     constexpr int XR = 16 / B > 0 ? 16 / B : 1; /* x values a thread keeps per token */
     const bool x_regs = norm_w && cols <= XR * (int)blockDim.x;
@@ -503,7 +503,7 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1) matvec_tma_ker
  * and start without waiting for one another to leave. Used where that is what the
  * cap changes (cuda_tuning.mv_small, tuning.c; the tune key mv_small=0/1 forces it):
  * Qwen3-0.6B -19 us a step; Qwen2.5-0.5B (fused kernel of 154 registers, so no room
- * gained) +21 us when forced (docs/PERF.md row 49). */
+ * gained) +21 us when forced (docs/lab/notebook.md row 49). */
 #define MV2_SMALL_REGS 56
 __global__ void __maxnreg__(MV2_SMALL_REGS) matvec_tma_small_kernel(MV2_ARGS) {
     matvec_tma_body<1>(y, act, W, x, norm_w, rows, cols, rpb, accumulate, eps, trace, bt);

@@ -34,7 +34,7 @@
 #define QA_MAX_CLUSTER 16
 /* Registers a thread of the fused kernel may use, by group bound GM (query heads a
  * KV head): QA_MAXNREG for GM 2, 80 for GM 4, 255 (no cap) for GM 8. Uncapped, ptxas
- * gives GM 2 98 registers; at 72 (no spill) the step is 2-6 us shorter (docs/PERF.md
+ * gives GM 2 98 registers; at 72 (no spill) the step is 2-6 us shorter (docs/lab/notebook.md
  * rows 46-47). GM 4 at 80 has no spill (75 for HD 64, 80 for HD 128; was 99 / 114);
  * GM 8 spills even at 128, so it stays at the 154-156 ptxas picks. __maxnreg__
  * replaces __launch_bounds__ (the two cannot be combined). */
@@ -180,7 +180,7 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
     /* The first key tile is requested only now: its block-table lookups are a
      * round trip that, before the wait, delayed the block's arrival there (the
      * setup took 3.5-3.7 µs under the weight streams, longer than down, trace of
-     * docs/PERF.md row 32b); the tile is needed only after the rows. */
+     * docs/lab/notebook.md row 32b); the tile is needed only after the rows. */
     if (seq >= 0) issue(0);
     QA_MARK(2);
     /* LPX_CUDA_BLK_TRACE marks only the start, the wait and the end here: more

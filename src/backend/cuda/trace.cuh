@@ -20,7 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define TRACE_SLOTS 2 /* steps in flight (cuda_backend.cu's N_SLOTS) */
+#define TRACE_SLOTS 2                          /* steps in flight (cuda_backend.cu's N_SLOTS) */
 enum { BK_FUSED, BK_O, BK_GU, BK_DOWN, BK_N }; /* the blk trace's kernels of a layer */
 
 typedef struct cuda_trace {
@@ -132,8 +132,7 @@ static lpx_status trace_create(const char *spec, int n_layers, bool fused, cuda_
         s = trace_buffers((size_t)AD_TRACE * n_layers, "attention", &t->attn_host, &t->attn_dev);
     if (s == LPX_OK && o.mv) {
         t->probe.cap = (fused ? 3 : 4) * n_layers; /* qkv (unless fused), o, gate/up, down */
-        s = trace_buffers((size_t)MV_TRACE * t->probe.cap, "matvec", &t->mv_host,
-                          &t->probe.slots);
+        s = trace_buffers((size_t)MV_TRACE * t->probe.cap, "matvec", &t->mv_host, &t->probe.slots);
     }
     if (s == LPX_OK && o.blk_layer >= 0)
         s = trace_buffers((size_t)BK_N * BT_BLOCKS * BT_MARKS, "block", &t->bt_host, &t->bt_dev);
@@ -158,7 +157,8 @@ static void trace_report_plan(const cuda_trace *t, const qa_plan *qa, const cuda
                 "a block, %zu bytes of shared memory a block)\n",
                 qa->cluster ? "on" : "off", qa->cluster, qa->rb, qa->smem);
     if (t->o.timing) {
-        fprintf(stderr, "lpx cuda: batch-1 projections on %s (fused kernel: %d registers a thread)\n",
+        fprintf(stderr,
+                "lpx cuda: batch-1 projections on %s (fused kernel: %d registers a thread)\n",
                 tu->mv_small ? "matvec_tma_small_kernel" : "matvec_tma_kernel", qa->regs);
         fprintf(stderr,
                 "lpx cuda: batch-1 projections one block an SM (MM_SOLO):%s%s%s%s (%d bytes of "
@@ -179,7 +179,9 @@ static mv_probe *trace_probe(cuda_trace *t) {
 }
 
 /* The decode attention's marks buffer, or NULL. */
-static long long *trace_attn(const cuda_trace *t) { return t ? t->attn_dev : NULL; }
+static long long *trace_attn(const cuda_trace *t) {
+    return t ? t->attn_dev : NULL;
+}
 
 /* The blk marks of kernel k (BK_*) of layer l in a one-token step, or NULL. */
 static long long *trace_blk(const cuda_trace *t, int T, int l, int k) {
@@ -233,11 +235,13 @@ static lpx_status trace_step_done(cuda_trace *t, int i, bool decode, bool k0) {
                                 cudaMemcpyDeviceToHost));
         for (int l = 0; l < nl; l++) {
             const long long *m = t->attn_host + (size_t)l * AD_TRACE;
-            for (int j = 1; j < 8; j++) t->attn_phase[j] += (double)(m[j] - m[j - 1]);
+            for (int j = 1; j < 8; j++)
+                t->attn_phase[j] += (double)(m[j] - m[j - 1]);
             t->attn_phase[8] += (double)(m[9] - m[8]);
             /* gap from this layer's attention end to the next layer's start */
             if (l + 1 < nl) t->attn_phase[9] += (double)(m[AD_TRACE + 8] - m[9]);
-            for (int j = 10; j < 13 && t->fused; j++) t->attn_phase[j] += (double)(m[j] - m[8]);
+            for (int j = 10; j < 13 && t->fused; j++)
+                t->attn_phase[j] += (double)(m[j] - m[8]);
         }
         t->attn_traced++;
     }
@@ -249,7 +253,8 @@ static lpx_status trace_step_done(cuda_trace *t, int i, bool decode, bool k0) {
             const long long *m = t->mv_host + (size_t)MV_TRACE * j;
             const int nk = t->fused ? 3 : 4, kind = 4 - nk + j % nk;
             double *ph = t->mv_phase[kind];
-            for (int q = 0; q < 4; q++) ph[q] += (double)m[2 + q];
+            for (int q = 0; q < 4; q++)
+                ph[q] += (double)m[2 + q];
             ph[4] += (double)(m[6] - m[1]);
             if (j > 0 && kind != 1) ph[5] += (double)(m[1] - m[6 - MV_TRACE]);
         }

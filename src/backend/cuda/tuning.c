@@ -89,7 +89,8 @@ static lpx_status skip_of(const item *it, unsigned *out) {
     unsigned m = 0;
     for (int i = 0; i < it->vlen;) {
         int n = 0;
-        while (i + n < it->vlen && it->val[i + n] != '+') n++;
+        while (i + n < it->vlen && it->val[i + n] != '+')
+            n++;
         unsigned bit = 0;
         for (unsigned j = 0; j < sizeof names / sizeof *names; j++)
             if ((int)strlen(names[j]) == n && !strncmp(it->val + i, names[j], (size_t)n))
@@ -114,15 +115,24 @@ lpx_status lpx_cuda_tune_parse(const char *s, cuda_tune_overrides *o) {
         const char *w = "tune";
         lpx_status st;
         if (it.klen == 0) continue; /* empty item: "a=1,,b=0" */
-        if (key_is(&it, "qa")) st = flag_of(w, &it, &o->qa);
-        else if (key_is(&it, "mv_small")) st = flag_of(w, &it, &o->mv_small);
-        else if (key_is(&it, "early")) st = kernels_of(w, &it, &o->early);
-        else if (key_is(&it, "late")) st = kernels_of(w, &it, &o->late);
-        else if (key_is(&it, "solo")) st = kernels_of(w, &it, &o->solo);
-        else if (key_is(&it, "pace")) st = int_of(w, &it, 0, CT_PACE_MAX, &o->pace);
-        else if (key_is(&it, "graphs")) st = flag_of(w, &it, &o->graphs);
-        else if (key_is(&it, "pdl")) st = flag_of(w, &it, &o->pdl);
-        else if (key_is(&it, "skip")) st = skip_of(&it, &o->skip);
+        if (key_is(&it, "qa"))
+            st = flag_of(w, &it, &o->qa);
+        else if (key_is(&it, "mv_small"))
+            st = flag_of(w, &it, &o->mv_small);
+        else if (key_is(&it, "early"))
+            st = kernels_of(w, &it, &o->early);
+        else if (key_is(&it, "late"))
+            st = kernels_of(w, &it, &o->late);
+        else if (key_is(&it, "solo"))
+            st = kernels_of(w, &it, &o->solo);
+        else if (key_is(&it, "pace"))
+            st = int_of(w, &it, 0, CT_PACE_MAX, &o->pace);
+        else if (key_is(&it, "graphs"))
+            st = flag_of(w, &it, &o->graphs);
+        else if (key_is(&it, "pdl"))
+            st = flag_of(w, &it, &o->pdl);
+        else if (key_is(&it, "skip"))
+            st = skip_of(&it, &o->skip);
         else
             return lpx_errorf(LPX_ERR_INVALID_ARG,
                               "cuda tune: unknown key '%.*s' (qa, mv_small, early, late, solo, "
@@ -172,16 +182,18 @@ bool lpx_cuda_qa_shape_fits(const cuda_shape *sh, int max_cols) {
 
 /* Registers a block of `threads` takes: allocated a warp at a time, in units of 8
  * a thread. */
-static int block_regs(int regs, int threads) { return (regs + 7) / 8 * 8 * threads; }
+static int block_regs(int regs, int threads) {
+    return (regs + 7) / 8 * 8 * threads;
+}
 
 void lpx_cuda_tuning_resolve(const cuda_shape *sh, const cuda_facts *f,
-                         const cuda_tune_overrides *o, cuda_tuning *t) {
+                             const cuda_tune_overrides *o, cuda_tuning *t) {
     memset(t, 0, sizeof *t);
     t->qa = o->qa != 0 && f->qa_cluster > 0 && lpx_cuda_qa_shape_fits(sh, 8 * f->qa_threads);
     /* The small (56-register) projection kernel where one fused block and two
      * projection blocks fit an SM's registers only with its cap: Qwen3-0.6B -19 us
      * a step, Qwen2.5-0.5B (its fused kernel uncapped) +21 us when forced
-     * (docs/PERF.md row 49). */
+     * (docs/lab/notebook.md row 49). */
     if (o->mv_small >= 0) {
         t->mv_small = o->mv_small != 0;
     } else if (t->qa) {

@@ -21,11 +21,18 @@ enum { TK_O = 1, TK_F = 2, TK_G = 4, TK_D = 8 };
 /* Ops a step may leave out (tune key skip; wrong output, for timing differences
  * only). rope: prefill steps only; decode attention does its own. */
 enum {
-    SK_EMBED = 1, SK_QKV = 2, SK_ROPE = 4, SK_ATTN = 8, SK_O = 16, SK_GU = 32, SK_DOWN = 64,
-    SK_HEAD = 128, SK_SAMPLE = 256
+    SK_EMBED = 1,
+    SK_QKV = 2,
+    SK_ROPE = 4,
+    SK_ATTN = 8,
+    SK_O = 16,
+    SK_GU = 32,
+    SK_DOWN = 64,
+    SK_HEAD = 128,
+    SK_SAMPLE = 256
 };
 
-/* Measured defaults (docs/PERF.md rows; docs/dev.md lists them with their keys). */
+/* Measured defaults (docs/lab/notebook.md rows; docs/dev.md lists them with their keys). */
 /* Kernels that let their successor launch at their start: o (gate/up's weights
  * stream during the attention) and down (the next layer's fused kernel does its
  * setup under down); rows 26, 32, 43. */
@@ -61,34 +68,34 @@ typedef struct cuda_facts {
 
 /* The tune string, parsed: each key's value, or "not given". */
 typedef struct cuda_tune_overrides {
-    int qa;       /* -1 default, 0 off, 1 on where the plan fits */
-    int mv_small; /* -1 auto, 0/1 forced */
+    int qa;                /* -1 default, 0 off, 1 on where the plan fits */
+    int mv_small;          /* -1 auto, 0/1 forced */
     int early, late, solo; /* -1 default, else a TK_* set */
-    int pace;     /* -1 default */
-    int graphs, pdl; /* -1 default (on), 0/1 */
-    unsigned skip;   /* SK_* set */
+    int pace;              /* -1 default */
+    int graphs, pdl;       /* -1 default (on), 0/1 */
+    unsigned skip;         /* SK_* set */
 } cuda_tune_overrides;
 
 /* One backend instance's tuning. */
 typedef struct cuda_tuning {
-    bool qa;           /* batch-1 decode: the fused q/k/v + attention kernel may run */
-    bool mv_small;     /* batch-1 projections on matvec_tma_small_kernel */
-    unsigned early;    /* TK_* launching their successor at their start */
-    unsigned late;     /* TK_* launching it once their weights are used (never in early) */
-    unsigned solo;     /* TK_* of the projections one block an SM (MM_SOLO) */
-    int pace;          /* MM_PACE depth of the batch-1 gate/up, 0: all pieces at once */
-    int mv_solo_smem;  /* MM_SOLO's dynamic shared memory (cuda_facts) */
-    bool graphs;       /* decode steps replay CUDA graphs */
-    bool pdl;          /* programmatic dependent launch on every kernel */
-    unsigned skip;     /* SK_* left out of every step */
+    bool qa;          /* batch-1 decode: the fused q/k/v + attention kernel may run */
+    bool mv_small;    /* batch-1 projections on matvec_tma_small_kernel */
+    unsigned early;   /* TK_* launching their successor at their start */
+    unsigned late;    /* TK_* launching it once their weights are used (never in early) */
+    unsigned solo;    /* TK_* of the projections one block an SM (MM_SOLO) */
+    int pace;         /* MM_PACE depth of the batch-1 gate/up, 0: all pieces at once */
+    int mv_solo_smem; /* MM_SOLO's dynamic shared memory (cuda_facts) */
+    bool graphs;      /* decode steps replay CUDA graphs */
+    bool pdl;         /* programmatic dependent launch on every kernel */
+    unsigned skip;    /* SK_* left out of every step */
 } cuda_tuning;
 
 /* The trace string, parsed. */
 typedef struct cuda_trace_opts {
-    bool timing;     /* GPU time of each batch-1 decode graph, printed at destroy */
-    bool attn;       /* block 0's phase marks of the decode attention kernels */
-    bool mv;         /* block 0's phases of the batch-1 projections */
-    int blk_layer;   /* every block's marks of this layer's batch-1 kernels, -1: off */
+    bool timing;        /* GPU time of each batch-1 decode graph, printed at destroy */
+    bool attn;          /* block 0's phase marks of the decode attention kernels */
+    bool mv;            /* block 0's phases of the batch-1 projections */
+    int blk_layer;      /* every block's marks of this layer's batch-1 kernels, -1: off */
     char blk_file[256]; /* where blk's CSV goes, "" = stderr */
 } cuda_trace_opts;
 
@@ -107,7 +114,7 @@ bool lpx_cuda_qa_shape_fits(const cuda_shape *sh, int max_cols);
 /* The tuning of one instance: the defaults above, the per-shape and per-device
  * choices, then the overrides. Pure: nothing but *t is written. */
 void lpx_cuda_tuning_resolve(const cuda_shape *sh, const cuda_facts *f,
-                         const cuda_tune_overrides *o, cuda_tuning *t);
+                             const cuda_tune_overrides *o, cuda_tuning *t);
 
 #ifdef __cplusplus
 }
