@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Summarises the CSV that LPX_CUDA_BLK_TRACE=LAYER writes (one layer's batch-1
-kernels, a row per block: SM, then %globaltimer at start, wait, staged, rows, end).
+"""Summarises the CSV that the CUDA trace blk=LAYER writes (LPX_CUDA_TRACE=blk=LAYER,
+blk_file=PATH, docs/dev.md): one layer's batch-1 kernels, a row per block: SM, then
+%globaltimer at start, wait, staged, rows, end.
 
     scripts/blk-trace.py trace.csv [more.csv ...]
 
@@ -9,8 +10,8 @@ its blocks of the start, the wait returning and the end, in µs from the first f
 block's wait; the phases inside (setup = wait - start for the fused kernel, whose
 other marks copy the wait; x staging and rows for the matvecs); the release (the
 previous kernel's last block end to this kernel's first wait); and for the fused
-kernel, per cluster of --cluster blocks (default 16; the LPX_CUDA_TIMING line "clusters
-of N blocks" gives it), the SMs used and the latest wait. Then, per kernel,
+kernel, per cluster of --cluster blocks (default 16; the line "clusters of N blocks"
+that LPX_CUDA_TRACE=timing prints gives it), the SMs used and the latest wait. Then, per kernel,
 how many SMs held one, two, ... of its blocks, and its late blocks (ending more than
 --late µs, default 0.5, after the kernel's median end) with what else the layer ran
 on their SMs (kernel, start and end of each block there): how docs/lab/notebook.md rows

@@ -8,10 +8,12 @@
 #
 #   scripts/gpu-check.sh                 all checks, then the bench table
 #   scripts/gpu-check.sh --prepare DIR   (dev machine) slice SmolLM2 and its reference
-#   AB='base=;pace0=LPX_CUDA_PACE=0;alt=LPX=other/lpx LPX_CUDA_XF=1' scripts/gpu-check.sh
+#   AB='base=;pace0=LPX_CUDA_TUNE=pace=0;old=LPX=old/lpx LPX_CUDA_PACE=0' scripts/gpu-check.sh
 #                                        then batch-1 A/B rounds: each variant (name=
 #                                        assignments; LPX= another binary) in turn,
-#                                        AB_ROUNDS (2) times, graph µs a step each;
+#                                        AB_ROUNDS (2) times, graph µs a step each
+#                                        (LPX_CUDA_TUNE: docs/dev.md; binaries before
+#                                        it read LPX_CUDA_PACE and the like);
 #                                        CHECKS=0 skips the checks and the table
 #
 # Logs go to $OUT (or ./gpu-check-out); the summary table is printed last.
@@ -55,6 +57,9 @@ shapes="${SHAPES_DIR:-/tmp/lpx-shapes}"
 smol="${SMOL:-$root/models/smol.gguf}"
 summary="$out/summary.txt"
 dev="${DEV:-cuda}"
+# the CUDA backend's two-kernel batch-1 path (docs/dev.md); the CPU backend refuses
+# a tune string, so DEV=cpu runs the same commands without one
+qa_off="LPX_CUDA_TUNE=qa=0"; [ "$dev" = cuda ] || qa_off="LPX_CUDA_TUNE="
 : >"$summary"
 fails=0
 note() { echo "$*" | tee -a "$summary"; }
@@ -130,10 +135,10 @@ for m in ${models//,/ }; do
     vocab=$(python3 -c "import json;print(json.load(open('$shapes/$m/config.json'))['vocab_size'])")
     conform "$m" "$shapes/$m" "$(cat "$shapes/$m.ids")" "$vocab" "$shapes/$m.ref.f32"
     if [ "$m" = qwen3-0.6b ]; then # head_dim 128: flash prefill (whole, chunked) vs decode
-        # batch-1 decode on the two-kernel path (LPX_CUDA_QA=0) instead of the fused
+        # batch-1 decode on the two-kernel path (LPX_CUDA_TUNE=qa=0) instead of the fused
         # cluster kernel (qkv_attn.cuh) that the decode check above ran
         d="$out/tmp"
-        check "$m: cuda decode, two-kernel path, runs" env LPX_CUDA_QA=0 "$lpx" logits -m "$shapes/$m" \
+        check "$m: cuda decode, two-kernel path, runs" env "$qa_off" "$lpx" logits -m "$shapes/$m" \
             --ids "$(cat "$shapes/$m.ids")" --device "$dev" --mode decode -o "$d/$m.cudadec2.f32"
         check "$m: cuda decode, two-kernel path, vs transformers" compare "$d/$m.cudadec2.f32" \
             "$shapes/$m.ref.f32" "$vocab" 3e-2 "$m cuda-decode-2k~hf" "$shapes/$m.ref-bf16.f32"
@@ -184,12 +189,12 @@ print('top-2 gap at divergence', s[-1]-s[-2]); raise SystemExit(0 if s[-1]-s[-2]
     note "greedy 32 tokens CUDA vs CPU: $same/$n identical, $ties/$n differ first at a near-tie (gap < 0.1)"
 
     # batch invariance: two sequences batched vs each alone (decode through graphs).
-    # Alone on the kernels batched decode uses (LPX_CUDA_QA=0): equal within 1e-3.
+    # Alone on the kernels batched decode uses (LPX_CUDA_TUNE=qa=0): equal within 1e-3.
     # Alone on the default batch-1 path (the fused cluster kernel, another summation
     # order): within the decode tolerance, 3e-2.
     a="1,504,3458,28,253,6512"; b="1,9690,314,253,4,2,17,9"
-    check "batch invariance: A alone" env LPX_CUDA_QA=0 "$lpx" logits -m "$smol" --ids "$a" --device "$dev" --mode decode -o "$out/tmp/a.f32"
-    check "batch invariance: B alone" env LPX_CUDA_QA=0 "$lpx" logits -m "$smol" --ids "$b" --device "$dev" --mode decode -o "$out/tmp/b.f32"
+    check "batch invariance: A alone" env "$qa_off" "$lpx" logits -m "$smol" --ids "$a" --device "$dev" --mode decode -o "$out/tmp/a.f32"
+    check "batch invariance: B alone" env "$qa_off" "$lpx" logits -m "$smol" --ids "$b" --device "$dev" --mode decode -o "$out/tmp/b.f32"
     check "batch invariance: A alone, fused path" "$lpx" logits -m "$smol" --ids "$a" --device "$dev" --mode decode -o "$out/tmp/af.f32"
     check "batch invariance: B alone, fused path" "$lpx" logits -m "$smol" --ids "$b" --device "$dev" --mode decode -o "$out/tmp/bf.f32"
     check "batch invariance: A+B batched" "$lpx" logits -m "$smol" --ids "$a" --ids "$b" --device "$dev" --mode decode -o "$out/tmp/ab.f32"
@@ -257,9 +262,9 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     # the 56-register projection kernel (matvec_tma_small_kernel) is the same code as
     # the 72-register one: forced on and off, the same greedy text
     if [ "$dev" = cuda ]; then
-        t_small=$(LPX_CUDA_MV_SMALL=1 run_text --device "$dev"); t_big=$(LPX_CUDA_MV_SMALL=0 run_text --device "$dev")
+        t_small=$(LPX_CUDA_TUNE=mv_small=1 run_text --device "$dev"); t_big=$(LPX_CUDA_TUNE=mv_small=0 run_text --device "$dev")
         printf 'greedy small: %q\ngreedy big:   %q\n' "$t_small" "$t_big" >>"$out/run.log"
-        check "lpx run greedy: LPX_CUDA_MV_SMALL=1 = LPX_CUDA_MV_SMALL=0" test -n "$t_small" -a "$t_small" = "$t_big"
+        check "lpx run greedy: LPX_CUDA_TUNE=mv_small=1 = mv_small=0" test -n "$t_small" -a "$t_small" = "$t_big"
     fi
     ahead="--temp 0.8 --top-k 50 --top-p 0.9 -s 7"
     # shellcheck disable=SC2086
@@ -307,7 +312,8 @@ if [ "$dev" = cuda ] && [ -n "${AB:-}" ] && [ -d "$shapes/qwen3-0.6b" ]; then
             for a in $sets; do
                 case "$a" in LPX=*) bin="$root/${a#LPX=}" ;; *=*) envs+=("$a") ;; esac
             done
-            us="$(env LPX_CUDA_TIMING=1 "${envs[@]}" timeout 120 "$bin" bench \
+            # LPX_CUDA_TIMING=1: the same for a binary from before LPX_CUDA_TRACE
+            us="$(env LPX_CUDA_TRACE=timing LPX_CUDA_TIMING=1 "${envs[@]}" timeout 120 "$bin" bench \
                 -m "$shapes/qwen3-0.6b" -p 0 -n 128 -b 1 -r 3 2>&1 |
                 sed -n 's/.*steps, \([0-9.]*\) us per step on the GPU.*/\1/p' | head -1)"
             echo "ab round $round: $name: ${us:-FAILED} us a step ($sets)" | tee -a "$out/ab.log"

@@ -1,4 +1,4 @@
-"""scripts/blk-trace.py on a made-up LPX_CUDA_BLK_TRACE CSV whose answers are known:
+"""scripts/blk-trace.py on a made-up CSV of the CUDA trace blk=LAYER whose answers are known:
 the phases, the blocks an SM, and a late gate/up block with the two o blocks that held
 its SM (the pattern of docs/lab/notebook.md row 36)."""
 import pathlib

@@ -103,7 +103,7 @@ template <int HD, int RM, int TPK> struct ad_smem {
  * flash_prefill.cuh), with the token's q/k/v preparation fused in. Block per
  * (token, kv head, split); its rows are the G <= RM query heads of the kv head's
  * group (RM, a template bound, keeps unused rows out of the code: a kernel for 8
- * rows run with G = 2 issued 3× the instructions, latency-bound, docs/PERF.md).
+ * rows run with G = 2 issued 3× the instructions, latency-bound, docs/lab/notebook.md).
  * The token's keys [lo, len) are cut into S_eff = min(S, ceil(n / AD_KEYS))
  * splits (blocks beyond exit), so up to AD_KEYS keys take one block and no
  * reduce. The block
@@ -448,7 +448,7 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
 static lpx_status qkv_rope(float *q_out, bf16 *kv, const float *qkv, const float *bias,
                            const float *q_norm, const float *k_norm, const float *inv_freq,
                            const int32_t *positions, const int32_t *slots, int T, kv_geom g,
-                           int layer, float eps, bool interleaved, cudaStream_t st) {
+                           int layer, float eps, bool interleaved, kstream st) {
     const dim3 grid(T, g.n_heads + 2 * g.n_kv);
     LPX_CUDA_TRY(launch(qkv_rope_kernel, grid, dim3(g.head_dim), 0, st, q_out, kv, qkv, bias,
                         q_norm, k_norm, inv_freq, positions, slots, g, layer, eps,
@@ -492,7 +492,7 @@ static lpx_status attention(bf16 *out, float *part_o, float *part_ml, int *done,
                             const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *slots, const int32_t *block_table, int max_blocks,
                             int S, kv_geom g, int layer, float eps, bool interleaved, int window,
-                            long long *trace, cudaStream_t st) {
+                            long long *trace, kstream st) {
     const dim3 grid(T, g.n_kv, S);
     const float scale = 1.0f / sqrtf((float)g.head_dim);
     const int G = g.n_heads / g.n_kv, rm = G <= 2 ? 2 : G <= 4 ? 4 : 8;

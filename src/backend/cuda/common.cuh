@@ -152,7 +152,7 @@ static __device__ __forceinline__ unsigned smid(void) {
     return r;
 }
 
-/* LPX_CUDA_BLK_TRACE=layer (cuda_backend.cu): every block of that layer's batch-1
+/* The blk trace (trace.cuh; docs/dev.md): every block of that layer's batch-1
  * kernels writes BT_MARKS values (thread 0's view): its SM, then %globaltimer at its
  * start, when its wait returned, when its input was staged, when its rows were done,
  * at its end (the fused q/k/v + attention kernel: only the start, the wait and the
@@ -180,21 +180,25 @@ static __device__ __forceinline__ void grid_launch_next(void) {
 #endif
 }
 
-/* Set once per process from LPX_CUDA_PDL (default on). */
-static bool g_use_pdl = true;
+/* The stream a launcher queues its kernels on, and whether they go with
+ * programmatic stream serialization (the instance's tuning, pdl). */
+typedef struct kstream {
+    cudaStream_t s;
+    bool pdl;
+} kstream;
 
-/* Launches kernel k with programmatic stream serialization when enabled. */
+/* Launches kernel k on st, with programmatic stream serialization when st.pdl. */
 template <typename... KArgs, typename... Args>
-static cudaError_t launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem,
-                          cudaStream_t st, Args... args) {
+static cudaError_t launch(void (*k)(KArgs...), dim3 grid, dim3 block, size_t smem, kstream st,
+                          Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
-    cfg.stream = st;
+    cfg.stream = st.s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = g_use_pdl ? 1 : 0;
+    attr[0].val.programmaticStreamSerializationAllowed = st.pdl ? 1 : 0;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, k, ((KArgs)args)...);

@@ -5,12 +5,13 @@
  * host issues three calls per step: copy inputs, launch graph, copy logits. */
 #include "attention.cuh"
 #include "common.cuh"
-#include "decode1.h"
 #include "elementwise.cuh"
 #include "flash_prefill.cuh"
 #include "matmul.cuh"
 #include "qkv_attn.cuh"
 #include "sampling.cuh"
+#include "trace.cuh"
+#include "tuning.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -30,6 +31,7 @@ extern "C" {
 
 #define MAX_BUCKETS 10 /* decode graphs for 1, 2, 4, ..., 512 sequences */
 #define N_SLOTS 2      /* steps in flight at most (step_begin/step_end) */
+static_assert(N_SLOTS == TRACE_SLOTS, "trace.cuh keeps timing events per slot");
 
 typedef struct cuda_layer {
     const float *attn_norm, *ffn_norm; /* (d_model) */
@@ -93,7 +95,6 @@ typedef struct cuda_backend {
     lpx_token_count *seen_host, *seen_dev; /* (seen_cap), grown on demand */
     int seen_cap;
 
-    bool use_graphs;
     int n_buckets;
     /* Two slots, so that step N+1 is prepared while step N runs (step_begin): each
      * has its own inputs (pinned and device), sampling rows and token buffer, and
@@ -116,64 +117,20 @@ typedef struct cuda_backend {
     int n_flight, oldest, feed_rows;
     struct {
         int rows, k;
-        bool decode, d1;
+        bool decode;
         int32_t *out; /* where step_end copies the step's tokens; NULL: a logits step */
     } flight[N_SLOTS];
     bool tracing; /* a trace buffer is on: step_begin waits for its step */
 
-    /* the persistent batch-1 decode kernel (decode1.cu); d1_blocks 0: not used */
-    int d1_blocks;
-    int d1_widest;  /* longest vector staged in shared memory (d, n_heads*hd, d_ff) */
-    d1_params d1;
-    int32_t *d1_in_host, *d1_in_dev; /* token, position, slot, block table row (pinned / device) */
-    /* LPX_CUDA_D1_TRACE: per-phase times of block 0 summed over steps (ns) */
-    unsigned long long *d1_trace_host;
-    double d1_phase_ns[7]; /* work of phases qkv, attention, o, gate/up, down; barrier wait; lm_head */
-    int d1_traced;
+    /* this instance's tuning (tuning.h: resolved at create from the model's shape,
+     * the device and the tune string) and its developer trace (trace.cuh; NULL: off) */
+    cuda_tuning tune;
+    cuda_trace *trace;
 
-    /* profiling knobs (docs/PERF.md, "Where a batch-1 step goes"): LPX_CUDA_SKIP
-     * leaves ops out of the step (wrong output, for timing differences only);
-     * LPX_CUDA_TIMING=1 times each decode graph on the GPU with events */
-    unsigned skip;
-    cudaEvent_t ev[N_SLOTS][2];
-    double graph_ms;
-    int graph_steps;
-    /* LPX_CUDA_ATTN_TRACE=1: phase marks of the decode attention (AD_TRACE a layer) */
-    long long *attn_trace, *attn_trace_host;
-    double attn_phase[AD_TRACE];
-    int attn_traced;
     /* batch-1 decode: q/k/v projection and attention in one cluster kernel
      * (qkv_attn.cuh); qa.cluster 0: the two-kernel path */
     qa_plan qa;
-    /* LPX_CUDA_MV_TRACE=1: the batch-1 graph's projections (matmul.cuh, MV_TRACE a
-     * launch); per kind (qkv, o, gate/up, down): cycles before the wait, x staging,
-     * weights wait, rest; ns wait to last block end; ns release after the predecessor */
-    long long *mv_trace_host;
-    double mv_phase[4][6];
-    int mv_traced;
-    /* LPX_CUDA_BLK_TRACE=layer: per-block marks of that layer's batch-1 kernels
-     * (fused, o, gate/up, down: BT_BLOCKS x BT_MARKS each, common.cuh), written as
-     * CSV to LPX_CUDA_BLK_TRACE_FILE (default stderr) at the 64th traced step */
-    long long *bt_dev, *bt_host;
-    int bt_layer, bt_steps;
 } cuda_backend;
-
-enum { SK_EMBED = 1, SK_QKV = 2, SK_ROPE = 4, SK_ATTN = 8, SK_O = 16, SK_GU = 32, SK_DOWN = 64,
-       SK_HEAD = 128, SK_SAMPLE = 256 };
-
-/* LPX_CUDA_SKIP: a comma list of embed, qkv, rope, attn, o, gu, down, head, sample
- * (rope: prefill steps only; decode attention does its own). */
-static unsigned parse_skip(const char *env) {
-    static const char *names[] = {"embed", "qkv", "rope", "attn", "o", "gu", "down", "head", "sample"};
-    unsigned m = 0;
-    for (const char *p = env; p && *p;) {
-        const size_t n = strcspn(p, ",");
-        for (unsigned i = 0; i < sizeof names / sizeof *names; i++)
-            if (strlen(names[i]) == n && !strncmp(p, names[i], n)) m |= 1u << i;
-        p += n + (p[n] == ',');
-    }
-    return m;
-}
 
 /* --- host-side conversion ------------------------------------------------ */
 
@@ -320,14 +277,17 @@ static int32_t *in_part(const cuda_backend *b, int32_t *base, int part) {
     return base + (size_t)part * b->tok_cap;
 }
 
+/* The compute stream, with the instance's PDL choice, for the launchers. */
+static kstream kst(const cuda_backend *b) { return kstream{b->stream, b->tune.pdl}; }
+
 /* Layer l's q/k/v projection and attention as separate kernels (every step but
  * the batch-1 decode that qkv_attn.cuh fuses). */
 static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles, int S) {
     const lpx_config *c = &b->cfg;
     const cuda_layer *L = &b->layers[l];
     const float eps = c->rms_norm_eps;
-    const unsigned sk = b->skip;
-    cudaStream_t st = b->stream;
+    const unsigned sk = b->tune.skip;
+    const kstream st = kst(b);
     int32_t *in = b->in_dev;
     const int d = c->d_model;
     if (!(sk & SK_QKV))
@@ -351,83 +311,86 @@ static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles, 
                           in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
                           in_part(b, in, IN_BT), b->max_blocks, S, b->geom, l,
                           c->rms_norm_eps, c->rope_interleaved, c->sliding_window,
-                          b->attn_trace, st));
+                          trace_attn(b->trace), st));
     return LPX_OK;
 }
 
-/* LPX_CUDA_BLK_TRACE: the per-block marks of kernel k (0 fused, 1 o, 2 gate/up, 3
- * down) of layer l in a one-token step, or NULL. */
-static long long *bt_of(const cuda_backend *b, int T, int l, int k) {
-    if (!b->bt_dev || T != 1 || l != b->bt_layer) return NULL;
-    return b->bt_dev + (size_t)k * BT_BLOCKS * BT_MARKS;
+/* The launch flags of a step's projections (matmul.cuh's MM_*) and when the fused
+ * kernel lets o launch (QA_NEXT_*): the same in every layer of a step. */
+typedef struct layer_flags {
+    int o, gu, down, qa_next;
+} layer_flags;
+
+static layer_flags layer_flags_of(const cuda_tuning *tu, int T, bool fused) {
+    /* Which kernels let the next one launch at their start (tu->early): by default
+     * o, so that gate/up's 12 MB of weights (Qwen3-0.6B) stream during the
+     * attention as well (gate/up reads only weights before its wait), and down,
+     * so that the next layer's fused kernel has done its setup (2.7-3.7 µs
+     * under the weight streams) when down ends (docs/lab/notebook.md row 32). A kernel
+     * may read its residual x before its wait (MM_ADD_EARLY) only if x's last
+     * writer has completed once it can start: o's x is down's (or embed's),
+     * complete when the kernel before o launched o after its own wait; down's x
+     * is o's, complete when gate/up launched down after its wait. tu->late: those
+     * that let it launch only once their own weights are used. */
+    const unsigned E = tu->early, La = tu->late;
+    auto next = [&](unsigned k) { return E & k ? MM_NEXT_EARLY : La & k ? MM_NEXT_LATE : 0; };
+    /* batch 1: the projections one block an SM (MM_SOLO; docs/lab/notebook.md row 34) */
+    const unsigned So = T == 1 ? tu->solo : 0;
+    layer_flags f;
+    f.qa_next = E & TK_F ? QA_NEXT_START : La & TK_F ? QA_NEXT_ROWS : QA_NEXT_WAIT;
+    f.o = (fused && (E & TK_F) ? MM_ADD : MM_ADD_EARLY) | (So & TK_O ? MM_SOLO : 0) | next(TK_O);
+    /* batch 1: gate/up's weight pieces tu->pace at a time (MM_PACE; docs/lab/notebook.md row 33) */
+    f.gu = (T == 1 ? MM_PACE(tu->pace) : 0) | (So & TK_G ? MM_SOLO : 0) | next(TK_G);
+    f.down = (E & TK_G ? MM_ADD : MM_ADD_EARLY) | (So & TK_D ? MM_SOLO : 0) | next(TK_D);
+    return f;
 }
 
 /* Everything up to the final norm, for T tokens; attention by the flash prefill
  * kernel over n_tiles query tiles, or with n_tiles 0 by the decode kernel (one
- * token per sequence). */
+ * token per sequence). tune.skip leaves ops out (timing only). */
 static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     const lpx_config *c = &b->cfg;
-    cudaStream_t st = b->stream;
-    const int d = c->d_model, qd = c->n_heads * c->head_dim;
+    const kstream st = kst(b);
+    const int d = c->d_model, qd = c->n_heads * c->head_dim, dff = c->d_ff;
+    const float eps = c->rms_norm_eps;
     int32_t *in = b->in_dev;
+    const unsigned sk = b->tune.skip;
     const int S = attn_splits(T, c->n_kv_heads, b->mc.n_sms);
-    const unsigned sk = b->skip;
+    /* batch-1 decode: the q/k/v projection and attention as one kernel (qkv_attn.cuh) */
+    const bool fused = T == 1 && n_tiles == 0 && b->qa.cluster && !(sk & (SK_QKV | SK_ATTN));
+    const layer_flags f = layer_flags_of(&b->tune, T, fused);
+    cuda_trace *tr = b->trace;
+    // x = tok_embd[tokens]
     if (!(sk & SK_EMBED))
         LPX_TRY(embed(b->x, b->tok_embd, in_part(b, in, IN_TOK), b->tok_dev, T, d, st));
     for (int l = 0; l < c->n_layers; l++) {
         const cuda_layer *L = &b->layers[l];
-        const float eps = c->rms_norm_eps;
-        const bool fused = T == 1 && n_tiles == 0 && b->qa.cluster && !(sk & (SK_QKV | SK_ATTN));
-        if (fused) {
+        // attn = attention(rope(rmsnorm(x) · Wqkvᵀ + bqkv)), k/v into the cache
+        if (fused)
             LPX_TRY(qkv_attn(&b->qa, b->attn, b->kv, L->wqkv, b->x, L->attn_norm, L->bqkv,
                              L->q_norm, L->k_norm, b->inv_freq, in_part(b, in, IN_SEQ),
                              in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
                              in_part(b, in, IN_BT), b->max_blocks, b->geom, l, d, eps,
-                             c->rope_interleaved, c->sliding_window,
-                             g_early & EARLY_F  ? QA_NEXT_START
-                             : g_late & EARLY_F ? QA_NEXT_ROWS
-                                                : QA_NEXT_WAIT,
-                             b->attn_trace, bt_of(b, T, l, 0), st));
-        } else {
+                             c->rope_interleaved, c->sliding_window, f.qa_next, trace_attn(tr),
+                             trace_blk(tr, T, l, BK_FUSED), st));
+        else
             LPX_TRY(qkv_and_attention(b, l, T, n_tiles, S));
-        }
-        /* Which kernels let the next one launch at their start (g_early): by default
-         * o, so that gate/up's 12 MB of weights (Qwen3-0.6B) stream during the
-         * attention as well (gate/up reads only weights before its wait), and down,
-         * so that the next layer's fused kernel has done its setup (2.7-3.7 µs
-         * under the weight streams) when down ends (docs/PERF.md row 32). A kernel
-         * may read its residual x before its wait (MM_ADD_EARLY) only if x's last
-         * writer has completed once it can start: o's x is down's (or embed's),
-         * complete when the kernel before o launched o after its own wait; down's x
-         * is o's, complete when gate/up launched down after its wait. */
-        const unsigned E = g_early, La = g_late;
-        const int o_add = fused && (E & EARLY_F) ? MM_ADD : MM_ADD_EARLY;
-        const int down_add = E & EARLY_G ? MM_ADD : MM_ADD_EARLY;
-        /* batch 1: gate/up's weight pieces two at a time (MM_PACE; docs/PERF.md row 33) */
-        const int gu_pace = T == 1 ? MM_PACE(g_pace) : 0;
-        /* batch 1: gate/up one block an SM (MM_SOLO; docs/PERF.md row 34) */
-        const unsigned So = T == 1 ? g_solo : 0;
-        g_bt_next = bt_of(b, T, l, 1);
+        // x += attn · Woᵀ                                  (T, d)
+        trace_blk_next(tr, T, l, BK_O);
         if (!(sk & SK_O))
             LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wo, b->attn, NULL, NULL, eps, T, d, qd,
-                           o_add | (So & EARLY_O ? MM_SOLO : 0) |
-                               (E & EARLY_O ? MM_NEXT_EARLY : La & EARLY_O ? MM_NEXT_LATE : 0),
-                           st));
-        g_bt_next = bt_of(b, T, l, 2);
+                           f.o, st));
+        // act = silu(rmsnorm(x) · Wgateᵀ) * (rmsnorm(x) · Wupᵀ)   (T, d_ff)
+        trace_blk_next(tr, T, l, BK_GU);
         if (!(sk & SK_GU))
             LPX_TRY(matmul(&b->mc, NULL, b->act, b->gu, L->wgu, b->x, L->ffn_norm, b->h, eps, T,
-                           2 * c->d_ff, d,
-                           gu_pace | (So & EARLY_G ? MM_SOLO : 0) |
-                               (E & EARLY_G ? MM_NEXT_EARLY : La & EARLY_G ? MM_NEXT_LATE : 0),
-                           st));
-        g_bt_next = bt_of(b, T, l, 3);
+                           2 * dff, d, f.gu, st));
+        // x += act · Wdownᵀ                                (T, d)
+        trace_blk_next(tr, T, l, BK_DOWN);
         if (!(sk & SK_DOWN))
-            LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d,
-                           c->d_ff,
-                           down_add | (So & EARLY_D ? MM_SOLO : 0) |
-                               (E & EARLY_D ? MM_NEXT_EARLY : La & EARLY_D ? MM_NEXT_LATE : 0),
-                           st));
-        g_bt_next = NULL; /* a skipped or non-TMA launch leaves it unconsumed */
+            LPX_TRY(matmul(&b->mc, b->x, NULL, NULL, L->wdown, b->act, NULL, NULL, eps, T, d, dff,
+                           f.down, st));
+        trace_blk_next(tr, T, l, -1);
     }
     return LPX_OK;
 }
@@ -435,10 +398,10 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
 /* Logits (n, vocab) into b->logits for the token rows listed at rows (device). */
 static lpx_status forward_logits(cuda_backend *b, const int32_t *rows, int n) {
     const lpx_config *c = &b->cfg;
-    if (b->skip & SK_HEAD) return LPX_OK;
-    LPX_TRY(rmsnorm(b->h, b->x, b->out_norm, rows, n, c->d_model, c->rms_norm_eps, b->stream));
+    if (b->tune.skip & SK_HEAD) return LPX_OK;
+    LPX_TRY(rmsnorm(b->h, b->x, b->out_norm, rows, n, c->d_model, c->rms_norm_eps, kst(b)));
     return matmul(&b->mc, b->logits, NULL, NULL, b->lm_head, b->h, NULL, NULL, 0.0f, n,
-                  c->vocab_size, c->d_model, 0, b->stream);
+                  c->vocab_size, c->d_model, 0, kst(b));
 }
 
 static int bucket_of(int n) {
@@ -549,7 +512,7 @@ static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks, in
 static lpx_status emit_rows(cuda_backend *b, int r0, int n, float *logits, bool sample) {
     const int V = b->cfg.vocab_size;
     if (sample) {
-        if (!(b->skip & SK_SAMPLE))
+        if (!(b->tune.skip & SK_SAMPLE))
             LPX_TRY(sample_rows(b->logits, V, n, b->srow_dev + r0, b->seen_dev, b->amax_v,
                                 b->amax_i, b->tok_dev + r0, b->stream));
         LPX_CUDA_TRY(cudaMemcpyAsync(b->tok_host + r0, b->tok_dev + r0, sizeof(int32_t) * n,
@@ -583,22 +546,6 @@ static lpx_status capture_decode_graph(cuda_backend *b, int k, bool sample) {
     return LPX_OK;
 }
 
-/* Adds the phase times of the last persistent step (block 0's view: its own work
- * per phase, and its wait at each barrier for the slowest block). */
-static lpx_status decode1_trace_add(cuda_backend *b) {
-    const int L = b->cfg.n_layers, nk = 5 * L;
-    unsigned long long *t = b->d1_trace_host;
-    LPX_CUDA_TRY(cudaMemcpy(t, b->d1.trace, sizeof(unsigned long long) * (2 + 2 * nk),
-                            cudaMemcpyDeviceToHost));
-    for (int k = 0; k < nk; k++) {
-        b->d1_phase_ns[k % 5] += (double)(t[1 + 2 * k] - t[2 * k]);
-        b->d1_phase_ns[5] += (double)(t[2 + 2 * k] - t[1 + 2 * k]);
-    }
-    b->d1_phase_ns[6] += (double)(t[1 + 2 * nk] - t[2 * nk]);
-    b->d1_traced++;
-    return LPX_OK;
-}
-
 /* A step's sampling rows (srow_host, n of them) to the device, followed by plain
  * greedy rows up to T (a sampled decode graph samples every row of its bucket;
  * these read no penalty counts). */
@@ -626,38 +573,14 @@ static void use_slot(cuda_backend *b, int i) {
 }
 
 /* Queues one step in the current slot, without waiting: its logits rows go to
- * logits (host), or with sample to tok_host. feed: step_begin's (NULL otherwise).
- * The persistent batch-1 kernel (d1) runs only when the caller waits at once
- * (sync): it reads its inputs from one buffer of its own. */
+ * logits (host), or with sample to tok_host. feed: step_begin's (NULL otherwise). */
 static lpx_status enqueue_step(cuda_backend *b, const lpx_batch *bt, const int32_t *feed,
-                               float *logits, bool sample, bool sync) {
+                               float *logits, bool sample) {
     const int slot = b->cur;
     b->flight[slot].rows = bt->n_logits;
-    b->flight[slot].decode = b->flight[slot].d1 = false;
+    b->flight[slot].decode = false;
     b->flight[slot].k = 0;
-    if (sync && b->d1_blocks > 0 && bt->n_tokens == 1 && bt->n_seqs == 1 && bt->n_logits == 1) {
-        int used_blocks = 0;
-        LPX_TRY(pack_batch(b, bt, NULL, 1, &used_blocks));
-        /* one small copy: the three inputs and the used part of the block table */
-        int32_t *in = b->d1_in_host;
-        in[0] = in_part(b, b->in_host, IN_TOK)[0];
-        in[1] = in_part(b, b->in_host, IN_POS)[0];
-        in[2] = in_part(b, b->in_host, IN_SLOT)[0];
-        memcpy(in + 3, in_part(b, b->in_host, IN_BT), sizeof(int32_t) * used_blocks);
-        LPX_CUDA_TRY(cudaMemcpyAsync(b->d1_in_dev, in, sizeof(int32_t) * (3 + used_blocks),
-                                     cudaMemcpyHostToDevice, b->stream));
-        LPX_TRY(decode1(&b->d1, b->cfg.head_dim, b->d1_widest, b->d1_blocks, b->stream));
-        if (sample) {
-            LPX_TRY(upload_sample_rows(b, 1, 1));
-            LPX_CUDA_TRY(cudaEventRecord(b->up_done[slot], b->up));
-            LPX_CUDA_TRY(cudaStreamWaitEvent(b->stream, b->up_done[slot], 0));
-        }
-        LPX_TRY(emit_rows(b, 0, 1, logits, sample));
-        LPX_CUDA_TRY(cudaEventRecord(b->step_done[slot], b->stream));
-        b->flight[slot].d1 = true;
-        return LPX_OK;
-    }
-    bool decode = b->use_graphs && bt->n_tokens == bt->n_seqs && bt->n_logits == bt->n_tokens &&
+    bool decode = b->tune.graphs && bt->n_tokens == bt->n_seqs && bt->n_logits == bt->n_tokens &&
                   bucket_of(bt->n_tokens) < b->n_buckets;
     for (int i = 0; decode && i < bt->n_logits; i++) decode = bt->logit_rows[i] == i;
     const int k = decode ? bucket_of(bt->n_tokens) : 0;
@@ -687,10 +610,9 @@ static lpx_status enqueue_step(cuda_backend *b, const lpx_batch *bt, const int32
     LPX_CUDA_TRY(cudaEventRecord(b->up_done[slot], b->up));
     LPX_CUDA_TRY(cudaStreamWaitEvent(b->stream, b->up_done[slot], 0));
     if (decode) { /* n_logits == n_tokens: every row */
-        cudaEvent_t *ev = b->ev[slot];
-        if (ev[0]) LPX_CUDA_TRY(cudaEventRecord(ev[0], b->stream));
+        LPX_TRY(trace_graph_begin(b->trace, slot, b->stream));
         LPX_CUDA_TRY(cudaGraphLaunch(*gx, b->stream));
-        if (ev[0]) LPX_CUDA_TRY(cudaEventRecord(ev[1], b->stream));
+        LPX_TRY(trace_graph_end(b->trace, slot, b->stream));
         if (!sample) LPX_TRY(emit_rows(b, 0, bt->n_logits, logits, false));
     } else {
         LPX_TRY(forward_layers(b, bt->n_tokens, n_tiles));
@@ -706,66 +628,10 @@ static lpx_status enqueue_step(cuda_backend *b, const lpx_batch *bt, const int32
     return LPX_OK;
 }
 
-/* Waits for the step in slot i and adds its traces and timings (LPX_CUDA_*). */
+/* Waits for the step in slot i and adds its traces and timings (trace.cuh). */
 static lpx_status finish_step(cuda_backend *b, int i) {
     LPX_CUDA_TRY(cudaEventSynchronize(b->step_done[i]));
-    const bool decode = b->flight[i].decode, k0 = b->flight[i].k == 0;
-    if (b->d1.trace && b->flight[i].d1) LPX_TRY(decode1_trace_add(b));
-    if (decode && b->attn_trace && k0) {
-        const int nl = b->cfg.n_layers;
-        LPX_CUDA_TRY(cudaMemcpy(b->attn_trace_host, b->attn_trace,
-                                sizeof(long long) * AD_TRACE * nl, cudaMemcpyDeviceToHost));
-        for (int l = 0; l < nl; l++) {
-            const long long *t = b->attn_trace_host + (size_t)l * AD_TRACE;
-            for (int j = 1; j < 8; j++) b->attn_phase[j] += (double)(t[j] - t[j - 1]);
-            b->attn_phase[8] += (double)(t[9] - t[8]);
-            /* gap from this layer's attention end to the next layer's start */
-            if (l + 1 < nl) b->attn_phase[9] += (double)(t[AD_TRACE + 8] - t[9]);
-            for (int j = 10; j < 13 && b->qa.cluster; j++) b->attn_phase[j] += (double)(t[j] - t[8]);
-        }
-        b->attn_traced++;
-    }
-    if (decode && g_mv_trace && k0 && g_mv_trace_n == g_mv_trace_cap) {
-        const int n = g_mv_trace_cap;
-        LPX_CUDA_TRY(cudaMemcpy(b->mv_trace_host, g_mv_trace, sizeof(long long) * MV_TRACE * n,
-                                cudaMemcpyDeviceToHost));
-        for (int j = 0; j < n; j++) {
-            const long long *t = b->mv_trace_host + (size_t)MV_TRACE * j;
-            const int nk = b->qa.cluster ? 3 : 4, kind = 4 - nk + j % nk;
-            double *ph = b->mv_phase[kind];
-            for (int q = 0; q < 4; q++) ph[q] += (double)t[2 + q];
-            ph[4] += (double)(t[6] - t[1]);
-            if (j > 0 && kind != 1) ph[5] += (double)(t[1] - t[6 - MV_TRACE]);
-        }
-        b->mv_traced++;
-    }
-    if (decode && b->bt_dev && k0 && ++b->bt_steps == 64) {
-        const size_t n = (size_t)4 * BT_BLOCKS * BT_MARKS;
-        LPX_CUDA_TRY(cudaMemcpy(b->bt_host, b->bt_dev, sizeof(long long) * n,
-                                cudaMemcpyDeviceToHost));
-        const char *path = getenv("LPX_CUDA_BLK_TRACE_FILE");
-        FILE *f = path ? fopen(path, "w") : stderr;
-        if (!f) fprintf(stderr, "lpx cuda: LPX_CUDA_BLK_TRACE_FILE %s: cannot write\n", path);
-        if (f) {
-            static const char *kn[] = {"fused", "o", "gu", "down"};
-            fprintf(f, "layer,kernel,block,sm,start,wait,staged,rows,end\n");
-            for (int k = 0; k < 4; k++)
-                for (int blk = 0; blk < BT_BLOCKS; blk++) {
-                    const long long *t = b->bt_host + ((size_t)k * BT_BLOCKS + blk) * BT_MARKS;
-                    if (t[1] == 0) continue; /* no such block */
-                    fprintf(f, "%d,%s,%d,%lld,%lld,%lld,%lld,%lld,%lld\n", b->bt_layer, kn[k], blk,
-                            t[0], t[1], t[2], t[3], t[4], t[5]);
-                }
-            if (f != stderr) fclose(f);
-        }
-    }
-    if (decode && b->ev[i][0] && k0) {
-        float ms = 0.0f;
-        LPX_CUDA_TRY(cudaEventElapsedTime(&ms, b->ev[i][0], b->ev[i][1]));
-        b->graph_ms += ms;
-        b->graph_steps++;
-    }
-    return LPX_OK;
+    return trace_step_done(b->trace, i, b->flight[i].decode, b->flight[i].k == 0);
 }
 
 /* Grows the pinned host buffer of token counts and its device twin to n. */
@@ -842,7 +708,7 @@ static lpx_status begin_logits(cuda_backend *b, const lpx_step *st) {
         return lpx_errorf(LPX_ERR_INVALID_ARG,
                           "cuda: step_begin: a step without sample takes logits and no feed");
     b->feed_rows = -1; /* the next step_begin may not feed (backend.h) */
-    LPX_TRY(enqueue_step(b, st->batch, NULL, st->logits, false, true));
+    LPX_TRY(enqueue_step(b, st->batch, NULL, st->logits, false));
     const int slot = b->cur;
     b->flight[slot].out = NULL;
     b->oldest = slot;
@@ -877,7 +743,7 @@ static lpx_status cuda_step_begin(lpx_backend *base, const lpx_step *st) {
         if (lpx_sampling_penalized(&sb->rows[i].p))
             s = lpx_errorf(LPX_ERR_INVALID_ARG,
                            "cuda: step_begin: row %d has a penalty and the step a feed", i);
-    if (s == LPX_OK) s = enqueue_step(b, bt, feed, NULL, true, false);
+    if (s == LPX_OK) s = enqueue_step(b, bt, feed, NULL, true);
     if (s != LPX_OK) { /* a failed check queued nothing; a failed launch shows at the next wait */
         use_slot(b, prev);
         b->feed_rows = -1; /* the next step_begin may not feed (backend.h) */
@@ -916,70 +782,7 @@ static void cuda_destroy(lpx_backend *base) {
     cudaSetDevice(b->device);
     if (b->stream) cudaStreamSynchronize(b->stream); /* steps begun and not ended */
     if (b->up) cudaStreamSynchronize(b->up);
-    if (b->d1_traced > 0) {
-        const double n = b->d1_traced, L = b->cfg.n_layers;
-        fprintf(stderr,
-                "lpx cuda: persistent decode, %d steps, block 0, us per layer: qkv %.2f, "
-                "attention %.2f, o %.2f, gate/up %.2f, down %.2f, barrier waits %.2f; lm_head "
-                "%.2f us per step\n",
-                b->d1_traced, b->d1_phase_ns[0] / n / L / 1e3, b->d1_phase_ns[1] / n / L / 1e3,
-                b->d1_phase_ns[2] / n / L / 1e3, b->d1_phase_ns[3] / n / L / 1e3,
-                b->d1_phase_ns[4] / n / L / 1e3, b->d1_phase_ns[5] / n / L / 1e3,
-                b->d1_phase_ns[6] / n / 1e3);
-    }
-    if (b->graph_steps > 0)
-        fprintf(stderr, "lpx cuda: batch-1 decode graph, %d steps, %.2f us per step on the GPU\n",
-                b->graph_steps, 1e3 * b->graph_ms / b->graph_steps);
-    for (int i = 0; i < N_SLOTS; i++)
-        for (int j = 0; j < 2; j++)
-            if (b->ev[i][j]) cudaEventDestroy(b->ev[i][j]);
-    if (b->attn_traced > 0) {
-        const double n = (double)b->attn_traced * b->cfg.n_layers;
-        /* the marks of attn_decode_kernel, or of qkv_attn_kernel (qkv_attn.cuh) */
-        fprintf(stderr,
-                b->qa.cluster
-                    ? "lpx cuda: fused q/k/v + attention (cluster), block 0, mean cycles per "
-                      "layer: inputs and issue %.0f, wait %.0f, x norm %.0f, "
-                      "rows %.0f, cluster barrier and q/k/v %.0f, attention %.0f, cluster "
-                      "barrier and combine %.0f; %.2f us from the wait to the end; %.2f us from "
-                      "its end to the next layer's wait\n"
-                    : "lpx cuda: decode attention, block (0,0,0), mean cycles per layer: inputs "
-                      "%.0f, issue %.0f, wait for the projection %.0f, q/k/v %.0f, scores %.0f, "
-                      "P·V %.0f, combine and output %.0f; %.2f us from the wait to the end; "
-                      "%.2f us from its end to the next layer's wait\n",
-                b->attn_phase[1] / n, b->attn_phase[2] / n, b->attn_phase[3] / n,
-                b->attn_phase[4] / n, b->attn_phase[5] / n, b->attn_phase[6] / n,
-                b->attn_phase[7] / n, b->attn_phase[8] / n / 1e3,
-                b->attn_phase[9] / ((double)b->attn_traced * (b->cfg.n_layers - 1)) / 1e3);
-    }
-    if (b->attn_traced > 0 && b->qa.cluster) {
-        const double n = (double)b->attn_traced * b->cfg.n_layers;
-        fprintf(stderr,
-                "lpx cuda: fused q/k/v + attention, the last block after block 0's wait: weights "
-                "landed %.2f us, rows done %.2f us, end %.2f us\n",
-                b->attn_phase[10] / n / 1e3, b->attn_phase[11] / n / 1e3,
-                b->attn_phase[12] / n / 1e3);
-    }
-    free(b->attn_trace_host);
-    if (b->mv_traced > 0) {
-        static const char *kind[4] = {"qkv", "o", "gate/up", "down"};
-        const double n = (double)b->mv_traced * b->cfg.n_layers;
-        for (int k = b->qa.cluster ? 1 : 0; k < 4; k++) {
-            const double *ph = b->mv_phase[k];
-            fprintf(stderr,
-                    "lpx cuda: matvec %s, block 0 cycles: before the wait %.0f, x %.0f, weights "
-                    "wait %.0f, rest %.0f; wait to last block end %.2f us",
-                    kind[k], ph[0] / n, ph[1] / n, ph[2] / n, ph[3] / n, ph[4] / n / 1e3);
-            if (k != 1)
-                fprintf(stderr, "; release after the predecessor's end %.2f us",
-                        ph[5] / (k == 0 ? n - b->mv_traced : n) / 1e3);
-            fprintf(stderr, "\n");
-        }
-    }
-    if (b->mv_trace_host) g_mv_trace = NULL; /* freed with b's allocations below */
-    free(b->mv_trace_host);
-    free(b->bt_host);
-    free(b->d1_trace_host);
+    trace_destroy(b->trace);
     for (int i = 0; i < N_SLOTS; i++) {
         for (int k = 0; k < MAX_BUCKETS; k++) {
             if (b->graphs[i][k]) cudaGraphExecDestroy(b->graphs[i][k]);
@@ -993,7 +796,6 @@ static void cuda_destroy(lpx_backend *base) {
     }
     if (b->mc.blas) cublasDestroy(b->mc.blas);
     for (int i = 0; i < b->n_allocs; i++) cudaFree(b->allocs[i]);
-    if (b->d1_in_host) cudaFreeHost(b->d1_in_host);
     if (b->seen_host) cudaFreeHost(b->seen_host);
     cudaFree(b->seen_dev);
     if (b->up) cudaStreamDestroy(b->up);
@@ -1027,128 +829,22 @@ static size_t part_rows(int cap, int n_kv, int n_sms) {
     return m;
 }
 
-/* Prepares the persistent batch-1 decode kernel (decode1.cu) when LPX_CUDA_MEGA=1
- * asks for it (opt-in: slower than the graphs so far, docs/PERF.md) and the GPU and
- * the model allow it (cooperative launch, one block per SM, shared memory). */
-static lpx_status decode1_setup(cuda_backend *b, const cudaDeviceProp *prop) {
-    const lpx_config *c = &b->cfg;
-    const char *env = getenv("LPX_CUDA_MEGA");
-    if (!env || strcmp(env, "1") || !prop->cooperativeLaunch) return LPX_OK;
-    const int hd = c->head_dim, d = c->d_model, qd = c->n_heads * hd;
-    int widest = d > qd ? d : qd;
-    if (c->d_ff > widest) widest = c->d_ff;
-    int per_sm = 0;
-    LPX_TRY(decode1_init(hd, widest, &per_sm));
-    if (per_sm < 1 || c->n_heads / c->n_kv_heads > D1_MAX_GROUP) return LPX_OK;
-    d1_params *p = &b->d1;
-    const int n_blocks = prop->multiProcessorCount, G = c->n_heads / c->n_kv_heads;
-    p->max_splits = n_blocks / c->n_kv_heads;
-    if (p->max_splits > D1_MAX_SPLITS) p->max_splits = D1_MAX_SPLITS;
-    if (p->max_splits < 1) return LPX_OK;
-
-    d1_layer *hl = (d1_layer *)calloc((size_t)c->n_layers, sizeof(d1_layer));
-    if (!hl) return lpx_errorf(LPX_ERR_NOMEM, "cuda: out of host memory");
-    for (int l = 0; l < c->n_layers; l++) {
-        const cuda_layer *L = &b->layers[l];
-        hl[l].attn_norm = L->attn_norm;
-        hl[l].ffn_norm = L->ffn_norm;
-        hl[l].bqkv = L->bqkv;
-        hl[l].q_norm = L->q_norm;
-        hl[l].k_norm = L->k_norm;
-        hl[l].wqkv = L->wqkv;
-        hl[l].wo = L->wo;
-        hl[l].wgu = L->wgu;
-        hl[l].wdown = L->wdown;
-    }
-    void *dl = NULL;
-    lpx_status s = dalloc(b, &dl, sizeof(d1_layer) * c->n_layers);
-    if (s == LPX_OK && cudaMemcpy(dl, hl, sizeof(d1_layer) * c->n_layers, cudaMemcpyHostToDevice))
-        s = lpx_errorf(LPX_ERR_DEVICE, "cuda: upload of the layer table failed");
-    free(hl);
-    LPX_TRY(s);
-    const size_t parts = (size_t)c->n_kv_heads * p->max_splits * G;
-    LPX_TRY(dalloc(b, (void **)&p->part_o, parts * hd * sizeof(float)));
-    LPX_TRY(dalloc(b, (void **)&p->part_ml, parts * 2 * sizeof(float)));
-    LPX_TRY(dalloc(b, (void **)&p->done, c->n_kv_heads * sizeof(int)));
-    LPX_CUDA_TRY(cudaMemset(p->done, 0, c->n_kv_heads * sizeof(int)));
-    LPX_TRY(dalloc(b, (void **)&p->bar, sizeof(unsigned)));
-    LPX_CUDA_TRY(cudaMemset(p->bar, 0, sizeof(unsigned)));
-
-    p->layers = (const d1_layer *)dl;
-    p->tok_embd = b->tok_embd;
-    p->lm_head = b->lm_head;
-    p->out_norm = b->out_norm;
-    p->inv_freq = b->inv_freq;
-    p->kv = b->kv;
-    const size_t in_bytes = sizeof(int32_t) * (3 + (size_t)b->max_blocks);
-    LPX_CUDA_TRY(cudaMallocHost((void **)&b->d1_in_host, in_bytes));
-    LPX_TRY(dalloc(b, (void **)&b->d1_in_dev, in_bytes));
-    p->token = b->d1_in_dev;
-    p->pos = b->d1_in_dev + 1;
-    p->slot = b->d1_in_dev + 2;
-    p->block_table = b->d1_in_dev + 3;
-    p->x = b->x;
-    p->qkv = b->qkv;
-    p->attn = b->attn;
-    p->act = b->act;
-    p->logits = b->logits;
-    p->g.n_heads = b->geom.n_heads;
-    p->g.n_kv = b->geom.n_kv;
-    p->g.head_dim = b->geom.head_dim;
-    p->g.block_size = b->geom.block_size;
-    p->g.block_stride = b->geom.block_stride;
-    p->n_layers = c->n_layers;
-    p->d = d;
-    p->qd = qd;
-    p->qkv_rows = b->qkv_rows;
-    p->d_ff = c->d_ff;
-    p->vocab = c->vocab_size;
-    p->window = c->sliding_window;
-    p->interleaved = c->rope_interleaved;
-    p->eps = c->rms_norm_eps;
-    p->scale = 1.0f / sqrtf((float)hd);
-    env = getenv("LPX_CUDA_D1_TRACE");
-    if (env && strcmp(env, "0")) {
-        const size_t n = 2 + 10 * (size_t)c->n_layers;
-        b->d1_trace_host = (unsigned long long *)calloc(n, sizeof(unsigned long long));
-        if (!b->d1_trace_host) return lpx_errorf(LPX_ERR_NOMEM, "cuda: out of host memory");
-        LPX_TRY(dalloc(b, (void **)&p->trace, n * sizeof(unsigned long long)));
-    }
-    b->d1_widest = widest;
-    b->d1_blocks = n_blocks;
-    return LPX_OK;
-}
-
-/* The host and device buffers of a trace knob: n long longs each, zeroed (the
- * matvec trace's last-block end is an atomicMax into its device buffer). */
-static lpx_status trace_buffers(cuda_backend *b, size_t n, const char *what, long long **host,
-                                long long **dev) {
-    *host = (long long *)calloc(n, sizeof(long long));
-    if (!*host) return lpx_errorf(LPX_ERR_NOMEM, "cuda: %s trace: out of host memory", what);
-    LPX_TRY(dalloc(b, (void **)dev, n * sizeof(long long)));
-    LPX_CUDA_TRY(cudaMemset(*dev, 0, n * sizeof(long long)));
-    return LPX_OK;
-}
-
-/* Whether the batch-1 products should run as matvec_tma_small_kernel: where one
- * fused q/k/v + attention block and two product blocks fit an SM's registers only
- * with the small kernel's cap (registers are allocated a warp at a time, in units of
- * 8 a thread). LPX_CUDA_MV_SMALL=0/1 forces the choice. */
-static lpx_status mv_small_pays(const qa_plan *qa, const cudaDeviceProp *prop, bool *small) {
-    const char *env = getenv("LPX_CUDA_MV_SMALL");
-    if (env && *env) {
-        *small = strcmp(env, "0") != 0;
-        return LPX_OK;
-    }
-    *small = false;
-    if (!qa->cluster) return LPX_OK;
+/* The facts the tuning is resolved from (tuning.h): the device's, and what the
+ * kernels this shape runs compiled to. */
+static lpx_status gather_facts(const qa_plan *qa, const cudaDeviceProp *prop, int solo_smem,
+                               cuda_facts *f) {
     cudaFuncAttributes big, sm;
     LPX_CUDA_TRY(cudaFuncGetAttributes(&big, matvec_tma_kernel<1>));
     LPX_CUDA_TRY(cudaFuncGetAttributes(&sm, matvec_tma_small_kernel));
-    auto block = [](int regs, int threads) { return (regs + 7) / 8 * 8 * threads; };
-    const int fused = block(qa->regs, QA_THREADS), per_sm = prop->regsPerMultiprocessor;
-    *small = fused + 2 * block(sm.numRegs, MV2_WARPS * 32) <= per_sm &&
-             fused + 2 * block(big.numRegs, MV2_WARPS * 32) > per_sm;
+    f->n_sms = prop->multiProcessorCount;
+    f->regs_per_sm = prop->regsPerMultiprocessor;
+    f->qa_cluster = qa->cluster;
+    f->qa_regs = qa->regs;
+    f->qa_threads = QA_THREADS;
+    f->mv_regs = big.numRegs;
+    f->mv_small_regs = sm.numRegs;
+    f->mv_threads = MV2_WARPS * 32;
+    f->mv_solo_smem = solo_smem;
     return LPX_OK;
 }
 
@@ -1188,51 +884,22 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     b->geom.block_size = eo->block_size;
     b->geom.n_layers = c->n_layers;
     b->geom.block_stride = (int64_t)c->n_layers * 2 * c->n_kv_heads * eo->block_size * hd;
-    const char *env = getenv("LPX_CUDA_GRAPHS");
-    b->use_graphs = !(env && !strcmp(env, "0"));
-    env = getenv("LPX_CUDA_PDL");
-    g_use_pdl = !(env && !strcmp(env, "0"));
-    b->skip = parse_skip(getenv("LPX_CUDA_SKIP"));
-    b->qa = qkv_attn_plan(c->n_heads, c->n_kv_heads, hd, d);
-    if (getenv("LPX_CUDA_TIMING") || getenv("LPX_CUDA_ATTN_TRACE"))
-        fprintf(stderr,
-                "lpx cuda: batch-1 fused q/k/v + attention: %s (clusters of %d blocks, %d rows "
-                "a block, %zu bytes of shared memory a block)\n",
-                b->qa.cluster ? "on" : "off", b->qa.cluster, b->qa.rb, b->qa.smem);
-    env = getenv("LPX_CUDA_ATTN_TRACE");
-    if (env && !strcmp(env, "1"))
-        LPX_TRY(trace_buffers(b, (size_t)AD_TRACE * c->n_layers, "attention", &b->attn_trace_host,
-                              &b->attn_trace));
-    env = getenv("LPX_CUDA_MV_TRACE");
-    if (env && !strcmp(env, "1")) {
-        /* qkv (unless fused with the attention), o, gate/up, down a layer */
-        const int n = (b->qa.cluster ? 3 : 4) * c->n_layers;
-        LPX_TRY(trace_buffers(b, (size_t)MV_TRACE * n, "matvec", &b->mv_trace_host, &g_mv_trace));
-        g_mv_trace_cap = n;
-        g_mv_trace_n = 0;
-    }
-    env = getenv("LPX_CUDA_BLK_TRACE");
-    if (env && *env) {
-        b->bt_layer = atoi(env);
-        LPX_TRY(trace_buffers(b, (size_t)4 * BT_BLOCKS * BT_MARKS, "block", &b->bt_host,
-                              &b->bt_dev));
-    }
-    b->tracing = b->attn_trace || g_mv_trace || b->bt_dev;
-    env = getenv("LPX_CUDA_TIMING");
-    if (env && !strcmp(env, "1"))
-        for (int i = 0; i < N_SLOTS; i++)
-            for (int j = 0; j < 2; j++) LPX_CUDA_TRY(cudaEventCreate(&b->ev[i][j]));
-    LPX_TRY(matvec_init());
-    LPX_TRY(mv_small_pays(&b->qa, &prop, &g_mv_small));
-    if (getenv("LPX_CUDA_TIMING")) {
-        fprintf(stderr, "lpx cuda: batch-1 projections on %s (fused kernel: %d registers a thread)\n",
-                g_mv_small ? "matvec_tma_small_kernel" : "matvec_tma_kernel", b->qa.regs);
-        fprintf(stderr,
-                "lpx cuda: batch-1 projections one block an SM (MM_SOLO):%s%s%s%s (%d bytes of "
-                "shared memory a block)\n",
-                g_solo & EARLY_O ? " o" : "", g_solo & EARLY_G ? " gate/up" : "",
-                g_solo & EARLY_D ? " down" : "", g_solo ? "" : " none", g_mv_solo_smem);
-    }
+    /* the tuning: the tune string, the fused kernel's plan (unless qa=0), the
+     * device's facts, then the per-instance choices (tuning.c) */
+    cuda_tune_overrides ov;
+    LPX_TRY(lpx_cuda_tune_parse(o->tune, &ov));
+    const cuda_shape shape = {c->n_heads, c->n_kv_heads, hd, d, c->d_ff};
+    if (ov.qa != 0) b->qa = qkv_attn_plan(&shape);
+    int solo_smem = 0;
+    LPX_TRY(matvec_init(&solo_smem));
+    cuda_facts facts;
+    LPX_TRY(gather_facts(&b->qa, &prop, solo_smem, &facts));
+    lpx_cuda_tuning_resolve(&shape, &facts, &ov, &b->tune);
+    b->mc.tune = &b->tune;
+    LPX_TRY(trace_create(o->trace, c->n_layers, b->qa.cluster != 0, &b->trace));
+    b->mc.probe = trace_probe(b->trace);
+    b->tracing = trace_waits(b->trace);
+    trace_report_plan(b->trace, &b->qa, &b->tune);
     LPX_TRY(attention_init());
     LPX_TRY(flash_prefill_init());
 
@@ -1368,7 +1035,6 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     LPX_TRY(dalloc(b, (void **)&b->done, T * c->n_kv_heads * sizeof(int)));
     LPX_CUDA_TRY(cudaMemset(b->done, 0, T * c->n_kv_heads * sizeof(int)));
     LPX_TRY(dalloc(b, (void **)&b->logits, (size_t)b->logit_cap * c->vocab_size * 4));
-    LPX_TRY(decode1_setup(b, &prop));
     LPX_CUDA_TRY(cudaDeviceSynchronize());
     return LPX_OK;
 }
@@ -1379,6 +1045,7 @@ static lpx_status cuda_create(const lpx_model *m, const lpx_backend_opts *o, lpx
     b->base.ops = &lpx_cuda_backend_ops;
     b->base.model = m;
     b->base.opts = *o;
+    b->base.opts.tune = b->base.opts.trace = NULL; /* read at create only (into tune, trace) */
     b->cfg = m->cfg;
     lpx_status s = cuda_create_inner(b, m, o);
     if (s != LPX_OK) {

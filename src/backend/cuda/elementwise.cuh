@@ -58,18 +58,18 @@ __global__ void silu_mul_kernel(bf16 *__restrict__ act,       // (T, d_ff)
 // kernel launchers
 
 static lpx_status embed(float *x, const bf16 *emb, const int32_t *tokens, const int32_t *fed,
-                        int T, int d, cudaStream_t st) {
+                        int T, int d, kstream st) {
     LPX_CUDA_TRY(launch(embed_kernel, dim3(T), dim3(256), 0, st, x, emb, tokens, fed, d));
     return LPX_OK;
 }
 
 static lpx_status rmsnorm(bf16 *out, const float *x, const float *w, const int32_t *rows, int R,
-                          int d, float eps, cudaStream_t st) {
+                          int d, float eps, kstream st) {
     LPX_CUDA_TRY(launch(rmsnorm_kernel, dim3(R), dim3(256), 0, st, out, x, w, rows, d, eps));
     return LPX_OK;
 }
 
-static lpx_status silu_mul(bf16 *act, const float *gu, int T, int d_ff, cudaStream_t st) {
+static lpx_status silu_mul(bf16 *act, const float *gu, int T, int d_ff, kstream st) {
     const int64_t n = (int64_t)T * d_ff;
     const int blocks = (int)((n + 255) / 256 < 4096 ? (n + 255) / 256 : 4096);
     LPX_CUDA_TRY(launch(silu_mul_kernel, dim3(blocks), dim3(256), 0, st, act, gu, n));

@@ -333,7 +333,7 @@ static int flash_tiles(const int32_t *seq_start, int n_seqs, int G, int32_t *til
 static lpx_status flash_prefill(bf16 *out, const float *q, const bf16 *kv, const int32_t *tiles,
                                 int n_tiles, const int32_t *tok_seq, const int32_t *positions,
                                 const int32_t *block_table, int max_blocks, kv_geom g, int layer,
-                                int window, cudaStream_t st) {
+                                int window, kstream st) {
     const dim3 grid(n_tiles, g.n_kv);
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)g.head_dim);
     cudaError_t e = cudaErrorInvalidValue;

@@ -11,10 +11,9 @@
 
 #include "common.cuh"
 #include "elementwise.cuh"
+#include "tuning.h"
 
 #include <cublas_v2.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define MV_WARPS 8        /* warps per block */
 #define MV2_WARPS 12      /* warps per block of matvec_tma_kernel: a warp per row group of gate/up */
@@ -31,14 +30,14 @@
 /* Batch 1, matvec_tma_kernel: at most d of a block's weight pieces in flight (bits
  * 16-19; 0: all at once). The last warp issues the others as earlier ones land,
  * before its wait, so that fewer bulk copies queue ahead of the latency-bound loads
- * (x staging, the hand-overs) of the kernels around it (docs/PERF.md row 33).
+ * (x staging, the hand-overs) of the kernels around it (docs/lab/notebook.md row 33).
  * matvec_any drops it for grids of more blocks than SMs. */
 #define MM_PACE(d) ((int)((unsigned)(d) & 15u) << 16)
 /* Batch 1, matvec_tma_kernel: the launch asks for enough shared memory that no two of
- * its blocks share an SM (g_mv_solo_smem). With the fused q/k/v + attention kernel on,
+ * its blocks share an SM (cuda_tuning.mv_solo_smem). With the fused q/k/v + attention kernel on,
  * each 128-block kernel of a layer otherwise lands two blocks an SM on the 64-82 SMs
  * its predecessors left room on, and its issue-bound rows phase runs on half the GPU
- * (docs/PERF.md rows 32b, 34). matvec_any drops it for grids of more blocks than SMs. */
+ * (docs/lab/notebook.md rows 32b, 34). matvec_any drops it for grids of more blocks than SMs. */
 #define MM_SOLO (1 << 20)
 #define MV_MAX_TOKENS 8   /* above this, cuBLAS */
 #define MV2_ROWS 4        /* rows a warp of matvec_tma_kernel computes at once */
@@ -57,7 +56,7 @@
  * 256-column chunk, four chunks in flight. The first chunks are loaded before
  * grid_wait(): weights never depend on the previous kernel, so their fetch
  * overlaps its tail (measured: a persistent variant with fewer, longer-lived
- * blocks was 30% slower at batch 1, docs/PERF.md).
+ * blocks was 30% slower at batch 1, docs/lab/notebook.md).
  * x is staged in shared memory as bf16 when xs_bytes > 0: with norm_w set, x is
  * the float residual stream and the block applies RMSNorm while staging (so no
  * separate norm kernel); otherwise x is bf16. With xs_bytes == 0, x (bf16) is read
@@ -175,7 +174,7 @@ static __device__ __forceinline__ void mbar_fence_init(void) {
 /* Built with -DLPX_CUDA_NO_WEIGHTS=1 (an experiment, never a product build): the bulk
  * copies of weight slices are not issued and their mbarriers complete at once, so
  * a decode step's time is its chain of latencies without the weight stream (the
- * results are garbage). docs/PERF.md, log row 31. */
+ * results are garbage). docs/lab/notebook.md row 31. */
 #ifndef LPX_CUDA_NO_WEIGHTS
 #define LPX_CUDA_NO_WEIGHTS 0
 #endif
@@ -184,7 +183,7 @@ static __device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t byt
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
-/* L2 priority of the weight streams (docs/PERF.md row 48). The model passes
+/* L2 priority of the weight streams (docs/lab/notebook.md row 48). The model passes
  * through L2 once a step (1.2 GB for Qwen3-0.6B against 50 MB), so with the default
  * policy it evicts everything else: the norm weights, biases, RoPE frequencies and
  * the like that a kernel reads before its grid_wait() then come from HBM, behind
@@ -247,7 +246,7 @@ static __device__ __forceinline__ void
 matvec_tma_body(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,
                 const void *__restrict__ x, const float *__restrict__ norm_w, int rows, int cols,
                 int rpb, int accumulate, float eps,
-                long long *__restrict__ trace, // (MV_TRACE) or NULL: LPX_CUDA_MV_TRACE
+                long long *__restrict__ trace, // (MV_TRACE) or NULL: the mv trace
                 long long *__restrict__ bt) {  // (BT_BLOCKS, BT_MARKS) or NULL
     extern __shared__ __align__(128) uint4 mv2_smem[];
     long long *tr = trace && blockIdx.x == 0 && threadIdx.x == 0 ? trace : NULL;
@@ -284,7 +283,7 @@ matvec_tma_body(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__res
     }
     /* With norm_w and x short enough, each thread keeps its x values in registers:
      * one round trip for all of them (a strided loop waited once per value: 2.3-3.3
-     * us of the qkv and gate/up kernels, docs/PERF.md), and the norm weights, which
+     * us of the qkv and gate/up kernels, docs/lab/notebook.md), and the norm weights, which
      * no kernel writes, are read before the wait. */
     constexpr int XR = 16 / B > 0 ? 16 / B : 1; /* x values a thread keeps per token */
     const bool x_regs = norm_w && cols <= XR * (int)blockDim.x;
@@ -502,9 +501,9 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1) matvec_tma_ker
  * block instead of 27.6 K, so that a fused q/k/v + attention block (18.4 K at its 72
  * registers) and two of these (o and gate/up, or gate/up and down) fit one SM's 64 K
  * and start without waiting for one another to leave. Used where that is what the
- * cap changes (mv_small_pays in cuda_backend.cu; LPX_CUDA_MV_SMALL=0/1 forces it):
+ * cap changes (cuda_tuning.mv_small, tuning.c; the tune key mv_small=0/1 forces it):
  * Qwen3-0.6B -19 us a step; Qwen2.5-0.5B (fused kernel of 154 registers, so no room
- * gained) +21 us when forced (docs/PERF.md row 49). */
+ * gained) +21 us when forced (docs/lab/notebook.md row 49). */
 #define MV2_SMALL_REGS 56
 __global__ void __maxnreg__(MV2_SMALL_REGS) matvec_tma_small_kernel(MV2_ARGS) {
     matvec_tma_body<1>(y, act, W, x, norm_w, rows, cols, rpb, accumulate, eps, trace, bt);
@@ -537,56 +536,43 @@ static int matvec_ksplit(int rows, int cols, int n_sms, bool pairs) {
 template <int B>
 static cudaError_t matvec_launch(float *y, bf16 *act, const bf16 *W, const void *x,
                                  const float *norm_w, int rows, int cols, int n_sms,
-                                 bool accumulate, float eps, cudaStream_t st) {
+                                 bool accumulate, float eps, kstream st) {
     const int xs = B * cols * (int)sizeof(bf16) <= MV_SMEM_MAX ? B * cols * (int)sizeof(bf16) : 0;
     const int ks = matvec_ksplit(rows, cols, n_sms, act != NULL);
     return launch(matvec_kernel<B>, dim3(ceil_div(rows, MV_WARPS / ks)), dim3(MV_WARPS * 32),
                   (size_t)xs, st, y, act, W, x, norm_w, xs, rows, cols, ks, (int)accumulate, eps);
 }
 
-/* Set once per process from LPX_CUDA_MV by matvec_init (=old: every matvec on matvec_kernel). */
-static bool g_mv_old = false;
-/* Which batch-1 decode kernels let their successor launch at their start rather
- * than after their wait (forward_layers; LPX_CUDA_EARLY, a set of letters, for
- * A/B runs): EARLY_O o (gate/up's weights stream during the attention), EARLY_F
- * the fused q/k/v + attention kernel (then o reads its residual after its wait),
- * EARLY_G gate/up (then down does), EARLY_D down (the next layer's fused kernel
- * fetches its weights and keys during down). LPX_CUDA_LATE, the same letters:
- * those that let it launch only once their own weights are used (MM_NEXT_LATE,
- * QA_NEXT_ROWS), so that its weight stream does not slow theirs. */
-enum { EARLY_O = 1, EARLY_F = 2, EARLY_G = 4, EARLY_D = 8 };
-static unsigned g_early = EARLY_O | EARLY_D, g_late = 0;
-/* MM_PACE's depth for the batch-1 gate/up (LPX_CUDA_PACE=d, 0 = all pieces at once;
- * o and down have two pieces a block on Qwen3-0.6B and were not paced in the A/B) */
-static int g_pace = 2;
-/* Which batch-1 projections run one block an SM (MM_SOLO; LPX_CUDA_SOLO, letters o, g,
- * d as for LPX_CUDA_EARLY, "-" none): gate/up, the one measured faster (row 34) */
-static unsigned g_solo = EARLY_G;
-/* The dynamic shared memory that leaves room for only one matvec_tma_kernel<1> block
- * an SM (matvec_init: half the SM's, less the block's reserved and static shares,
- * raised until the occupancy calculator agrees); 0 where it cannot be had */
-static int g_mv_solo_smem = 0;
-/* One-token products on matvec_tma_small_kernel (set by the backend, mv_small_pays) */
-static bool g_mv_small = false;
-
-/* LPX_CUDA_MV_TRACE=1: the first g_mv_trace_cap one-token launches of
- * matvec_tma_kernel (the batch-1 decode graph's projections, in launch order) each
- * get MV_TRACE slots of g_mv_trace (device): block 0's %globaltimer at start and
- * after grid_wait, its cycles per phase (before the wait, x staging, the wait for its
- * first weights, the rest), the last block's end. */
+/* The trace hooks of the one-token matvec_tma launches (trace.cuh owns the buffers;
+ * the matmul_ctx's pointer is NULL when tracing is off). slots: the first cap of
+ * those launches (the batch-1 decode graph's projections, in launch order) each get
+ * MV_TRACE values: block 0's %globaltimer at start and after grid_wait, its cycles
+ * per phase (before the wait, x staging, the wait for its first weights, the rest),
+ * the last block's end. bt_next: the per-block marks (BT_BLOCKS x BT_MARKS) of the
+ * next launch, set by forward_layers before each projection of the traced layer and
+ * taken by that launch. */
 #define MV_TRACE 8
-static long long *g_mv_trace = NULL;
-static int g_mv_trace_n = 0, g_mv_trace_cap = 0;
-/* LPX_CUDA_BLK_TRACE: the per-block marks of the next one-token matvec_tma launch
- * (set by forward_layers before each projection of a layer, cleared by the launch) */
-static long long *g_bt_next = NULL;
+typedef struct mv_probe {
+    long long *slots; /* (cap, MV_TRACE) device, or NULL */
+    int n, cap;
+    long long *bt_next; /* (BT_BLOCKS, BT_MARKS) device, or NULL */
+} mv_probe;
+
+/* What the matmul launchers need of their instance: its cuBLAS handle, the SM
+ * count, its tuning (mv_small, mv_solo_smem) and its trace hooks (NULL: off). */
+typedef struct matmul_ctx {
+    cublasHandle_t blas;
+    int n_sms;
+    const cuda_tuning *tune;
+    mv_probe *probe;
+} matmul_ctx;
 
 /* Rows a block of matvec_tma_kernel owns: ceil(rows / blocks) for 1, 2, 4, ... 64
  * blocks per SM (more than two run in waves: a block fetches its slice when it
  * starts, the first wave before the wait), the first whose slice plus staged x (T
  * tokens) fits MV2_SMEM_MAX; 0 where none does (long x): matvec_kernel then. */
 static int matvec_tma_rows(int T, int rows, int cols, int n_sms, bool pairs, const bf16 *W) {
-    if (g_mv_old || ((uintptr_t)W & 15) || cols % 8) return 0;
+    if (((uintptr_t)W & 15) || cols % 8) return 0;
     const int64_t xs = (int64_t)T * cols * 2, row_bytes = (int64_t)cols * 2;
     for (int64_t m = 1; m <= 64; m *= 2) {
         int64_t rpb = ((int64_t)rows + m * n_sms - 1) / (m * n_sms);
@@ -598,9 +584,10 @@ static int matvec_tma_rows(int T, int rows, int cols, int n_sms, bool pairs, con
 
 /* matvec_tma_kernel where matvec_tma_rows allows it, else matvec_kernel. */
 template <int B>
-static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
-                              const float *norm_w, int rows, int cols, int n_sms, int accumulate,
-                              float eps, cudaStream_t st) {
+static cudaError_t matvec_any(const matmul_ctx *mc, float *y, bf16 *act, const bf16 *W,
+                              const void *x, const float *norm_w, int rows, int cols,
+                              int accumulate, float eps, kstream st) {
+    const int n_sms = mc->n_sms;
     const int rpb = matvec_tma_rows(B, rows, cols, n_sms, act != NULL, W);
     if (rpb == 0)
         return matvec_launch<B>(y, act, W, x, norm_w, rows, cols, n_sms, (accumulate & MM_ADD) != 0,
@@ -609,40 +596,28 @@ static cudaError_t matvec_any(float *y, bf16 *act, const bf16 *W, const void *x,
      * measured: in waves, a later block's pieces stream after it starts, on the path */
     if (ceil_div(rows, rpb) > n_sms) accumulate &= ~(MM_PACE(15) | MM_SOLO);
     size_t smem = ((size_t)rpb + B) * (size_t)cols * sizeof(bf16);
-    if (B == 1 && (accumulate & MM_SOLO) && smem < (size_t)g_mv_solo_smem) smem = g_mv_solo_smem;
-    long long *trace = NULL;
-    if (B == 1 && g_mv_trace && g_mv_trace_n < g_mv_trace_cap)
-        trace = g_mv_trace + (size_t)MV_TRACE * g_mv_trace_n++;
-    long long *bt = B == 1 ? g_bt_next : NULL;
-    if (B == 1) g_bt_next = NULL;
-    return launch(B == 1 && g_mv_small ? matvec_tma_small_kernel : matvec_tma_kernel<B>,
+    const size_t solo = (size_t)mc->tune->mv_solo_smem;
+    if (B == 1 && (accumulate & MM_SOLO) && smem < solo) smem = solo;
+    long long *trace = NULL, *bt = NULL;
+    mv_probe *pr = B == 1 ? mc->probe : NULL;
+    if (pr && pr->slots && pr->n < pr->cap) trace = pr->slots + (size_t)MV_TRACE * pr->n++;
+    if (pr) {
+        bt = pr->bt_next;
+        pr->bt_next = NULL;
+    }
+    return launch(B == 1 && mc->tune->mv_small ? matvec_tma_small_kernel : matvec_tma_kernel<B>,
                   dim3(ceil_div(rows, rpb)), dim3(MV2_WARPS * 32), smem, st,
                   y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps, trace, bt);
 }
 
-/* Called once at backend creation: reads LPX_CUDA_MV (=old: every matvec on
- * matvec_kernel, for A/B comparison) and lets every matvec instantiation take its
- * shared memory (MV_SMEM_MAX, MV2_SMEM_MAX); matvec_tma_kernel prefers the largest
- * shared-memory carveout, so that an SM can hold two of its blocks. */
-static lpx_status matvec_init(void) {
-    const char *env = getenv("LPX_CUDA_MV");
-    g_mv_old = env && !strcmp(env, "old");
-    auto letters = [](const char *e) {
-        unsigned m = 0;
-        for (const char *c = e; *c; c++)
-            m |= *c == 'o' ? EARLY_O : *c == 'f' ? EARLY_F : *c == 'g' ? EARLY_G
-               : *c == 'd' ? EARLY_D : 0;
-        return m;
-    };
-    env = getenv("LPX_CUDA_PACE");
-    if (env) g_pace = atoi(env);
-    env = getenv("LPX_CUDA_SOLO");
-    if (env) g_solo = letters(env);
-    env = getenv("LPX_CUDA_EARLY");
-    if (env) g_early = letters(env);
-    env = getenv("LPX_CUDA_LATE");
-    if (env) g_late = letters(env);
-    g_early &= ~g_late;
+/* Called at backend creation: lets every matvec instantiation take its shared
+ * memory (MV_SMEM_MAX, MV2_SMEM_MAX; matvec_tma_kernel prefers the largest
+ * shared-memory carveout, so that an SM can hold two of its blocks) and finds
+ * MM_SOLO's shared memory for this device (*solo_smem: the dynamic shared memory
+ * that leaves room for only one matvec_tma_kernel<1> block an SM: half the SM's,
+ * less the block's reserved and static shares, raised until the occupancy
+ * calculator agrees; 0 where it cannot be had). */
+static lpx_status matvec_init(int *solo_smem) {
 #define MV_ATTR(B)                                                                                 \
     LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_kernel<B>,                                            \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM_MAX));  \
@@ -668,7 +643,7 @@ static lpx_status matvec_init(void) {
     LPX_CUDA_TRY(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
     LPX_CUDA_TRY(cudaFuncGetAttributes(&fa, matvec_tma_kernel<1>));
     const int cap = optin - (int)fa.sharedSizeBytes;
-    g_mv_solo_smem = 0;
+    *solo_smem = 0;
     for (int s = per_sm / 2 - reserved - (int)fa.sharedSizeBytes + 1; s > 0 && s <= cap;
          s += 1024) {
         int n = 0;
@@ -678,41 +653,36 @@ static lpx_status matvec_init(void) {
         LPX_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matvec_tma_kernel<1>,
                                                                    MV2_WARPS * 32, s));
         if (n <= 1) { /* 0: no size above this one fits either */
-            if (n == 1) g_mv_solo_smem = s;
+            if (n == 1) *solo_smem = s;
             break;
         }
     }
     /* the same shared memory is a solo size for the small kernel too (shared memory,
      * not registers, limits it to one block) */
-    if (g_mv_solo_smem > MV2_SMEM_MAX)
+    if (*solo_smem > MV2_SMEM_MAX)
         LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_small_kernel,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          g_mv_solo_smem));
+                                          *solo_smem));
     return LPX_OK;
 }
 
 /* y = x · Wᵀ for T = 1..MV_MAX_TOKENS tokens on the matvec kernels (matmul's path
  * for few tokens, without cuBLAS): matvec_any<T>. */
-static cudaError_t matvec_tokens(int T, float *y, bf16 *act, const bf16 *W, const void *x,
-                                 const float *norm_w, int rows, int cols, int n_sms, int flags,
-                                 float eps, cudaStream_t st) {
+static cudaError_t matvec_tokens(const matmul_ctx *mc, int T, float *y, bf16 *act, const bf16 *W,
+                                 const void *x, const float *norm_w, int rows, int cols, int flags,
+                                 float eps, kstream st) {
     switch (T) {
-    case 1: return matvec_any<1>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
-    case 2: return matvec_any<2>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
-    case 3: return matvec_any<3>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
-    case 4: return matvec_any<4>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
-    case 5: return matvec_any<5>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
-    case 6: return matvec_any<6>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
-    case 7: return matvec_any<7>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
-    case 8: return matvec_any<8>(y, act, W, x, norm_w, rows, cols, n_sms, flags, eps, st);
+    case 1: return matvec_any<1>(mc, y, act, W, x, norm_w, rows, cols, flags, eps, st);
+    case 2: return matvec_any<2>(mc, y, act, W, x, norm_w, rows, cols, flags, eps, st);
+    case 3: return matvec_any<3>(mc, y, act, W, x, norm_w, rows, cols, flags, eps, st);
+    case 4: return matvec_any<4>(mc, y, act, W, x, norm_w, rows, cols, flags, eps, st);
+    case 5: return matvec_any<5>(mc, y, act, W, x, norm_w, rows, cols, flags, eps, st);
+    case 6: return matvec_any<6>(mc, y, act, W, x, norm_w, rows, cols, flags, eps, st);
+    case 7: return matvec_any<7>(mc, y, act, W, x, norm_w, rows, cols, flags, eps, st);
+    case 8: return matvec_any<8>(mc, y, act, W, x, norm_w, rows, cols, flags, eps, st);
     default: return cudaErrorInvalidValue;
     }
 }
-
-typedef struct matmul_ctx {
-    cublasHandle_t blas;
-    int n_sms;
-} matmul_ctx;
 
 /* y (T, rows) float = x (T, cols) · W (rows, cols)ᵀ; flags (MM_ADD, MM_ADD_EARLY,
  * MM_NEXT_EARLY above: the last two only change the batch-1..8 TMA kernel).
@@ -722,7 +692,7 @@ typedef struct matmul_ctx {
  * through gu (T, rows) float as scratch on the GEMM path. cols % 8 == 0. */
 static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, const bf16 *W,
                          const void *x, const float *norm_w, bf16 *h, float eps, int T, int rows,
-                         int cols, int flags, cudaStream_t st) {
+                         int cols, int flags, kstream st) {
     const bool fuse = T <= MV_MAX_TOKENS && T * cols * (int)sizeof(bf16) <= MV_SMEM_MAX;
     if (norm_w && !fuse) {
         LPX_TRY(rmsnorm(h, (const float *)x, norm_w, NULL, T, cols, eps, st));
@@ -730,13 +700,13 @@ static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, c
         norm_w = NULL;
     }
     if (T <= MV_MAX_TOKENS) {
-        LPX_CUDA_TRY(matvec_tokens(T, y, act, W, x, norm_w, rows, cols, mc->n_sms, flags, eps, st));
+        LPX_CUDA_TRY(matvec_tokens(mc, T, y, act, W, x, norm_w, rows, cols, flags, eps, st));
         return LPX_OK;
     }
     /* Column-major view: Yᵀ (rows × T) = W (rows × cols, stored as cols × rows) · Xᵀ. */
     const float alpha = 1.0f, beta = (flags & MM_ADD) ? 1.0f : 0.0f;
     float *out = act ? gu : y;
-    LPX_CUBLAS_TRY(cublasSetStream(mc->blas, st));
+    LPX_CUBLAS_TRY(cublasSetStream(mc->blas, st.s));
     LPX_CUBLAS_TRY(cublasGemmEx(mc->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, T, cols, &alpha, W,
                                 CUDA_R_16BF, cols, x, CUDA_R_16BF, cols, &beta, out, CUDA_R_32F,
                                 rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));

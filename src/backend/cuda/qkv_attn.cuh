@@ -25,6 +25,7 @@
 #include "attention.cuh"
 #include "common.cuh"
 #include "matmul.cuh"
+#include "tuning.h"
 
 #include <cooperative_groups.h>
 #include <cuda_pipeline.h>
@@ -33,7 +34,7 @@
 #define QA_MAX_CLUSTER 16
 /* Registers a thread of the fused kernel may use, by group bound GM (query heads a
  * KV head): QA_MAXNREG for GM 2, 80 for GM 4, 255 (no cap) for GM 8. Uncapped, ptxas
- * gives GM 2 98 registers; at 72 (no spill) the step is 2-6 us shorter (docs/PERF.md
+ * gives GM 2 98 registers; at 72 (no spill) the step is 2-6 us shorter (docs/lab/notebook.md
  * rows 46-47). GM 4 at 80 has no spill (75 for HD 64, 80 for HD 128; was 99 / 114);
  * GM 8 spills even at 128, so it stays at the 154-156 ptxas picks. __maxnreg__
  * replaces __launch_bounds__ (the two cannot be combined). */
@@ -179,7 +180,7 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
     /* The first key tile is requested only now: its block-table lookups are a
      * round trip that, before the wait, delayed the block's arrival there (the
      * setup took 3.5-3.7 µs under the weight streams, longer than down, trace of
-     * docs/PERF.md row 32b); the tile is needed only after the rows. */
+     * docs/lab/notebook.md row 32b); the tile is needed only after the rows. */
     if (seq >= 0) issue(0);
     QA_MARK(2);
     /* LPX_CUDA_BLK_TRACE marks only the start, the wait and the end here: more
@@ -439,16 +440,12 @@ template <int HD, int GM> static const void *qa_func(void) {
 /* Whether the fused path applies to this model on this GPU, and its shape: the
  * largest cluster (16, 8 or 4 blocks) whose rows a block split evenly in groups of
  * MV2_ROWS, whose shared memory fits QA_SMEM_MAX and of which n_kv clusters can be
- * resident at once. LPX_CUDA_QA=0 turns it off. */
-static qa_plan qkv_attn_plan(int n_heads, int n_kv, int hd, int cols) {
+ * resident at once (the tune key qa=0 leaves it unplanned: cuda_backend.cu). */
+static qa_plan qkv_attn_plan(const cuda_shape *sh) {
     qa_plan p = {0, 0, 0, 0};
-    const char *env = getenv("LPX_CUDA_QA");
-    if (env && !strcmp(env, "0")) return p;
-    if (n_kv <= 0 || n_heads % n_kv || (hd != 64 && hd != 128) || cols % 8 ||
-        cols > 8 * QA_THREADS)
-        return p;
-    const int G = n_heads / n_kv;
-    if (G > 8) return p;
+    if (!lpx_cuda_qa_shape_fits(sh, 8 * QA_THREADS)) return p;
+    const int n_kv = sh->n_kv, hd = sh->head_dim, cols = sh->d_model;
+    const int G = sh->n_heads / n_kv;
     const int gm = qa_gm(G), R = (G + 2) * hd;
     const void *f = NULL;
     size_t fixed = 0;
@@ -508,21 +505,21 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W,
                            const int32_t *positions, const int32_t *slots,
                            const int32_t *block_table, int max_blocks, kv_geom g, int layer,
                            int cols, float eps, bool interleaved, int window, int next_at,
-                           long long *trace, long long *bt, cudaStream_t st) {
+                           long long *trace, long long *bt, kstream st) {
     const float scale = 1.0f / sqrtf((float)g.head_dim);
     const int gm = qa_gm(g.n_heads / g.n_kv);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(g.n_kv * p->cluster);
     cfg.blockDim = dim3(QA_THREADS);
     cfg.dynamicSmemBytes = p->smem;
-    cfg.stream = st;
+    cfg.stream = st.s;
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
     attr[0].val.clusterDim.x = p->cluster;
     attr[0].val.clusterDim.y = 1;
     attr[0].val.clusterDim.z = 1;
     attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = g_use_pdl ? 1 : 0;
+    attr[1].val.programmaticStreamSerializationAllowed = st.pdl ? 1 : 0;
     cfg.attrs = attr;
     cfg.numAttrs = 2;
     cudaError_t e = cudaErrorInvalidValue;

@@ -1,8 +1,8 @@
-/* The batch-1 decode step as one persistent kernel (decode1.cu): the interface
- * the CUDA backend uses. Its own translation unit, so that it compiles apart from
- * the other kernels. */
-#ifndef LPX_BACKEND_CUDA_DECODE1_H
-#define LPX_BACKEND_CUDA_DECODE1_H
+/* The batch-1 decode step as one persistent kernel (decode1.cu, a workshop
+ * experiment that left the product): its interface, as the CUDA backend of 3a42aba
+ * called it. */
+#ifndef LPX_DEV_CUDA_DECODE1_H
+#define LPX_DEV_CUDA_DECODE1_H
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

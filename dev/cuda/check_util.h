@@ -1,4 +1,4 @@
-/* Host helpers shared by the workshop checks of bench/cuda (flash_check.cu,
+/* Host helpers shared by the workshop checks of dev/cuda (flash_check.cu,
  * matvec_check.cu, gpc_probe.cu): a CUDA call check that exits, a fixed-seed random stream and
  * bf16 <-> float conversion (round to nearest even). */
 #ifndef LPX_BENCH_CUDA_CHECK_UTIL_H

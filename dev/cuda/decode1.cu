@@ -2,7 +2,7 @@
  *
  * At batch 1 a step reads ~1.2 GB of weights in ~7 matrices per layer; as separate
  * kernels each costs ~5 µs from launch to drain although its weights stream in 1-3 µs
- * (docs/PERF.md). Here one cooperative launch of one block per SM runs the whole
+ * (docs/lab/notebook.md). Here one cooperative launch of one block per SM runs the whole
  * step as phases separated by grid-wide barriers:
  *
  *   per layer: [norm + qkv matvec] | [q/k norm, RoPE, KV write, attention] |
@@ -17,13 +17,15 @@
  * attention output, activations, split partials, KV rows) is read with __ldcg or
  * cp.async.cg (L2), never through the non-coherent L1.
  *
- * Only the batch-1 step takes this path: larger batches keep the per-kernel graphs
- * of cuda_backend.cu. Measured slower than those graphs so far (docs/PERF.md, rows
+ * Only a batch-1 step would take this path: larger batches keep the per-kernel
+ * graphs of cuda_backend.cu. Measured slower than those graphs (docs/lab/notebook.md, rows
  * 7a/7b: the weight stream reaches ~1.8 TB/s, the attention phase ~22 µs), so it
- * is opt-in: LPX_CUDA_MEGA=1. LPX_CUDA_D1_TRACE=1 prints per-phase times. */
+ * left the product: this is the workshop's copy (docs/dev.md), built as an object
+ * by dev/cuda/build-decode1.sh. The backend of 3a42aba ran it under LPX_CUDA_MEGA=1
+ * (decode1_setup, enqueue_step), with per-phase times from d1_params.trace. */
 #include "decode1.h"
 
-#include "common.cuh"
+#include "backend/cuda/common.cuh"
 
 #define D1_THREADS 256
 #define D1_WARPS (D1_THREADS / 32)

@@ -11,7 +11,7 @@
  *    its %smid: blocks of one cluster are on one GPC, so the SMs joined by shared
  *    clusters (union-find over all launches) fall into the GPCs.
  *
- * Build: nvcc -arch=sm_90 -O2 bench/cuda/gpc_probe.cu -o gpc_probe. Run: ./gpc_probe */
+ * Build: nvcc -arch=sm_90 -O2 dev/cuda/gpc_probe.cu -o gpc_probe. Run: ./gpc_probe */
 #include "check_util.h"
 
 #include <cooperative_groups.h>

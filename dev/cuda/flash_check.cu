@@ -5,7 +5,7 @@
  * sliding window; every output compared with a float64 reference, the output
  * poisoned before each run. Then the time of one launch at the Qwen3-0.6B shape
  * (512 tokens, 16 heads over 8 KV heads of 128), median of 50.
- * Not part of the product build: bench/cuda/build-flash-check.sh. */
+ * Not part of the product build: dev/cuda/build-flash-check.sh. */
 #include "backend/cuda/flash_prefill.cuh"
 
 #include <algorithm>
@@ -84,7 +84,7 @@ static double run_case(const char *name, int hd, int n_heads, int n_kv, int bs, 
     CK(cudaMemcpy(dbt, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemset(dout, 0xff, (size_t)T * n_heads * hd * 2)); /* NaN: unwritten shows */
     if (flash_prefill(dout, dq, dkv, dtiles, n_tiles, dseq, dpos, dbt, max_blocks, g, layer,
-                      window, 0) != LPX_OK) {
+                      window, kstream{0, true}) != LPX_OK) {
         fprintf(stderr, "%s: launch failed: %s\n", name, lpx_last_error());
         exit(1);
     }
@@ -141,7 +141,7 @@ static double run_case(const char *name, int hd, int n_heads, int n_kv, int bs, 
         for (int r = 0; r < reps + 5; r++) {
             CK(cudaEventRecord(e0));
             flash_prefill(dout, dq, dkv, dtiles, n_tiles, dseq, dpos, dbt, max_blocks, g, layer,
-                          window, 0);
+                          window, kstream{0, true});
             CK(cudaEventRecord(e1));
             CK(cudaEventSynchronize(e1));
             float ms;

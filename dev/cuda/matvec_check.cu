@@ -1,7 +1,8 @@
 /* Workshop check of the batch-1..8 matrix-vector kernels (src/backend/cuda/matmul.cuh):
  * matvec_tma_kernel (weight slice prefetched into shared memory by bulk copies before
- * griddepcontrol.wait) against matvec_kernel (LPX_CUDA_MV=old) and a float64 host
- * reference, through matvec_any() (the choice matmul() makes for 1..8 tokens).
+ * griddepcontrol.wait) against matvec_kernel (the product's fallback for long x; once
+ * the whole batch-1..8 path, "old" below) and a float64 host reference, through
+ * matvec_any() (the choice matmul() makes for 1..8 tokens).
  * 1. correctness: the four projections of a layer (qkv with the fused RMSNorm, o
  *    accumulating into the residual, gate/up with RMSNorm and silu·mul, down
  *    accumulating) of Qwen3-0.6B, Llama-3.2-1B and Qwen2.5-0.5B for 1, 2, 4 and 8
@@ -18,7 +19,7 @@
  *    layer (more than L2 holds), median of 200 replays; then each projection alone,
  *    100 back-to-back launches (cycling over the layers' weights) in one graph.
  * Usage: matvec_check [--quick] [--no-pdl]   (--quick: correctness only)
- * Exit 1 on any FAIL or CUDA error. Build: bench/cuda/build-matvec-check.sh OUTDIR. */
+ * Exit 1 on any FAIL or CUDA error. Build: dev/cuda/build-matvec-check.sh OUTDIR. */
 #include "backend/cuda/matmul.cuh"
 
 #include <algorithm>
@@ -57,26 +58,60 @@ static void model_ops(const model_spec &m, op_spec ops[4]) {
 
 static const float EPS = 1e-6f;
 
+/* The product's tuning as these checks use it: the 72-register kernel, no MM_SOLO;
+ * pdl from --no-pdl (main). */
+static cuda_tuning tune_of(bool pdl) {
+    cuda_tuning t = {};
+    t.pdl = pdl;
+    return t;
+}
+static cuda_tuning g_tune = tune_of(true);
+
+/* The old batch-1..8 path: every product on matvec_kernel (matvec_launch). */
+template <int B>
+static cudaError_t old_launch(float *y, bf16 *act, const bf16 *W, const void *x,
+                              const float *norm_w, int rows, int cols, int n_sms, bool accumulate,
+                              kstream st) {
+    return matvec_launch<B>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, EPS, st);
+}
+static cudaError_t old_tokens(int T, float *y, bf16 *act, const bf16 *W, const void *x,
+                              const float *norm_w, int rows, int cols, int n_sms, bool accumulate,
+                              kstream st) {
+    switch (T) {
+    case 1: return old_launch<1>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, st);
+    case 2: return old_launch<2>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, st);
+    case 3: return old_launch<3>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, st);
+    case 4: return old_launch<4>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, st);
+    case 5: return old_launch<5>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, st);
+    case 6: return old_launch<6>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, st);
+    case 7: return old_launch<7>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, st);
+    case 8: return old_launch<8>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, st);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
 /* matmul()'s path for T <= MV_MAX_TOKENS (matvec_tokens: no cuBLAS, so this program
- * needs none): matvec_any picks matvec_tma_kernel or matvec_kernel. */
+ * needs none): matvec_any picks matvec_tma_kernel or matvec_kernel; with old, the
+ * old path. */
 static lpx_status mv(const matmul_ctx *mc, float *y, bf16 *act, const bf16 *W, const void *x,
                      const float *norm_w, int T, int rows, int cols, bool accumulate,
-                     cudaStream_t st, int flags = 0) {
+                     cudaStream_t s, bool old, int flags = 0) {
     if (T < 1 || T > MV_MAX_TOKENS)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "mv: T=%d outside 1..%d", T, MV_MAX_TOKENS);
-    LPX_CUDA_TRY(matvec_tokens(T, y, act, W, x, norm_w, rows, cols, mc->n_sms,
-                               (accumulate ? MM_ADD : 0) | flags, EPS, st));
+    const kstream st = {s, mc->tune->pdl};
+    if (old)
+        LPX_CUDA_TRY(old_tokens(T, y, act, W, x, norm_w, rows, cols, mc->n_sms, accumulate, st));
+    else
+        LPX_CUDA_TRY(matvec_tokens(mc, T, y, act, W, x, norm_w, rows, cols,
+                                   (accumulate ? MM_ADD : 0) | flags, EPS, st));
     return LPX_OK;
 }
 
 /* Which kernel matmul() picks, as text. */
 static void describe(char *buf, size_t n, const op_spec &op, int T, int n_sms) {
-    const bool saved = g_mv_old;
-    g_mv_old = false;
     const int rpb = T <= MV_MAX_TOKENS ? matvec_tma_rows(T, op.rows, op.cols, n_sms, op.act,
                                                          (const bf16 *)(uintptr_t)256)
                                        : 0;
-    g_mv_old = saved;
     if (rpb)
         snprintf(buf, n, "tma %3d rows x %4d blk %6.1f KB", rpb, ceil_div(op.rows, rpb),
                  ((double)rpb + T) * op.cols * 2 / 1024.0);
@@ -84,7 +119,7 @@ static void describe(char *buf, size_t n, const op_spec &op, int T, int n_sms) {
         snprintf(buf, n, "old (slice does not fit)");
 }
 
-/* Runs op through matmul() with the new selection and with LPX_CUDA_MV=old, checks
+/* Runs op through matmul() with the new selection and on the old path, checks
  * both against float64; returns false on FAIL. */
 static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
     const int rows = op.rows, cols = op.cols;
@@ -135,25 +170,23 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
     CK(cudaMemcpy(dxb, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dxf, xf.data(), xf.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dnw, nw.data(), nw.size() * 4, cudaMemcpyHostToDevice));
-    matmul_ctx mc = {NULL, n_sms};
+    matmul_ctx mc = {NULL, n_sms, &g_tune, NULL};
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
     double err[3] = {0, 0, 0}, diff = 0;
     std::vector<float> got[3];
-    for (int k = 0; k < 3; k++) { /* k 0: default selection, 1: LPX_CUDA_MV=old, 2: paced */
+    for (int k = 0; k < 3; k++) { /* k 0: default selection, 1: the old path, 2: paced */
         if (op.accum)
             CK(cudaMemcpy(dy, y0.data(), y0.size() * 4, cudaMemcpyHostToDevice));
         else
             CK(cudaMemset(dy, 0xff, y0.size() * 4));
         CK(cudaMemset(dact, 0xff, (size_t)T * arows * 2));
-        g_mv_old = k == 1;
         LK(mv(&mc, op.act ? NULL : dy, op.act ? dact : NULL, dW,
               op.norm ? (const void *)dxf : (const void *)dxb, op.norm ? dnw : NULL, T, rows, cols,
-              op.accum, st, k == 2 ? MM_PACE(1) : 0));
+              op.accum, st, k == 1, k == 2 ? MM_PACE(1) : 0));
         CK(cudaStreamSynchronize(st));
         CK(cudaGetLastError());
-        g_mv_old = false;
         if (op.act) {
             std::vector<uint16_t> a((size_t)T * arows);
             CK(cudaMemcpy(a.data(), dact, a.size() * 2, cudaMemcpyDeviceToHost));
@@ -266,8 +299,8 @@ struct layer_bufs {
 static cudaGraphExec_t capture(const model_spec &m, const op_spec ops[4],
                                const std::vector<layer_bufs> &L, int T, int n_sms, int only,
                                int n, float *xres, float *qkv, bf16 *attn, bf16 *act,
-                               cudaStream_t st) {
-    matmul_ctx mc = {NULL, n_sms};
+                               cudaStream_t st, bool old) {
+    matmul_ctx mc = {NULL, n_sms, &g_tune, NULL};
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < n; i++) {
         const int l = only < 0 ? i : i % m.layers;
@@ -276,16 +309,16 @@ static cudaGraphExec_t capture(const model_spec &m, const op_spec ops[4],
             const op_spec &op = ops[k];
             switch (k) {
             case 0:
-                LK(mv(&mc, qkv, NULL, L[l].w[0], xres, L[l].nw[0], T, op.rows, op.cols, false, st));
+                LK(mv(&mc, qkv, NULL, L[l].w[0], xres, L[l].nw[0], T, op.rows, op.cols, false, st, old));
                 break;
             case 1:
-                LK(mv(&mc, xres, NULL, L[l].w[1], attn, NULL, T, op.rows, op.cols, true, st));
+                LK(mv(&mc, xres, NULL, L[l].w[1], attn, NULL, T, op.rows, op.cols, true, st, old));
                 break;
             case 2:
-                LK(mv(&mc, NULL, act, L[l].w[2], xres, L[l].nw[1], T, op.rows, op.cols, false, st));
+                LK(mv(&mc, NULL, act, L[l].w[2], xres, L[l].nw[1], T, op.rows, op.cols, false, st, old));
                 break;
             default:
-                LK(mv(&mc, xres, NULL, L[l].w[3], act, NULL, T, op.rows, op.cols, true, st));
+                LK(mv(&mc, xres, NULL, L[l].w[3], act, NULL, T, op.rows, op.cols, true, st, old));
                 break;
             }
         }
@@ -307,7 +340,7 @@ static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sm
         bytes_layer += bytes_op[k];
     }
     printf("\n%s: %d layers, %.1f MB of weights a layer (%.2f GB in all), PDL %s\n", m.name,
-           m.layers, bytes_layer / 1e6, bytes_layer * m.layers / 1e9, g_use_pdl ? "on" : "off");
+           m.layers, bytes_layer / 1e6, bytes_layer * m.layers / 1e9, g_tune.pdl ? "on" : "off");
     std::vector<layer_bufs> L(m.layers);
     for (int l = 0; l < m.layers; l++) {
         for (int k = 0; k < 4; k++) {
@@ -340,23 +373,21 @@ static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sm
         printf("  T=%d   kernels: qkv %s | o %s | gate/up %s | down %s\n", T, sel[0], sel[1],
                sel[2], sel[3]);
         double chain[2], alone[2][4];
-        for (int v = 0; v < 2; v++) { /* v 0: old (LPX_CUDA_MV=old), 1: new */
-            g_mv_old = v == 0;
+        for (int v = 0; v < 2; v++) { /* v 0: the old path, 1: new */
             /* the residual is rewritten before each measurement: 200 replays of
              * accumulation may overflow it, harmless to the timing but kept tidy */
             fill_f32<<<64, 256>>>(xres, (size_t)TM * m.d, 5, -1.0f, 1.0f);
             CK(cudaDeviceSynchronize());
             cudaGraphExec_t ge =
-                capture(m, ops, L, T, n_sms, -1, m.layers, xres, qkv, attn, act, st);
+                capture(m, ops, L, T, n_sms, -1, m.layers, xres, qkv, attn, act, st, v == 0);
             chain[v] = time_graph(ge, st, 200);
             CK(cudaGraphExecDestroy(ge));
             for (int k = 0; k < 4; k++) {
-                ge = capture(m, ops, L, T, n_sms, k, 100, xres, qkv, attn, act, st);
+                ge = capture(m, ops, L, T, n_sms, k, 100, xres, qkv, attn, act, st, v == 0);
                 alone[v][k] = time_graph(ge, st, 20) / 100.0;
                 CK(cudaGraphExecDestroy(ge));
             }
         }
-        g_mv_old = false;
         for (int v = 0; v < 2; v++) {
             const double per = chain[v] / m.layers;
             printf("    %s: chain %7.1f us = %6.2f us/layer (%4.2f TB/s) | alone us (TB/s): "
@@ -383,7 +414,7 @@ int main(int argc, char **argv) {
     bool quick = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
-        else if (!strcmp(argv[i], "--no-pdl")) g_use_pdl = false;
+        else if (!strcmp(argv[i], "--no-pdl")) g_tune = tune_of(false);
         else {
             fprintf(stderr, "usage: matvec_check [--quick] [--no-pdl]\n");
             return 2;
@@ -396,7 +427,7 @@ int main(int argc, char **argv) {
     const int n_sms = prop.multiProcessorCount;
     printf("%s, %d SMs, %zu KB shared memory per SM, L2 %d MB\n", prop.name, n_sms,
            prop.sharedMemPerMultiprocessor / 1024, prop.l2CacheSize >> 20);
-    LK(matvec_init());
+    LK(matvec_init(&g_tune.mv_solo_smem));
 
     const model_spec models[3] = {
         {"Qwen3-0.6B", 1024, 2048, 1024, 3072, 28},
