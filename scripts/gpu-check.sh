@@ -240,13 +240,21 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     # GPU (must be identical) and vs the CPU backend (greedy)
     check "device sampling = host sampler on the same logits (test_sample_op)" \
         env LPX_TEST_DEVICE="$dev" LPX_MODEL="$smol" "$root/$build/test_sample_op"
-    grep -E "step_sample" "$out/checks.log" | tail -3 >>"$summary"
-    # one step ahead (step_begin/step_end): tokens fed on the device equal
-    # step_sample's, every refusal of the contract; the engine's output with
+    grep -E "with sample|logits to host" "$out/checks.log" | tail -3 >>"$summary"
+    # one step ahead (step_begin/step_end): tokens fed on the device equal those of
+    # the same steps waited for, every refusal of the contract; the engine's output with
     # --no-step-ahead and without (a seeded setting without penalties: penalised
     # rows never run ahead)
     check "step_begin/step_end: fed tokens and refusals (test_step_ahead)" \
         env LPX_TEST_DEVICE="$dev" LPX_MODEL="$smol" "$root/$build/test_step_ahead"
+    # two engines in one process on two shapes whose backend tuning differs (mv_small):
+    # each model's greedy tokens with both alive equal its tokens alone
+    if [ -d "$shapes/qwen3-0.6b" ] && [ -d "$shapes/qwen2.5-0.5b" ]; then
+        check "two engines in one process = each alone (test_two_engines)" \
+            env LPX_TEST_DEVICE="$dev" LPX_MODEL="$shapes/qwen3-0.6b" \
+            LPX_MODEL2="$shapes/qwen2.5-0.5b" "$root/$build/test_two_engines"
+        grep -E "order [01]:" "$out/checks.log" | tail -2 >>"$summary"
+    fi
     run_text() { "$lpx" run -m "$smol" -p "The capital of France is" -n 32 --ignore-eos "$@" 2>>"$out/checks.log"; }
     seeded="--temp 0.8 --top-k 50 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 -s 7"
     for mode in greedy seeded; do
