@@ -63,8 +63,16 @@ static int64_t default_kv_budget(const lpx_model *m, const lpx_engine_opts *o,
             /* Scratch: activations and logits of a full step, with room to spare. */
             int64_t scratch =
                 ((int64_t)c->max_num_batched_tokens * m->cfg.vocab_size * 4) + ((int64_t)512 << 20);
-            int64_t budget =
-                (int64_t)(util * (double)total_b) - (int64_t)(total_b - free_b) - weights - scratch;
+            int64_t used = (int64_t)(total_b - free_b);
+            int64_t budget = (int64_t)(util * (double)total_b) - used - weights - scratch;
+            if (budget <= 0)
+                lpx_errorf(LPX_ERR_NOMEM,
+                           "no GPU memory left for the KV cache: gpu_memory_utilization %.2f of "
+                           "%.2f GiB, %.2f GiB already in use on the device (another engine or "
+                           "process), weights %.2f GiB, scratch %.2f GiB; lower the utilization "
+                           "or give the KV cache's size (kv_cache_bytes, --kv-bytes)",
+                           util, total_b / 1073741824.0, used / 1073741824.0,
+                           weights / 1073741824.0, scratch / 1073741824.0);
             return budget;
         }
     }
@@ -127,6 +135,8 @@ lpx_status lpx_engine_create(const lpx_model *m, const lpx_engine_opts *opts, lp
     c.dev_trace = o.dev_trace;
     c.kv_bytes_per_token = lpx_kv_bytes_per_token(&m->cfg, c.kv_bytes_per_token);
     int64_t budget = o.kv_cache_bytes ? o.kv_cache_bytes : default_kv_budget(m, &o, &c);
+    if (budget <= 0 && !o.kv_cache_bytes) /* default_kv_budget said why */
+        return lpx_error_wrap(LPX_ERR_NOMEM, "engine on %s", c.device_name);
     lpx_status st =
         lpx_kv_blocks_for_budget(budget, c.kv_bytes_per_token, c.block_size, &c.n_blocks);
     if (st != LPX_OK) return lpx_error_wrap(st, "engine on %s", c.device_name);

@@ -34,6 +34,7 @@ static lpx_engine *make(const lpx_model *m, int32_t max_seqs, int32_t block_size
     o.max_num_seqs = max_seqs;
     o.max_model_len = 128;
     o.block_size = block_size;
+    o.kv_cache_bytes = (int64_t)64 << 20; /* both fit on one GPU (the default takes 90% of it) */
     lpx_engine *e = NULL;
     if (lpx_engine_create(m, &o, &e) != LPX_OK) fprintf(stderr, "engine: %s\n", lpx_last_error());
     CHECK(e != NULL);
