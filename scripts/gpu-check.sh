@@ -5,6 +5,9 @@
 # weights, a sliced SmolLM2 with its transformers reference logits (SMOL, SMOL.ref.f32,
 # SMOL.ids: made on the development machine by `scripts/gpu-check.sh --prepare DIR`,
 # SMOL_LAYERS=4 layers by default, 35 MB, to stay within what a GPU run can carry).
+# --prepare's reference needs torch; where the development machine has none, make
+# SMOL.ref.f32 on the GPU machine with make-shape-model.py --gguf-ref, carrying the
+# `gguf` package's wheel (pure Python; transformers needs it to read GGUF files).
 #
 #   scripts/gpu-check.sh                 all checks, then the bench table
 #   scripts/gpu-check.sh --prepare DIR   (dev machine) slice SmolLM2 and its reference
