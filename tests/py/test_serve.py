@@ -477,6 +477,8 @@ def test_health_while_loading(lpx_bin, smollm2):
                     assert m.json()["error"]["code"] == "loading" and m.headers["retry-after"]
         assert all(x == (503, "loading") for x in seen[:-1]) and seen[-1] == (200, "ok")
         line = p.stderr.readline()
+        while line.startswith("lpx serve: req "):
+            line = p.stderr.readline()
         assert line.startswith("lpx serve: listening on " + url + ": model "), line
     finally:
         p.kill()
