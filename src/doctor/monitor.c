@@ -341,11 +341,11 @@ lpx_status lpx_monitor_run(const lpx_monitor_opts *o, FILE *out) {
         fprintf(o->json ? stderr : out, "# no NVIDIA GPU to monitor (%s): the server only\n", why);
     size_t w = o->limits.growth_window < 2 ? 2 : (size_t)o->limits.growth_window;
     gpu_state *g = n ? calloc((size_t)n, sizeof *g) : NULL;
-    if (n && !g) status = lpx_errorf(LPX_ERR_NOMEM, "monitor: out of memory");
+    if (n && !g) status = lpx_errorf(LPX_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && status == LPX_OK; i++) {
         g[i].hist = calloc(w, sizeof *g[i].hist);
         if (!g[i].hist)
-            status = lpx_errorf(LPX_ERR_NOMEM, "monitor: out of memory");
+            status = lpx_errorf(LPX_ERR_NOMEM, "out of memory");
         else
             status = lpx_telemetry_facts(t, i, &g[i].facts);
     }

@@ -611,7 +611,7 @@ static char *label_escape(const char *s) {
 lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     *out = NULL;
     lpx_server *s = calloc(1, sizeof *s);
-    if (!s) return lpx_errorf(LPX_ERR_NOMEM, "serve: out of memory");
+    if (!s) return lpx_errorf(LPX_ERR_NOMEM, "server: out of memory");
     s->o = *o;
     if (!s->o.host) s->o.host = "127.0.0.1";
     if (s->o.max_queue <= 0) s->o.max_queue = 1024;
@@ -632,7 +632,7 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     }
     if (!s->model_label) {
         lpx_server_stop(s);
-        return lpx_errorf(LPX_ERR_NOMEM, "serve: out of memory");
+        return lpx_errorf(LPX_ERR_NOMEM, "server: out of memory");
     }
 
     char port[16];
@@ -644,7 +644,7 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     int rc = getaddrinfo(s->o.host, port, &hints, &ai);
     if (rc != 0) {
         lpx_server_stop(s);
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "serve: --host %s: %s", o->host, gai_strerror(rc));
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "--host %s: %s", o->host, gai_strerror(rc));
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
@@ -657,7 +657,7 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     if (!s->d) {
         lpx_server_stop(s);
         return lpx_errorf(LPX_ERR_IO,
-                          "serve: cannot listen on %s port %d (in use, or not an "
+                          "cannot listen on %s port %d (in use, or not an "
                           "address of this machine?)",
                           o->host ? o->host : "127.0.0.1", o->port);
     }
