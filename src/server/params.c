@@ -428,7 +428,7 @@ static bool check_known(const cJSON *o, lpx_srv_kind kind, lpx_srv_error *e) {
         for (size_t i = 0; !ok && i < sizeof known_fields / sizeof *known_fields; i++)
             ok = !strcmp(x->string, known_fields[i].name) && (known_fields[i].kinds >> kind & 1);
         if (!ok)
-            return lpx_srv_fail(e, 400, BAD, "unsupported_parameter", x->string,
+            return lpx_srv_fail(e, 400, BAD, "unknown_parameter", x->string,
                                 "'%.40s' is not supported by this endpoint of lpx (docs/server.md "
                                 "lists the fields it takes)",
                                 x->string);
@@ -445,7 +445,7 @@ static bool empty_list(const cJSON *v) {
 }
 
 static bool unsupported(lpx_srv_error *e, const char *name, const char *why) {
-    return lpx_srv_fail(e, 400, BAD, "unsupported_parameter", name, "'%s': %s", name, why);
+    return lpx_srv_fail(e, 400, BAD, "unsupported_value", name, "'%s': %s", name, why);
 }
 
 /* The LIMITED fields: the values that ask for nothing lpx does not do. */
@@ -583,7 +583,7 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
                                 "'stream_options' is only allowed with 'stream': true");
         for (const cJSON *x = so->child; x; x = x->next)
             if (strcmp(x->string, "include_usage") && strcmp(x->string, "continuous_usage_stats"))
-                return lpx_srv_fail(e, 400, BAD, "unsupported_parameter", "stream_options",
+                return lpx_srv_fail(e, 400, BAD, "unknown_parameter", "stream_options",
                                     "'stream_options.%.40s' is not supported (include_usage and "
                                     "continuous_usage_stats are)",
                                     x->string);

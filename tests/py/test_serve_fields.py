@@ -96,8 +96,11 @@ def test_refusal_is_an_openai_error_object(srv):
     r = srv.post("/v1/completions", {"prompt": PROMPT, "frobnicate": 1})
     assert r.status_code == 400
     err = r.json()["error"]
-    assert err["param"] == "frobnicate" and err["code"] == "unsupported_parameter"
+    assert err["param"] == "frobnicate" and err["code"] == "unknown_parameter"
     assert err["type"] == "invalid_request_error"
+    # A field lpx knows, with a value it does not implement: OpenAI's code for that.
+    r = srv.post("/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "json_object"}})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_value"
     # The plain endpoints too: /generate makes no logprobs, so it refuses them.
     r = srv.post("/generate", {"prompt": PROMPT, "logprobs": 2})
     assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs"
