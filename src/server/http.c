@@ -439,7 +439,10 @@ static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx
 }
 
 static enum MHD_Result do_asset(conn_ctx *c, struct MHD_Connection *conn, const char *url) {
-    const char *path = strcmp(url, "/") ? url + 1 : "index.html";
+    /* Browsers ask for /favicon.ico on their own: the UI's icon is an SVG. */
+    const char *path = !strcmp(url, "/")              ? "index.html"
+                       : !strcmp(url, "/favicon.ico") ? "favicon.svg"
+                                                      : url + 1;
     for (const lpx_web_asset *a = c->s->o.assets; a && a->path; a++)
         if (!strcmp(a->path, path)) {
             struct MHD_Response *r =

@@ -454,8 +454,8 @@ static bool check_limited(const cJSON *o, const lpx_srv_params *p, lpx_srv_error
     if ((v = field(o, "suffix")) && !is_str(v, ""))
         return unsupported(e, "suffix", "insertion (a suffix) is not supported");
     if ((v = field(o, "best_of"))) {
-        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
-            return lpx_srv_fail(e, 400, BAD, NULL, "best_of", "'best_of' must be an integer");
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1)
+            return lpx_srv_fail(e, 400, BAD, NULL, "best_of", "'best_of' must be an integer >= 1");
         if (v->valuedouble != 1 && v->valuedouble != p->n)
             return unsupported(e, "best_of",
                                "ranking more candidates than 'n' is not supported (best_of must "

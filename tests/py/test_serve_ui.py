@@ -85,3 +85,14 @@ def test_ui_chat_streams_and_dashboard_updates(srv, browser):
     assert browser.find_element(By.ID, "dash-ttft50").text != "–"
     ARTIFACTS.mkdir(exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "serve_ui.png"))
+
+
+def test_ui_has_a_favicon(srv, browser):
+    import httpx
+    for path in ("/favicon.ico", "/favicon.svg"):
+        r = httpx.get(srv.url + path)
+        assert r.status_code == 200 and r.headers["content-type"] == "image/svg+xml"
+        assert r.text.startswith("<svg")
+    browser.get(srv.url + "/")
+    icon = browser.find_element(By.CSS_SELECTOR, "link[rel=icon]").get_attribute("href")
+    assert icon == srv.url + "/favicon.svg"
