@@ -50,6 +50,9 @@ def test_no_doubled_prefixes(lpx_bin, smollm2, tmp_path):
         ["tokenize", "--tokenizer", "/nonexistent", "hi"], ["tokenize", "--tokenizer", str(bad), "x"],
         ["inspect", "/nonexistent"], ["inspect", str(bad)], ["doctor", "-m", "/nonexistent"],
         ["bench", "serve", "--url", "http://127.0.0.1:1", "--num-prompts", "1"],
+        ["logits", "-m", "/nonexistent", "--ids", "1"], ["logits", "-m", str(bad), "--ids", "1"],
+        ["plan", "-m", "/nonexistent", "--gpu", "h200"],
+        ["slice", "-m", "/nonexistent", "--layers", "1", "-o", str(tmp_path / "x.gguf")],
     ]
     try:
         for c in cmds:
