@@ -16,12 +16,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     lpx_srv_params p;
     lpx_srv_error e;
     if (lpx_srv_parse(kind, (const char *)data + 1, size - 1, data[0] & 8 ? &gen : NULL, &p, &e)) {
-        volatile size_t sink = p.n_prompt_ids + p.n_messages + (size_t)p.n;
+        volatile size_t sink = p.n_prompts + p.n_messages + (size_t)p.n;
         for (size_t i = 0; i < p.n_messages; i++)
             sink += strlen(p.messages[i].role) + strlen(p.messages[i].content);
         for (size_t i = 0; i < p.req.n_stop; i++)
             sink += strlen(p.req.stop[i]);
-        if (p.prompt) sink += strlen(p.prompt);
+        for (size_t i = 0; i < p.n_prompts; i++)
+            sink += p.prompts[i].text ? strlen(p.prompts[i].text) : p.prompts[i].n_ids;
         (void)sink;
         lpx_srv_params_free(&p);
     } else {

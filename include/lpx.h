@@ -135,8 +135,16 @@ typedef struct lpx_engine_opts {
                                        CPU backend takes neither (non-empty: INVALID_ARG) */
 } lpx_engine_opts;
 
-/* Sampling, applied in this order (vLLM's): repetition, presence and frequency
- * penalties; temperature; min_p; top_k; top_p; then a draw from the per-request
+/* One entry of a logit bias: bias is added to the logit of token id. */
+typedef struct lpx_logit_bias {
+    int32_t id;
+    float bias;
+} lpx_logit_bias;
+
+#define LPX_MAX_LOGIT_BIAS 1024 /* entries per request */
+
+/* Sampling, applied in this order (vLLM's): the logit bias; repetition,
+ * presence and frequency penalties; temperature; min_p; top_k; top_p; then a draw from the per-request
  * generator seeded by (seed, index of the generated token), so a request gives
  * the same tokens whatever else is in the batch and across preemptions. */
 typedef struct lpx_sampling_params {
@@ -149,6 +157,10 @@ typedef struct lpx_sampling_params {
     float frequency_penalty;  /* 0 = off (vLLM: over output tokens) */
     int64_t seed;             /* < 0: a fresh random seed per request */
     int32_t logprobs;         /* top-n log-probabilities per token, 0..20 */
+    const lpx_logit_bias *logit_bias; /* [n_logit_bias] finite biases of ids in the
+                                         vocabulary, copied by submit; a request with one is
+                                         sampled on the host (docs/engine.md) */
+    int32_t n_logit_bias;     /* 0..LPX_MAX_LOGIT_BIAS */
 } lpx_sampling_params;
 
 /* One request. The prompt is exactly one of: token ids; text (tokenized with

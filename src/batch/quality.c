@@ -22,7 +22,7 @@ void lpx_bq_opts_init(lpx_bq_opts *o) {
 
 const char *lpx_bq_flag_name(int bit_index) {
     static const char *const names[LPX_BQ_COUNT] = {"truncated", "repetitive", "leaked_special",
-                                                    "unbalanced"};
+                                                    "unbalanced", "empty"};
     return bit_index >= 0 && bit_index < LPX_BQ_COUNT ? names[bit_index] : "?";
 }
 
@@ -154,5 +154,9 @@ uint32_t lpx_bq_check(const lpx_bq_opts *o, const char *text, size_t len, bool f
         if (f & LPX_BQ_LEAKED) break;
     }
     if (!lpx_bq_balanced(text, len)) f |= LPX_BQ_UNBALANCED;
+    bool blank = true;
+    for (size_t i = 0; i < len && blank;)
+        blank = is_space(next_cp((const unsigned char *)text, len, &i));
+    if (blank) f |= LPX_BQ_EMPTY;
     return f;
 }

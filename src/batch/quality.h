@@ -1,5 +1,5 @@
 /* Quality checks on one generated output: truncated, repetitive, leaked
- * special tokens, unbalanced brackets/quotes. Pure functions over text, so
+ * special tokens, unbalanced brackets/quotes, empty. Pure functions over text, so
  * the same checks serve in-process and --server results (docs/batch.md). */
 #ifndef LPX_BATCH_QUALITY_H
 #define LPX_BATCH_QUALITY_H
@@ -13,7 +13,8 @@ enum {
     LPX_BQ_REPETITIVE = 2, /* repeated n-gram ratio above the threshold */
     LPX_BQ_LEAKED = 4,     /* a special token's text appears in the output */
     LPX_BQ_UNBALANCED = 8, /* brackets/quotes (ASCII and CJK) do not pair up */
-    LPX_BQ_COUNT = 4,
+    LPX_BQ_EMPTY = 16,     /* no text but white space */
+    LPX_BQ_COUNT = 5,
 };
 
 typedef struct lpx_bq_opts {

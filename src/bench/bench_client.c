@@ -56,7 +56,7 @@ static bool buf_add(buf *b, const char *d, size_t n) {
 /* The base URL with path; false (an error set) when it does not fit. */
 static bool url_of(const bench_target *t, const char *path, char *out, size_t cap) {
     return lpx_http_url(out, cap, t->url, path) ||
-           (lpx_errorf(LPX_ERR_INVALID_ARG, "bench: URL %s%s too long", t->url, path), false);
+           (lpx_errorf(LPX_ERR_INVALID_ARG, "URL %s%s too long", t->url, path), false);
 }
 
 lpx_status bench_http(const bench_target *t, const char *path, const char *body, char **out,
@@ -87,7 +87,7 @@ lpx_status bench_parse_metrics(const char *text, double t, bench_run *run) {
             if (run->n_samples == run->cap_samples) {
                 size_t cap = run->cap_samples ? run->cap_samples * 2 : 64;
                 bench_sample *s = realloc(run->samples, cap * sizeof *s);
-                if (!s) return lpx_errorf(LPX_ERR_NOMEM, "bench: metrics samples");
+                if (!s) return lpx_errorf(LPX_ERR_NOMEM, "metrics samples: out of memory");
                 run->samples = s;
                 run->cap_samples = cap;
             }
@@ -239,7 +239,7 @@ static lpx_status start(lpx_http_multi *m, const bench_target *t, const bench_wo
     r->expected_input = w->input_len;
     r->expected_output = w->output_len;
     f->body = request_body(t, w);
-    if (!f->body) return lpx_errorf(LPX_ERR_NOMEM, "bench: request %p", (void *)r);
+    if (!f->body) return lpx_errorf(LPX_ERR_NOMEM, "request %p: out of memory", (void *)r);
     if (!url_of(t, t->chat ? "/v1/chat/completions" : "/v1/completions", f->url, sizeof f->url))
         return LPX_ERR_INVALID_ARG;
     LPX_TRY(lpx_http_create(&f->h));
@@ -316,7 +316,7 @@ lpx_status bench_run_workload(const bench_target *t, const bench_work *w, size_t
     bool scraping = false;
     lpx_status st = LPX_OK;
     if (!run->reqs || !arrive || !fl) {
-        st = lpx_errorf(LPX_ERR_NOMEM, "bench: %zu requests", n);
+        st = lpx_errorf(LPX_ERR_NOMEM, "%zu requests: out of memory", n);
         goto out;
     }
     if ((st = lpx_http_multi_create(&m)) != LPX_OK) goto out;

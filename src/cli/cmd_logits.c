@@ -36,8 +36,9 @@ static void usage(FILE *f) {
                "  --time                print prefill and decode speed to stderr\n");
 }
 
+/* "lpx logits: WHAT: the error" (what "": the error alone, which names its file). */
 static int fail(const char *what) {
-    fprintf(stderr, "lpx logits: %s: %s\n", what, lpx_last_error());
+    fprintf(stderr, "lpx logits: %s%s%s\n", what, *what ? ": " : "", lpx_last_error());
     return 1;
 }
 
@@ -178,7 +179,7 @@ int cmd_logits(int argc, char **argv) {
     }
 
     if (lpx_model_open(model_path, &m) != LPX_OK) {
-        rc = fail(model_path);
+        rc = fail("");
         goto done;
     }
     r.vocab = m->cfg.vocab_size;

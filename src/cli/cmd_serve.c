@@ -27,6 +27,9 @@ static void usage(FILE *f) {
             "  --port N                port, 0 to 65535 (default 8080; 0 picks a free one)\n"
             "  --served-model-name NAME  model id clients use (default: the model file's name)\n"
             "  --api-key KEY           require 'Authorization: Bearer KEY' (or env LPX_API_KEY)\n"
+            "  --allowed-origins LIST  CORS: web origins (comma-separated, e.g.\n"
+            "                          https://app.example) or '*' whose pages may call the API\n"
+            "                          (default: none; the UI at / needs none)\n"
             "  --max-num-seqs N        sequences decoded together, 1 to 4096 (default: engine's)\n"
             "  --gpu-memory-utilization F  fraction of GPU memory for weights + KV, 0.01 to 1\n"
             "                          (cuda, default 0.9)\n"
@@ -68,6 +71,7 @@ int cmd_serve(int argc, char **argv) {
             !lpx_opts_i32(&a, "--port", 0, 65535, &port) &&
             !lpx_opts_str(&a, "--served-model-name", &name) &&
             !lpx_opts_str(&a, "--api-key", &api_key) &&
+            !lpx_opts_str(&a, "--allowed-origins", &so.allowed_origins) &&
             !lpx_opts_i32(&a, "--max-num-seqs", 1, 4096, &eo->max_num_seqs) &&
             !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1.0, &gpu_util) &&
             !lpx_opts_i32(&a, "--max-queue", 1, 1 << 20, &so.max_queue) &&
@@ -98,14 +102,16 @@ int cmd_serve(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    /* Listen first, so probes see 503 "loading" rather than a refused connection. */
+    /* Bind first, so probes see 503 "loading" rather than a refused connection;
+     * "listening" is said once requests can be served. */
     lpx_model *m = NULL;
     lpx_engine *e = NULL;
     lpx_server *s = NULL;
     lpx_status st = lpx_server_start(&so, &s);
     if (st == LPX_OK)
-        fprintf(stderr, "lpx serve: listening on http://%s:%d (loading %s)\n", so.host,
-                lpx_server_port(s), model);
+        fprintf(stderr,
+                "lpx serve: loading %s (port %d bound: /health answers 503 until ready)\n",
+                model, lpx_server_port(s));
     if (st == LPX_OK) st = lpx_model_open(model, &m);
     if (st == LPX_OK) st = lpx_engine_create(m, eo, &e);
     if (st == LPX_OK) st = lpx_engine_start(e);
@@ -119,8 +125,11 @@ int cmd_serve(int argc, char **argv) {
     }
     lpx_engine_stats es;
     lpx_engine_get_stats(e, &es);
-    fprintf(stderr, "lpx serve: ready: model %s, device %s, max_model_len %d, max_num_seqs %d\n",
-            so.served_model_name, es.device, es.max_model_len, es.max_num_seqs);
+    fprintf(stderr,
+            "lpx serve: listening on http://%s:%d: model %s, device %s, max_model_len %d, "
+            "max_num_seqs %d\n",
+            so.host, lpx_server_port(s), so.served_model_name, es.device, es.max_model_len,
+            es.max_num_seqs);
 
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -1,4 +1,5 @@
 /* lpx tokenize: the model's tokenizer on the command line, one text or a JSONL batch. */
+#include "base/error.h"
 #include "cli/cli_num.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
@@ -38,8 +39,9 @@ static void usage(FILE *f) {
             "  -h, --help       this help\n");
 }
 
+/* "lpx tokenize: WHAT: the error" (what "": the error alone, which names its file). */
 static int fail(const char *what) {
-    fprintf(stderr, "lpx tokenize: %s%s%s\n", what, *lpx_last_error() ? ": " : "",
+    fprintf(stderr, "lpx tokenize: %s%s%s\n", what, *what && *lpx_last_error() ? ": " : "",
             lpx_last_error());
     return 1;
 }
@@ -47,10 +49,7 @@ static int fail(const char *what) {
 /* A tokenizer without a model: tokenizer.json, a directory with one, or GGUF metadata. */
 static lpx_status open_tokenizer(const char *path, lpx_tokenizer **t) {
     struct stat st;
-    if (stat(path, &st) != 0) {
-        fprintf(stderr, "lpx tokenize: %s: %s\n", path, strerror(errno));
-        return LPX_ERR_IO;
-    }
+    if (stat(path, &st) != 0) return lpx_errorf(LPX_ERR_IO, "%s: %s", path, strerror(errno));
     if (S_ISDIR(st.st_mode)) return lpx_tokenizer_load_hf(path, t);
     size_t n = strlen(path);
     if (n >= 5 && !strcmp(path + n - 5, ".json")) return lpx_tokenizer_load_json_file(path, t);
@@ -99,9 +98,15 @@ static lpx_status encode(const lpx_tokenizer *t, const opts *o, const char *text
     }
 }
 
-/* Decodes ids and prints the text (or the streamed chunks) as JSON. */
+/* Decodes ids and prints the text (or the streamed chunks) as JSON. An id
+ * outside the vocabulary is an error, as /detokenize answers, not "". */
 static lpx_status print_decoded(const lpx_tokenizer *t, const opts *o, const int32_t *ids, size_t n,
                                 FILE *f) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= lpx_vocab_size(t))
+            return lpx_errorf(LPX_ERR_INVALID_ARG,
+                              "token id %d at %zu is out of the vocabulary (size %d)", ids[i], i,
+                              lpx_vocab_size(t));
     if (o->stream) {
         size_t cap = lpx_tokenizer_max_piece(t) + 16;
         char *buf = malloc(cap);
@@ -339,7 +344,7 @@ static int run_text(const lpx_tokenizer *t, const opts *o, const char *text) {
             }
             p += len;
         }
-        rc = print_decoded(t, o, ids, n, stdout) == LPX_OK ? 0 : fail("decode");
+        rc = print_decoded(t, o, ids, n, stdout) == LPX_OK ? 0 : fail("--decode");
         free(ids);
         return rc;
     }
@@ -423,7 +428,7 @@ int cmd_tokenize(int argc, char **argv) {
     lpx_tokenizer *own = NULL;
     const lpx_tokenizer *t;
     if (model) {
-        if (lpx_model_open(model, &m) != LPX_OK) return fail(model);
+        if (lpx_model_open(model, &m) != LPX_OK) return fail(""); /* the message names it */
         t = lpx_model_tokenizer(m);
         if (!t) {
             lpx_model_close(m);
@@ -431,7 +436,7 @@ int cmd_tokenize(int argc, char **argv) {
             return 1;
         }
     } else {
-        if (open_tokenizer(tok_path, &own) != LPX_OK) return fail(tok_path);
+        if (open_tokenizer(tok_path, &own) != LPX_OK) return fail("");
         t = own;
     }
     int rc = jsonl ? run_jsonl(t, &o, jsonl) : run_text(t, &o, text);

@@ -26,7 +26,8 @@ const char lpx_engine_args_help[] =
     "  --no-device-sampling    copy each decode step's logits to the host and sample there\n";
 
 const char lpx_gen_args_help[] =
-    "  -n, --max-tokens N      most tokens to generate (default 256; -1: up to the context)\n"
+    "  -n, --max-tokens N      most tokens to generate, -1: up to the context (default:\n"
+    "                          run 256, chat -1)\n"
     "  --temp T                temperature, 0 = greedy (also --temperature; default: the\n"
     "                          model's, else 0)\n"
     "  --top-k K               keep the K most likely tokens (0 = off)\n"

@@ -151,7 +151,7 @@ lpx_status lpx_doctor_run(const lpx_build_facts *build, const lpx_model_need *ne
         r->n_procs = calloc((size_t)n, sizeof *r->n_procs);
         if (!r->facts || !r->samples || !r->procs || !r->n_procs) {
             lpx_telemetry_close(t);
-            return lpx_errorf(LPX_ERR_NOMEM, "doctor: out of memory for %d GPUs", n);
+            return lpx_errorf(LPX_ERR_NOMEM, "out of memory for %d GPUs", n);
         }
         r->n_gpus = n;
     }
@@ -180,7 +180,7 @@ lpx_status lpx_doctor_run(const lpx_build_facts *build, const lpx_model_need *ne
         lpx_eval_gpu(f, s, procs, np, perr, (uint32_t)getpid(), &r->build, need, &r->checks);
     }
     lpx_telemetry_close(t);
-    if (r->checks.oom) return lpx_errorf(LPX_ERR_NOMEM, "doctor: out of memory");
+    if (r->checks.oom) return lpx_errorf(LPX_ERR_NOMEM, "out of memory");
     return LPX_OK;
 }
 

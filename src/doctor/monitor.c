@@ -136,12 +136,12 @@ static void print_header(FILE *out, bool server, bool gpus) {
     if (gpus)
         fprintf(out, " %3s %4s %4s %15s %5s %13s %11s %13s  %s", "gpu", "sm%", "mem%",
                 "fb used/total", "temp", "power/limit", "sm/mem MHz", "pcie rx/tx", "throttle");
-    fprintf(out, "\n# %-8s", "");
-    if (server) fprintf(out, " %8s %4s %4s %5s", "", "", "", "");
-    if (gpus)
-        fprintf(out, " %3s %4s %4s %15s %5s %13s %11s %13s", "", "", "", "GiB", "C", "W", "",
-                "MB/s");
     fprintf(out, "\n");
+    if (!gpus) return; /* the units line: only the GPU columns have units */
+    fprintf(out, "# %-8s", "");
+    if (server) fprintf(out, " %8s %4s %4s %5s", "", "", "", "");
+    fprintf(out, " %3s %4s %4s %15s %5s %13s %11s %13s\n", "", "", "", "GiB", "C", "W", "",
+            "MB/s");
 }
 
 static void fmt_i(char *b, size_t cap, int64_t v, double scale, const char *f) {
@@ -253,7 +253,17 @@ static void print_json(FILE *out, const char *url, const server_state *sv, const
         json_num(o, "throttle_reasons", s->throttle);
     }
     if (url) server_json(o, url, sv);
-    cJSON_AddStringToObject(o, "alerts", alerts);
+    /* The alerts holding now, a list of texts (the clauses that clause() joined
+     * with "; ", which no clause contains). */
+    cJSON *list = cJSON_AddArrayToObject(o, "alerts");
+    for (const char *a = alerts; *a;) {
+        const char *end = strstr(a, "; ");
+        size_t len = end ? (size_t)(end - a) : strlen(a);
+        char one[512];
+        snprintf(one, sizeof one, "%.*s", (int)len, a);
+        cJSON_AddItemToArray(list, cJSON_CreateString(one));
+        a += len + (end ? 2 : 0);
+    }
     char *txt = cJSON_PrintUnformatted(o);
     if (txt) fprintf(out, "%s\n", txt);
     free(txt);
@@ -341,11 +351,11 @@ lpx_status lpx_monitor_run(const lpx_monitor_opts *o, FILE *out) {
         fprintf(o->json ? stderr : out, "# no NVIDIA GPU to monitor (%s): the server only\n", why);
     size_t w = o->limits.growth_window < 2 ? 2 : (size_t)o->limits.growth_window;
     gpu_state *g = n ? calloc((size_t)n, sizeof *g) : NULL;
-    if (n && !g) status = lpx_errorf(LPX_ERR_NOMEM, "monitor: out of memory");
+    if (n && !g) status = lpx_errorf(LPX_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n && status == LPX_OK; i++) {
         g[i].hist = calloc(w, sizeof *g[i].hist);
         if (!g[i].hist)
-            status = lpx_errorf(LPX_ERR_NOMEM, "monitor: out of memory");
+            status = lpx_errorf(LPX_ERR_NOMEM, "out of memory");
         else
             status = lpx_telemetry_facts(t, i, &g[i].facts);
     }

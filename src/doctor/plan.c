@@ -96,22 +96,21 @@ lpx_status lpx_plan_compute(const lpx_plan_model *m, const lpx_plan_gpu *g,
     memset(out, 0, sizeof *out);
     if (m->decode_bytes_per_step <= 0 || m->kv_bytes_per_token <= 0 || m->weight_bytes <= 0)
         return lpx_errorf(LPX_ERR_INVALID_ARG,
-                          "plan: model sizes must be positive (weights %lld, per step %lld, KV "
+                          "model sizes must be positive (weights %lld, per step %lld, KV "
                           "per token %lld)",
                           (long long)m->weight_bytes, (long long)m->decode_bytes_per_step,
                           (long long)m->kv_bytes_per_token);
     if (!(g->bandwidth > 0) || g->mem_bytes <= 0)
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "plan: GPU %s: bandwidth and memory must be > 0",
-                          g->name);
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "GPU %s: bandwidth and memory must be > 0", g->name);
     if (p->max_model_len < 1 || p->context < 0 || !(p->mem_utilization > 0) ||
         p->mem_utilization > 1 || p->reserve_bytes < 0)
         return lpx_errorf(LPX_ERR_INVALID_ARG,
-                          "plan: need max_model_len >= 1, context >= 0, 0 < utilisation <= 1");
+                          "need max_model_len >= 1, context >= 0, 0 < utilisation <= 1");
     out->floor_ms = (double)m->decode_bytes_per_step / g->bandwidth * 1e3;
     out->floor_tok_s = 1e3 / out->floor_ms;
     out->usable_bytes = (int64_t)((double)g->mem_bytes * p->mem_utilization);
     if (!lpx_mul_i64(p->max_model_len, m->kv_bytes_per_token, &out->kv_bytes_per_seq))
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "plan: max_model_len %lld x KV bytes overflows",
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "max_model_len %lld x KV bytes overflows",
                           (long long)p->max_model_len);
     out->kv_budget = out->usable_bytes - m->weight_bytes - p->reserve_bytes;
     out->max_tokens = out->kv_budget > 0 ? out->kv_budget / m->kv_bytes_per_token : 0;
@@ -124,7 +123,7 @@ lpx_status lpx_plan_compute(const lpx_plan_model *m, const lpx_plan_gpu *g,
         if (!lpx_mul_i64(r->batch, p->context, &toks) ||
             !lpx_mul_i64(toks, m->kv_bytes_per_token, &kv) ||
             !lpx_add_i64(kv, m->decode_bytes_per_step, &r->bytes_per_step))
-            return lpx_errorf(LPX_ERR_INVALID_ARG, "plan: batch %lld x context %lld overflows",
+            return lpx_errorf(LPX_ERR_INVALID_ARG, "batch %lld x context %lld overflows",
                               (long long)r->batch, (long long)p->context);
         r->ms_per_step = (double)r->bytes_per_step / g->bandwidth * 1e3;
         r->tok_s = (double)r->batch / r->ms_per_step * 1e3;

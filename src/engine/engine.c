@@ -144,6 +144,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
 
 static void seq_free(lpx_seq *s) {
     if (!s) return;
+    free(s->bias);
     free(s->stop_ids);
     lpx_stop_free(&s->stop);
     free(s->tokens);
@@ -221,6 +222,10 @@ lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb c
         if (r->stop_token_ids[i] < 0 || r->stop_token_ids[i] >= e->vocab)
             return lpx_errorf(LPX_ERR_INVALID_ARG, "stop token id %d: expected 0..%d",
                               r->stop_token_ids[i], e->vocab - 1);
+    for (int32_t i = 0; i < r->sampling.n_logit_bias; i++)
+        if (r->sampling.logit_bias[i].id >= e->vocab)
+            return lpx_errorf(LPX_ERR_INVALID_ARG, "logit_bias token id %d: expected 0..%d",
+                              r->sampling.logit_bias[i].id, e->vocab - 1);
     int32_t *ids;
     size_t n;
     LPX_TRY(prompt_ids(e, r, &ids, &n));
@@ -261,6 +266,14 @@ lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb c
     s->ignore_eos = r->ignore_eos;
     s->skip_special = r->skip_special;
     st = lpx_stop_init(&s->stop, r->stop, r->n_stop);
+    if (st == LPX_OK && s->sp.n_logit_bias) {
+        size_t bytes = (size_t)s->sp.n_logit_bias * sizeof *s->bias;
+        if (!(s->bias = malloc(bytes)))
+            st = lpx_errorf(LPX_ERR_NOMEM, "submit: out of memory");
+        else
+            memcpy(s->bias, r->sampling.logit_bias, bytes);
+        s->sp.logit_bias = s->bias;
+    }
     if (st == LPX_OK && r->n_stop_token_ids) {
         s->stop_ids = malloc(r->n_stop_token_ids * sizeof *s->stop_ids);
         if (!s->stop_ids)
@@ -747,8 +760,9 @@ static lpx_status step_scheduled(lpx_engine *e) {
     if (st != LPX_OK || q->n == 0) return st;
     e->b_start[q->n] = n_tok;
     lpx_batch b = staged_batch(e, n_tok, q->n, stride, n_rows);
-    /* Rows sample on the device unless one needs the logits (logprobs); the
-     * step runs ahead unless a row has a penalty (its counts need every token). */
+    /* Rows sample on the device unless one needs the logits (logprobs, a logit
+     * bias: the device sampler takes neither); the step runs ahead unless a row
+     * has a penalty (its counts need every token). */
     bool dev = e->device_sampling, ahead = e->cfg.step_ahead;
     int32_t n_seen = 0;
     for (int32_t i = 0, row = 0; dev && i < q->n; i++) {
@@ -757,7 +771,7 @@ static lpx_status step_scheduled(lpx_engine *e) {
         lpx_sample_row *r = &e->s_rows[row++];
         *r = (lpx_sample_row){
             .p = s->sp, .seed = s->seed, .index = s->n_tokens - s->n_prompt, .seen_start = n_seen};
-        if (s->sp.logprobs > 0) dev = false;
+        if (s->sp.logprobs > 0 || s->sp.n_logit_bias > 0) dev = false;
         if (lpx_sampling_penalized(&s->sp)) ahead = false;
         if (dev && lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n_seen))
             st = lpx_errorf(LPX_ERR_NOMEM, "engine: token counts: out of memory");

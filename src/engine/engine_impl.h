@@ -21,7 +21,8 @@ typedef struct lpx_seq {
     uint64_t seed;
     int32_t max_tokens; /* -1: none */
     bool ignore_eos, skip_special;
-    int32_t *stop_ids; /* [n_stop_ids] */
+    lpx_logit_bias *bias; /* [sp.n_logit_bias] the request's copy: sp.logit_bias */
+    int32_t *stop_ids;    /* [n_stop_ids] */
     size_t n_stop_ids;
     lpx_stop_matcher stop;
     lpx_detok_stream detok; /* valid when the model has a tokenizer */

@@ -38,7 +38,7 @@ static lpx_status put_scalar(writer *w, lpx_gguf_type t, int64_t iv, double fv, 
     case LPX_GGUF_F32: { float v = (float)fv; put(w, &v, 4); break; }
     case LPX_GGUF_F64: put(w, &fv, 8); break;
     default:
-        return lpx_errorf(LPX_ERR_UNSUPPORTED, "slice: key %s: value type %d not supported", key, t);
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "key %s: value type %d not supported", key, t);
     }
     return LPX_OK;
 }
@@ -56,30 +56,29 @@ static lpx_status copy_kv(writer *w, const lpx_gguf *g, int64_t i, const char *c
         const char *s;
         size_t len;
         if (!lpx_gguf_get_str(g, key, &s, &len))
-            return lpx_errorf(LPX_ERR_FORMAT, "slice: key %s: unreadable string", key);
+            return lpx_errorf(LPX_ERR_FORMAT, "key %s: unreadable string", key);
         put_str(w, s, len);
         return LPX_OK;
     }
     if (t == LPX_GGUF_BOOL) {
         bool b;
         if (!lpx_gguf_get_bool(g, key, &b))
-            return lpx_errorf(LPX_ERR_FORMAT, "slice: key %s: unreadable bool", key);
+            return lpx_errorf(LPX_ERR_FORMAT, "key %s: unreadable bool", key);
         return put_scalar(w, t, b, 0, key);
     }
     if (t != LPX_GGUF_ARRAY) {
         int64_t iv = 0;
         double fv = 0;
         if (is_float(t) ? !lpx_gguf_get_f64(g, key, &fv) : !lpx_gguf_get_i64(g, key, &iv))
-            return lpx_errorf(LPX_ERR_UNSUPPORTED, "slice: key %s: value not representable", key);
+            return lpx_errorf(LPX_ERR_UNSUPPORTED, "key %s: value not representable", key);
         return put_scalar(w, t, iv, fv, key);
     }
     lpx_gguf_type et;
     uint64_t n;
     if (!lpx_gguf_get_arr(g, key, &et, &n))
-        return lpx_errorf(LPX_ERR_FORMAT, "slice: key %s: unreadable array", key);
+        return lpx_errorf(LPX_ERR_FORMAT, "key %s: unreadable array", key);
     if (et == LPX_GGUF_ARRAY || et == LPX_GGUF_BOOL)
-        return lpx_errorf(LPX_ERR_UNSUPPORTED, "slice: key %s: arrays of type %d not supported",
-                          key, et);
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "key %s: arrays of type %d not supported", key, et);
     put_u32(w, (uint32_t)et);
     put_u64(w, n);
     for (uint64_t k = 0; k < n; k++) {
@@ -87,15 +86,15 @@ static lpx_status copy_kv(writer *w, const lpx_gguf *g, int64_t i, const char *c
             const char *s;
             size_t len;
             if (!lpx_gguf_arr_str(g, key, k, &s, &len))
-                return lpx_errorf(LPX_ERR_FORMAT, "slice: key %s[%llu]: unreadable", key,
+                return lpx_errorf(LPX_ERR_FORMAT, "key %s[%llu]: unreadable", key,
                                   (unsigned long long)k);
             put_str(w, s, len);
         } else {
             int64_t iv = 0;
             double fv = 0;
             if (is_float(et) ? !lpx_gguf_arr_f64(g, key, k, &fv) : !lpx_gguf_arr_i64(g, key, k, &iv))
-                return lpx_errorf(LPX_ERR_UNSUPPORTED, "slice: key %s[%llu]: not representable",
-                                  key, (unsigned long long)k);
+                return lpx_errorf(LPX_ERR_UNSUPPORTED, "key %s[%llu]: not representable", key,
+                                  (unsigned long long)k);
             LPX_TRY(put_scalar(w, et, iv, fv, key));
         }
     }
@@ -116,19 +115,19 @@ static lpx_status write_all(writer *w, const lpx_gguf *g, int n_layers) {
     const char *arch;
     size_t alen;
     if (!lpx_gguf_get_str(g, "general.architecture", &arch, &alen) || alen > 64)
-        return lpx_errorf(LPX_ERR_FORMAT, "slice: general.architecture missing");
+        return lpx_errorf(LPX_ERR_FORMAT, "general.architecture missing");
     char count_key[96];
     snprintf(count_key, sizeof count_key, "%.*s.block_count", (int)alen, arch);
     int64_t have;
     if (!lpx_gguf_get_i64(g, count_key, &have))
-        return lpx_errorf(LPX_ERR_FORMAT, "slice: %s missing", count_key);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s missing", count_key);
     if (n_layers < 1 || n_layers > have)
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "slice: --layers %d, the model has 1..%lld",
-                          n_layers, (long long)have);
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "--layers %d, the model has 1..%lld", n_layers,
+                          (long long)have);
     int64_t align = 32;
     if (lpx_gguf_find(g, "general.alignment") >= 0 &&
         !lpx_gguf_get_i64(g, "general.alignment", &align))
-        return lpx_errorf(LPX_ERR_FORMAT, "slice: general.alignment unreadable");
+        return lpx_errorf(LPX_ERR_FORMAT, "general.alignment unreadable");
     const int64_t nt = lpx_gguf_n_tensors(g), nkv = lpx_gguf_n_kv(g);
     int64_t kept = 0;
     for (int64_t i = 0; i < nt; i++) kept += !dropped(lpx_gguf_tensor_name(g, i), n_layers);
@@ -149,7 +148,7 @@ static lpx_status write_all(writer *w, const lpx_gguf *g, int n_layers) {
         for (int d = nd - 1; d >= 0; d--) put_u64(w, (uint64_t)lpx_gguf_tensor_dim(g, i, d));
         put_u32(w, lpx_gguf_tensor_ggml_type(g, i));
         put_u64(w, off);
-        if (!lpx_add_size(off, nbytes, &off)) return lpx_errorf(LPX_ERR_FORMAT, "slice: too large");
+        if (!lpx_add_size(off, nbytes, &off)) return lpx_errorf(LPX_ERR_FORMAT, "too large");
         off = pad_to(off, (size_t)align);
     }
     long pos = ftell(w->f);
@@ -176,12 +175,12 @@ lpx_status lpx_gguf_write_slice(const char *in_path, int n_layers, const char *o
     writer w = {fopen(out_path, "wb"), out_path, false};
     if (!w.f) {
         lpx_gguf_close(g);
-        return lpx_errorf(LPX_ERR_IO, "slice: cannot create %s: %s", out_path, strerror(errno));
+        return lpx_errorf(LPX_ERR_IO, "cannot create %s: %s", out_path, strerror(errno));
     }
     lpx_status s = write_all(&w, g, n_layers);
     if (fclose(w.f) != 0) w.failed = true;
     if (s == LPX_OK && w.failed)
-        s = lpx_errorf(LPX_ERR_IO, "slice: writing %s failed: %s", out_path, strerror(errno));
+        s = lpx_errorf(LPX_ERR_IO, "writing %s failed: %s", out_path, strerror(errno));
     if (s != LPX_OK) remove(out_path);
     lpx_gguf_close(g);
     return s;

@@ -49,6 +49,16 @@ lpx_status lpx_sampling_validate(const lpx_sampling_params *p) {
     if (!isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
         return lpx_errorf(LPX_ERR_INVALID_ARG, "presence/frequency penalty %g/%g: expected finite",
                           p->presence_penalty, p->frequency_penalty);
+    if (p->n_logit_bias < 0 || p->n_logit_bias > LPX_MAX_LOGIT_BIAS ||
+        (p->n_logit_bias > 0 && !p->logit_bias))
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "logit_bias: %d entries: expected 0..%d",
+                          p->n_logit_bias, LPX_MAX_LOGIT_BIAS);
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        if (!isfinite(p->logit_bias[i].bias) || p->logit_bias[i].id < 0)
+            return lpx_errorf(LPX_ERR_INVALID_ARG,
+                              "logit_bias entry %d: token %d, bias %g: expected an id >= 0 and a "
+                              "finite bias",
+                              i, p->logit_bias[i].id, p->logit_bias[i].bias);
     if (p->logprobs < 0 || p->logprobs > LPX_MAX_LOGPROBS)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "logprobs %d: expected 0..%d", p->logprobs,
                           LPX_MAX_LOGPROBS);
@@ -234,6 +244,8 @@ int32_t lpx_sample(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, 
                    float *logits, const lpx_token_count *seen, int32_t n_seen,
                    lpx_token_logprob *top, float *chosen_lp) {
     const int32_t V = s->vocab;
+    for (int32_t i = 0; i < p->n_logit_bias; i++)
+        logits[p->logit_bias[i].id] += p->logit_bias[i].bias;
     lpx_apply_penalties(p, logits, seen, n_seen);
     bool greedy = p->temperature < 1e-5f;
     if (!greedy && p->temperature != 1.0f)
@@ -269,6 +281,11 @@ lpx_status lpx_sample_batch_check(const lpx_sample_batch *s, int32_t n_rows, int
                               "step_sample: row %d asks for %d logprobs (expected 0: logprobs "
                               "need the logits)",
                               i, r->p.logprobs);
+        if (r->p.n_logit_bias != 0)
+            return lpx_errorf(LPX_ERR_INVALID_ARG,
+                              "step_sample: row %d has a logit bias (expected none: biased rows "
+                              "are sampled on the host)",
+                              i);
         if (r->seen_start < 0 || r->n_seen < 0 || r->seen_start > s->n_seen - r->n_seen)
             return lpx_errorf(LPX_ERR_INVALID_ARG,
                               "step_sample: row %d: token counts %d..+%d outside the %d given", i,

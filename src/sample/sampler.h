@@ -1,7 +1,7 @@
-/* Token sampler: penalties, temperature, min_p, top_k, top_p and a seeded draw
- * (the order and semantics are lpx_sampling_params' in lpx.h). Deterministic:
- * the draw for output token i of a request uses only (seed, i), never the
- * batch or the step, so preemption and batching cannot change a result. The
+/* Token sampler: logit bias, penalties, temperature, min_p, top_k, top_p and a
+ * seeded draw (the order and semantics are lpx_sampling_params' in lpx.h).
+ * Deterministic: the draw for output token i of a request uses only (seed, i),
+ * never the batch or the step, so preemption and batching cannot change a result. The
  * arithmetic (sample_math.h) is shared with the CUDA sampler, which draws the
  * same token from the same logits.
  *
@@ -27,11 +27,11 @@ typedef struct lpx_token_count {
 } lpx_token_count;
 
 typedef struct lpx_sample_row {
-    lpx_sampling_params p; /* p.logprobs must be 0 */
+    lpx_sampling_params p; /* p.logprobs and p.n_logit_bias must be 0 */
     uint64_t seed;
-    int64_t index;               /* output index of the token drawn */
-    int32_t seen_start, n_seen;  /* the row's entries of lpx_sample_batch.seen (distinct ids;
-                                    only read when p has a penalty) */
+    int64_t index;              /* output index of the token drawn */
+    int32_t seen_start, n_seen; /* the row's entries of lpx_sample_batch.seen (distinct ids;
+                                   only read when p has a penalty) */
 } lpx_sample_row;
 
 typedef struct lpx_sample_batch {

@@ -72,12 +72,36 @@ typedef struct conn_ctx {
 
 /* ---- responses -------------------------------------------------------------- */
 
+/* The Origin header of a cross-origin request, when --allowed-origins lets it
+ * call: the origin itself, or "*" for any. NULL: no CORS headers, so a
+ * browser keeps the answer from the page (the UI's own origin needs none). */
+static const char *cors_origin(const lpx_server *s, struct MHD_Connection *conn) {
+    const char *list = s->o.allowed_origins;
+    const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    if (!list || !origin) return NULL;
+    size_t n = strlen(origin);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t len = strcspn(p, ", ");
+        if (len == 1 && *p == '*') return "*";
+        if (len && len == n && !strncmp(p, origin, n)) return origin;
+        p += len;
+    }
+    return NULL;
+}
+
 static enum MHD_Result send_response(conn_ctx *c, struct MHD_Connection *conn, int status,
                                      struct MHD_Response *r, const char *ctype) {
     if (!r) return MHD_NO;
     if (ctype) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (atomic_load(&c->s->draining))
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    const char *origin = cors_origin(c->s, conn);
+    if (origin) {
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Origin");
+    }
     c->status = status;
     pthread_mutex_lock(&c->s->metrics.mu);
     if (status >= 100 && status < 600) c->s->metrics.http[status / 100]++;
@@ -278,7 +302,8 @@ static enum MHD_Result do_tokenize(conn_ctx *c, struct MHD_Connection *conn, lpx
         return send_error(c, conn, &e);
     int32_t *ids = NULL;
     size_t n = 0;
-    if (!model_ok(s, &p, &e) || !lpx_job_prompt_ids(s->m, &p, &ids, &n, &e)) {
+    if (!model_ok(s, &p, &e) || !lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, &e) ||
+        !lpx_job_prompt_ids(s->m, &p, 0, &ids, &n, &e)) {
         lpx_srv_params_free(&p);
         return send_error(c, conn, &e);
     }
@@ -316,8 +341,9 @@ static enum MHD_Result do_tokenize(conn_ctx *c, struct MHD_Connection *conn, lpx
     return send_json(c, conn, 200, o);
 }
 
-/* Refuses a prompt that, with the output asked for, would not fit the context. */
-static bool fits(const lpx_server *s, lpx_srv_params *p, size_t n_prompt, lpx_srv_error *e) {
+/* Refuses a prompt that, with the output asked for, would not fit the context
+ * (max_tokens not given: the rest of the context, which the engine's limit gives). */
+static bool fits(const lpx_server *s, const lpx_srv_params *p, size_t n_prompt, lpx_srv_error *e) {
     int64_t L = s->max_model_len;
     const char *what = p->kind == LPX_SRV_CHAT ? "messages" : "prompt";
     if ((int64_t)n_prompt >= L ||
@@ -330,7 +356,6 @@ static bool fits(const lpx_server *s, lpx_srv_params *p, size_t n_prompt, lpx_sr
                             (long long)L,
                             (long long)n_prompt + (p->req.max_tokens > 0 ? p->req.max_tokens : 0),
                             n_prompt, what, p->req.max_tokens > 0 ? p->req.max_tokens : 0, what);
-    if (p->req.max_tokens < 0) p->req.max_tokens = (int32_t)(L - (int64_t)n_prompt);
     return true;
 }
 
@@ -358,11 +383,13 @@ static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx
                     "the server is shutting down");
     if (!lpx_srv_parse(kind, c->body.p ? c->body.p : "", c->body.n, &s->m->gen, &p, &e))
         return send_error(c, conn, &e);
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
+    size_t n_prompts = lpx_srv_n_prompts(&p), n_ids[LPX_SRV_MAX_PROMPTS] = {0};
+    int32_t *ids[LPX_SRV_MAX_PROMPTS] = {0};
     lpx_job *j = NULL;
-    bool ok = model_ok(s, &p, &e) && lpx_job_prompt_ids(s->m, &p, &ids, &n_ids, &e) &&
-              fits(s, &p, n_ids, &e) && queue_ok(s, p.n, &e);
+    bool ok = model_ok(s, &p, &e) && lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, &e);
+    for (size_t k = 0; ok && k < n_prompts; k++)
+        ok = lpx_job_prompt_ids(s->m, &p, k, &ids[k], &n_ids[k], &e) && fits(s, &p, n_ids[k], &e);
+    ok = ok && queue_ok(s, (int32_t)n_prompts * p.n, &e);
     if (ok && !(j = lpx_job_new(s->e, lpx_model_tokenizer(s->m), &s->metrics, &s->inflight,
                                 s->model_name, &p, c->t0)))
         ok = lpx_srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
@@ -371,7 +398,8 @@ static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx
         jobs_add(s, j);
         ok = lpx_job_submit(j, &p, ids, n_ids, &e);
     }
-    free(ids);
+    for (size_t k = 0; k < n_prompts; k++)
+        free(ids[k]);
     bool stream = p.stream;
     lpx_srv_params_free(&p);
     if (!ok) return send_error(c, conn, &e);
@@ -411,7 +439,10 @@ static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx
 }
 
 static enum MHD_Result do_asset(conn_ctx *c, struct MHD_Connection *conn, const char *url) {
-    const char *path = strcmp(url, "/") ? url + 1 : "index.html";
+    /* Browsers ask for /favicon.ico on their own: the UI's icon is an SVG. */
+    const char *path = !strcmp(url, "/")              ? "index.html"
+                       : !strcmp(url, "/favicon.ico") ? "favicon.svg"
+                                                      : url + 1;
     for (const lpx_web_asset *a = c->s->o.assets; a && a->path; a++)
         if (!strcmp(a->path, path)) {
             struct MHD_Response *r =
@@ -440,8 +471,27 @@ static const struct route {
     {"/metrics", R_GET, false, 2},
 };
 
+/* OPTIONS: 204 with Allow; a CORS preflight from an allowed origin also gets
+ * the methods and headers it may use (send_response adds the origin). No API
+ * key is asked: browsers send preflights without credentials. */
+static enum MHD_Result do_options(conn_ctx *c, struct MHD_Connection *conn) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST, OPTIONS");
+    if (cors_origin(c->s, conn)) {
+        const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                    "Access-Control-Request-Headers");
+        MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+        MHD_add_response_header(r, "Access-Control-Allow-Headers",
+                                h ? h : "Authorization, Content-Type");
+        MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    }
+    return send_response(c, conn, 204, r, NULL);
+}
+
 static enum MHD_Result route(conn_ctx *c, struct MHD_Connection *conn, const char *url,
                              const char *method) {
+    if (!strcmp(method, "OPTIONS")) return do_options(c, conn);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
         const struct route *r = &routes[i];
@@ -564,7 +614,7 @@ static char *label_escape(const char *s) {
 lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     *out = NULL;
     lpx_server *s = calloc(1, sizeof *s);
-    if (!s) return lpx_errorf(LPX_ERR_NOMEM, "serve: out of memory");
+    if (!s) return lpx_errorf(LPX_ERR_NOMEM, "server: out of memory");
     s->o = *o;
     if (!s->o.host) s->o.host = "127.0.0.1";
     if (s->o.max_queue <= 0) s->o.max_queue = 1024;
@@ -585,7 +635,7 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     }
     if (!s->model_label) {
         lpx_server_stop(s);
-        return lpx_errorf(LPX_ERR_NOMEM, "serve: out of memory");
+        return lpx_errorf(LPX_ERR_NOMEM, "server: out of memory");
     }
 
     char port[16];
@@ -597,7 +647,7 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     int rc = getaddrinfo(s->o.host, port, &hints, &ai);
     if (rc != 0) {
         lpx_server_stop(s);
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "serve: --host %s: %s", o->host, gai_strerror(rc));
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "--host %s: %s", o->host, gai_strerror(rc));
     }
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
                      MHD_USE_POLL | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
@@ -610,7 +660,7 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     if (!s->d) {
         lpx_server_stop(s);
         return lpx_errorf(LPX_ERR_IO,
-                          "serve: cannot listen on %s port %d (in use, or not an "
+                          "cannot listen on %s port %d (in use, or not an "
                           "address of this machine?)",
                           o->host ? o->host : "127.0.0.1", o->port);
     }

@@ -53,11 +53,12 @@ lpx_job *lpx_job_new(lpx_engine *e, const lpx_tokenizer *tok, lpx_metrics *metri
     j->kind = p->kind;
     j->stream = p->stream;
     j->include_usage = p->include_usage;
+    j->continuous_usage = p->continuous_usage;
     j->logprobs = p->logprobs;
     j->model_name = model_name;
     j->t_arrival = t_arrival_ms;
     j->created = (int64_t)time(NULL);
-    j->n = p->n;
+    j->n = (int32_t)lpx_srv_n_prompts(p) * p->n;
     static unsigned long long counter;
     unsigned long long k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", p->kind == LPX_SRV_CHAT ? "chatcmpl" : "cmpl",
@@ -65,6 +66,7 @@ lpx_job *lpx_job_new(lpx_engine *e, const lpx_tokenizer *tok, lpx_metrics *metri
     for (int32_t i = 0; i < j->n; i++) {
         j->ch[i].job = j;
         j->ch[i].index = i;
+        j->ch[i].prompt = i / p->n;
     }
     return j;
 }
@@ -79,6 +81,8 @@ static void job_free(lpx_job *j) {
         free(c->lp_top);
         free(c->lp_n_top);
     }
+    for (int k = 0; k < LPX_SRV_MAX_PROMPTS; k++)
+        free(j->echo[k]);
     free(j->out.p);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
@@ -164,9 +168,39 @@ static void on_event(const lpx_event *ev, void *user) {
     if (last) job_free(j);
 }
 
-bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, const int32_t *ids, size_t n_ids,
+/* The text of prompt k as echo returns it: the text sent, or the ids decoded. */
+static char *echo_text(const lpx_job *j, const lpx_srv_params *p, size_t k) {
+    const lpx_srv_prompt *q = &p->prompts[k];
+    if (q->text) {
+        size_t n = strlen(q->text) + 1;
+        char *t = malloc(n);
+        if (t) memcpy(t, q->text, n);
+        return t;
+    }
+    size_t cap = q->n_ids * 16 + 16, need = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char *t = malloc(cap);
+        if (!t || lpx_detokenize(j->tok, q->ids, q->n_ids, p->req.skip_special, t, cap, &need) !=
+                      LPX_OK) {
+            free(t);
+            return NULL;
+        }
+        if (need < cap) return t;
+        free(t);
+        cap = need + 1;
+    }
+    return NULL;
+}
+
+bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, int32_t *const *ids, const size_t *n_ids,
                     lpx_srv_error *err) {
-    j->n_prompt = (int32_t)n_ids;
+    j->n_prompt = 0;
+    for (size_t k = 0; k < lpx_srv_n_prompts(p); k++) {
+        j->n_prompt += (int32_t)n_ids[k];
+        if (p->echo && !(j->echo[k] = echo_text(j, p, k)))
+            return lpx_srv_fail(err, 500, "server_error", NULL, NULL,
+                                "echo: decoding the prompt: %s", lpx_last_error());
+    }
     j->top_n = p->logprobs ? p->top_n : 0;
     if (j->stream) {
         pthread_mutex_lock(&j->mu);
@@ -176,12 +210,13 @@ bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, const int32_t *ids, siz
     }
     for (int32_t i = 0; i < j->n; i++) {
         lpx_request r = p->req;
-        r.prompt_ids = ids;
-        r.n_prompt_ids = n_ids;
+        r.prompt_ids = ids[j->ch[i].prompt];
+        r.n_prompt_ids = n_ids[j->ch[i].prompt];
         r.prompt_text = NULL;
         r.messages = NULL;
         r.n_messages = 0;
-        if (p->seed_given) r.sampling.seed = p->req.sampling.seed + i;
+        /* Each prompt's choices as those of a request of its own. */
+        if (p->seed_given) r.sampling.seed = p->req.sampling.seed + i % p->n;
         pthread_mutex_lock(&j->mu);
         j->refs++; /* the engine's, dropped at the finish event */
         pthread_mutex_unlock(&j->mu);
@@ -218,7 +253,7 @@ bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, const int32_t *ids, siz
 }
 
 void lpx_job_cancel(lpx_job *j, const lpx_srv_error *err) {
-    uint64_t ids[LPX_SRV_MAX_N];
+    uint64_t ids[LPX_SRV_MAX_CHOICES];
     int n = 0;
     pthread_mutex_lock(&j->mu);
     if (err && !j->aborted && !j->finished) {
@@ -285,31 +320,25 @@ static bool tokenize(const lpx_tokenizer *t, const char *text, bool add_special,
     return true;
 }
 
-bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, int32_t **ids, size_t *n,
-                        lpx_srv_error *err) {
+bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, size_t k, int32_t **ids,
+                        size_t *n, lpx_srv_error *err) {
     *ids = NULL;
     *n = 0;
     const lpx_tokenizer *t = lpx_model_tokenizer(m);
-    int32_t vocab = m->cfg.vocab_size;
-    if (p->prompt_ids) {
-        for (size_t i = 0; i < p->n_prompt_ids; i++)
-            if (p->prompt_ids[i] >= vocab)
-                return lpx_srv_fail(err, 400, "invalid_request_error", NULL,
-                                    p->kind == LPX_SRV_DETOKENIZE ? "tokens" : "prompt",
-                                    "token id %d at %zu is out of the vocabulary (size %d)",
-                                    p->prompt_ids[i], i, vocab);
-        if (!(*ids = malloc(p->n_prompt_ids * sizeof **ids)))
+    const lpx_srv_prompt *q = p->n_prompts ? &p->prompts[k] : NULL;
+    if (q && q->ids) {
+        if (!(*ids = malloc(q->n_ids * sizeof **ids)))
             return lpx_srv_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        memcpy(*ids, p->prompt_ids, p->n_prompt_ids * sizeof **ids);
-        *n = p->n_prompt_ids;
+        memcpy(*ids, q->ids, q->n_ids * sizeof **ids);
+        *n = q->n_ids;
         return true;
     }
     if (!t)
         return lpx_srv_fail(err, 400, "invalid_request_error", NULL, NULL,
                             "the model has no tokenizer: send token ids");
-    if (p->prompt) {
-        bool ok = tokenize(t, p->prompt, p->kind == LPX_SRV_TOKENIZE ? p->add_special : true, ids,
-                           n, err);
+    if (q) {
+        bool ok =
+            tokenize(t, q->text, p->kind == LPX_SRV_TOKENIZE ? p->add_special : true, ids, n, err);
         if (!ok) {
             free(*ids);
             *ids = NULL;

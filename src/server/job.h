@@ -30,6 +30,7 @@ typedef struct lpx_job lpx_job;
 typedef struct lpx_job_choice {
     lpx_job *job;
     int index;
+    int prompt; /* index of its prompt */
     uint64_t engine_id;
     bool submitted, done, started;
     lpx_finish_reason finish;
@@ -56,15 +57,17 @@ struct lpx_job {
     lpx_metrics *metrics;
     atomic_int *inflight; /* the server's count of unfinished engine requests */
     lpx_srv_kind kind;
-    bool stream, include_usage, logprobs;
+    bool stream, include_usage, continuous_usage, logprobs;
     int32_t top_n;
     char id[40];
     int64_t created;
     const char *model_name;
     double t_arrival; /* ms, monotonic */
 
-    int32_t n, n_done, n_prompt;
-    lpx_job_choice ch[LPX_SRV_MAX_N];
+    int32_t n, n_done;
+    int32_t n_prompt;                       /* prompt tokens of every prompt (usage) */
+    char *echo[LPX_SRV_MAX_PROMPTS];        /* echo: each prompt's text, else NULL */
+    lpx_job_choice ch[LPX_SRV_MAX_CHOICES]; /* prompt-major: choice i is prompt i / n */
 
     lpx_strbuf out; /* stream: SSE bytes not yet sent */
     size_t out_pos;
@@ -83,10 +86,10 @@ lpx_job *lpx_job_new(lpx_engine *e, const lpx_tokenizer *tok, lpx_metrics *metri
                      double t_arrival_ms);
 void lpx_job_unref(lpx_job *j);
 
-/* Submits the n choices over the prompt ids. On failure cancels what was
- * submitted and fills err (400 for a too long prompt, 503 while the engine
- * refuses work). */
-bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, const int32_t *ids, size_t n_ids,
+/* Submits the n choices of each prompt k over its ids[k] (n_ids[k] of them).
+ * On failure cancels what was submitted and fills err (400 for a too long
+ * prompt, 503 while the engine refuses work). */
+bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, int32_t *const *ids, const size_t *n_ids,
                     lpx_srv_error *err);
 
 /* Ends the choices still running; when err is given the client gets that
@@ -99,10 +102,10 @@ size_t lpx_job_read(lpx_job *j, char *buf, size_t max, int timeout_ms, bool *end
 /* Waits up to timeout_ms for every choice to finish; true when finished. */
 bool lpx_job_wait(lpx_job *j, int timeout_ms);
 
-/* The prompt as token ids: a text prompt tokenized with the tokenizer's rules,
- * chat messages rendered with the model's template, or the ids given. */
-bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, int32_t **ids, size_t *n,
-                        lpx_srv_error *err);
+/* Prompt k of p as token ids: a text prompt tokenized with the tokenizer's
+ * rules, chat messages rendered with the model's template, or the ids given. */
+bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, size_t k, int32_t **ids,
+                        size_t *n, lpx_srv_error *err);
 
 double lpx_now_ms(void);
 

@@ -136,6 +136,18 @@ static void comp_lp_add(const lpx_job *j, comp_lp *c, int32_t id, float lp,
 
 /* ---- streaming ----------------------------------------------------------- */
 
+/* The request's token counts so far (every prompt once, every choice). */
+static cJSON *usage(const lpx_job *j) {
+    int64_t completion = 0;
+    for (int32_t i = 0; i < j->n; i++)
+        completion += j->ch[i].n_output_tokens;
+    cJSON *u = cJSON_CreateObject();
+    cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_prompt + completion));
+    return u;
+}
+
 static cJSON *chunk_base(const lpx_job *j) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "id", j->id);
@@ -146,7 +158,10 @@ static cJSON *chunk_base(const lpx_job *j) {
     return o;
 }
 
+/* continuous_usage_stats: every chunk with choices carries the usage so far. */
 static bool emit(lpx_job *j, cJSON *o) {
+    if (o && j->continuous_usage && cJSON_GetArraySize(cJSON_GetObjectItem(o, "choices")) > 0)
+        cJSON_AddItemToObject(o, "usage", usage(j));
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     bool ok = s && lpx_strbuf_add(&j->out, "data: ", 6) && lpx_strbuf_add(&j->out, s, strlen(s)) &&
@@ -162,6 +177,17 @@ bool lpx_oa_stream_open(lpx_job *j) {
     if (j->kind != LPX_SRV_CHAT) {
         static const char hello[] = ": lpx\n\n";
         if (!lpx_strbuf_add(&j->out, hello, sizeof hello - 1)) j->oom = true;
+        /* echo: each choice's prompt first. */
+        for (int32_t i = 0; i < j->n && !j->oom && j->echo[j->ch[i].prompt]; i++) {
+            cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices");
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "index", i);
+            cJSON_AddStringToObject(c, "text", j->echo[j->ch[i].prompt]);
+            cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddNullToObject(c, "finish_reason");
+            cJSON_AddItemToArray(choices, c);
+            emit(j, o);
+        }
         return !j->oom;
     }
     for (int32_t i = 0; i < j->n; i++) {
@@ -231,17 +257,6 @@ bool lpx_oa_stream_event(lpx_job *j, lpx_job_choice *ch, const lpx_event *ev) {
     return emit(j, o);
 }
 
-static cJSON *usage(const lpx_job *j) {
-    int64_t completion = 0;
-    for (int32_t i = 0; i < j->n; i++)
-        completion += j->ch[i].n_output_tokens;
-    cJSON *u = cJSON_CreateObject();
-    cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
-    cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_prompt + completion));
-    return u;
-}
-
 bool lpx_oa_stream_close(lpx_job *j) {
     if (j->aborted) {
         char *s = lpx_oa_error(&j->abort);
@@ -284,12 +299,15 @@ static cJSON *choice_logprobs(const lpx_job *j, const lpx_job_choice *c) {
     return lp.obj;
 }
 
-static cJSON *string_n(const lpx_strbuf *b) {
+/* prefix (or NULL) and then b's text. */
+static cJSON *string_n(const char *prefix, const lpx_strbuf *b) {
     /* Text bytes are NUL-free: the engine's detokenizer writes UTF-8 text. */
-    char *t = malloc(b->n + 1);
+    size_t np = prefix ? strlen(prefix) : 0;
+    char *t = malloc(np + b->n + 1);
     if (!t) return NULL;
-    if (b->n) memcpy(t, b->p, b->n);
-    t[b->n] = '\0';
+    if (np) memcpy(t, prefix, np);
+    if (b->n) memcpy(t + np, b->p, b->n);
+    t[np + b->n] = '\0';
     cJSON *s = cJSON_CreateString(t);
     free(t);
     return s;
@@ -299,7 +317,7 @@ char *lpx_oa_response(const lpx_job *j, double elapsed_ms) {
     cJSON *o = cJSON_CreateObject();
     if (j->kind == LPX_SRV_GENERATE) {
         const lpx_job_choice *c = &j->ch[0];
-        cJSON_AddItemToObject(o, "text", string_n(&c->text));
+        cJSON_AddItemToObject(o, "text", string_n(NULL, &c->text));
         cJSON_AddNumberToObject(o, "elapsed_ms", elapsed_ms);
         cJSON_AddNumberToObject(o, "prompt_tokens", j->n_prompt);
         cJSON_AddNumberToObject(o, "generated_tokens", c->n_output_tokens);
@@ -320,9 +338,9 @@ char *lpx_oa_response(const lpx_job *j, double elapsed_ms) {
             if (chat) {
                 cJSON *m = cJSON_AddObjectToObject(x, "message");
                 cJSON_AddStringToObject(m, "role", "assistant");
-                cJSON_AddItemToObject(m, "content", string_n(&c->text));
+                cJSON_AddItemToObject(m, "content", string_n(NULL, &c->text));
             } else {
-                cJSON_AddItemToObject(x, "text", string_n(&c->text));
+                cJSON_AddItemToObject(x, "text", string_n(j->echo[c->prompt], &c->text));
             }
             cJSON_AddItemToObject(x, "logprobs", choice_logprobs(j, c));
             cJSON_AddStringToObject(x, "finish_reason", lpx_oa_finish(c->finish));

@@ -24,8 +24,11 @@ bool lpx_srv_fail(lpx_srv_error *e, int status, const char *type, const char *co
 
 void lpx_srv_params_free(lpx_srv_params *p) {
     free(p->model);
-    free(p->prompt);
-    free(p->prompt_ids);
+    for (size_t i = 0; i < p->n_prompts; i++) {
+        free(p->prompts[i].text);
+        free(p->prompts[i].ids);
+    }
+    free(p->logit_bias);
     for (size_t i = 0; i < p->n_messages; i++) {
         free((char *)p->messages[i].role);
         free((char *)p->messages[i].content);
@@ -121,11 +124,11 @@ static bool parse_stop(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
     return true;
 }
 
-/* Token ids: a non-empty list of integers in [0, 2^31). */
-static bool parse_ids(const cJSON *v, const char *name, lpx_srv_params *p, lpx_srv_error *e) {
+/* Token ids: a non-empty list of integers in [0, 2^31), into prompt slot q. */
+static bool parse_ids(const cJSON *v, const char *name, lpx_srv_prompt *q, lpx_srv_error *e) {
     int n = cJSON_GetArraySize(v);
     if (n == 0) return lpx_srv_fail(e, 400, BAD, NULL, name, "'%s' must not be empty", name);
-    if (!(p->prompt_ids = malloc((size_t)n * sizeof *p->prompt_ids))) return oom(e);
+    if (!(q->ids = malloc((size_t)n * sizeof *q->ids))) return oom(e);
     int i = 0;
     for (const cJSON *x = v->child; x; x = x->next, i++) {
         if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
@@ -133,34 +136,58 @@ static bool parse_ids(const cJSON *v, const char *name, lpx_srv_params *p, lpx_s
             return lpx_srv_fail(e, 400, BAD, NULL, name,
                                 "'%s' item %d must be a token id (a non-negative integer)", name,
                                 i);
-        p->prompt_ids[i] = (int32_t)x->valuedouble;
+        q->ids[i] = (int32_t)x->valuedouble;
     }
-    p->n_prompt_ids = (size_t)n;
+    q->n_ids = (size_t)n;
     return true;
 }
 
-/* prompt: a string, a list with one string, or a list of token ids. */
-static bool parse_prompt(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
-    const cJSON *v = field(o, "prompt");
-    if (!v) return lpx_srv_fail(e, 400, BAD, NULL, "prompt", "'prompt' is required");
-    if (cJSON_IsArray(v) && cJSON_GetArraySize(v) == 1 && cJSON_IsString(v->child)) v = v->child;
+/* One prompt into slot q: a non-empty string, or (completions) token ids. */
+static bool parse_one_prompt(const cJSON *v, lpx_srv_params *p, lpx_srv_prompt *q,
+                             lpx_srv_error *e) {
     if (cJSON_IsString(v)) {
         if (!v->valuestring[0])
             return lpx_srv_fail(e, 400, BAD, NULL, "prompt", "'prompt' must not be empty");
-        if (!(p->prompt = dup_str(v->valuestring))) return oom(e);
-        return true;
+        return (q->text = dup_str(v->valuestring)) ? true : oom(e);
     }
-    if (cJSON_IsArray(v) && p->kind == LPX_SRV_COMPLETION) {
-        if (v->child && cJSON_IsString(v->child))
-            return lpx_srv_fail(e, 400, BAD, NULL, "prompt",
-                                "'prompt' lists of several strings are not supported: send one "
-                                "prompt per request");
-        return parse_ids(v, "prompt", p, e);
-    }
+    if (cJSON_IsArray(v) && p->kind == LPX_SRV_COMPLETION) return parse_ids(v, "prompt", q, e);
     return lpx_srv_fail(e, 400, BAD, NULL, "prompt",
                         p->kind == LPX_SRV_COMPLETION
-                            ? "'prompt' must be a string or a list of token ids"
+                            ? "'prompt' must be a string, a list of strings, a list of token ids "
+                              "or a list of token id lists"
                             : "'prompt' must be a string");
+}
+
+/* prompt: a string, a list of token ids, or (completions: a batch, one set of
+ * choices each) a list of strings or of token id lists. Other endpoints take
+ * a list of one string. */
+static bool parse_prompt(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
+    const cJSON *v = field(o, "prompt");
+    if (!v) return lpx_srv_fail(e, 400, BAD, NULL, "prompt", "'prompt' is required");
+    bool batch =
+        cJSON_IsArray(v) && v->child && (cJSON_IsString(v->child) || cJSON_IsArray(v->child));
+    if (!batch) {
+        p->n_prompts = 1;
+        return parse_one_prompt(v, p, &p->prompts[0], e);
+    }
+    int n = cJSON_GetArraySize(v);
+    if (n > 1 && p->kind != LPX_SRV_COMPLETION)
+        return lpx_srv_fail(e, 400, BAD, NULL, "prompt",
+                            "'prompt' takes one prompt here: send a list to /v1/completions");
+    if (n > LPX_SRV_MAX_PROMPTS)
+        return lpx_srv_fail(e, 400, BAD, NULL, "prompt", "'prompt' has %d prompts: at most %d", n,
+                            LPX_SRV_MAX_PROMPTS);
+    for (const cJSON *x = v->child; x; x = x->next) {
+        if (cJSON_IsString(x) != cJSON_IsString(v->child))
+            return lpx_srv_fail(e, 400, BAD, NULL, "prompt",
+                                "'prompt' lists must hold only strings or only token id lists");
+        if (!parse_one_prompt(x, p, &p->prompts[p->n_prompts++], e)) return false;
+    }
+    return true;
+}
+
+size_t lpx_srv_n_prompts(const lpx_srv_params *p) {
+    return p->n_prompts ? p->n_prompts : 1;
 }
 
 /* content: a string, or a list of {"type": "text", "text": ...} parts (joined). */
@@ -283,8 +310,198 @@ static bool parse_logprobs(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) 
     return true;
 }
 
+/* logit_bias: {"token id": bias in [-100, 100], ...}, at most
+ * LPX_SRV_MAX_LOGIT_BIAS entries (ids are checked against the vocabulary by
+ * lpx_srv_check_vocab). */
+static bool parse_logit_bias(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
+    const cJSON *v = field(o, "logit_bias");
+    if (!v) return true;
+    if (!cJSON_IsObject(v))
+        return lpx_srv_fail(e, 400, BAD, NULL, "logit_bias",
+                            "'logit_bias' must be an object of token id: bias");
+    int n = cJSON_GetArraySize(v);
+    if (n > LPX_SRV_MAX_LOGIT_BIAS)
+        return lpx_srv_fail(e, 400, BAD, NULL, "logit_bias",
+                            "'logit_bias' has %d entries: at most %d", n, LPX_SRV_MAX_LOGIT_BIAS);
+    if (n == 0) return true;
+    if (!(p->logit_bias = malloc((size_t)n * sizeof *p->logit_bias))) return oom(e);
+    int i = 0;
+    for (const cJSON *x = v->child; x; x = x->next, i++) {
+        const char *k = x->string;
+        char *end = NULL;
+        long id = k[0] >= '0' && k[0] <= '9' ? strtol(k, &end, 10) : -1;
+        if (id < 0 || id > INT32_MAX || *end)
+            return lpx_srv_fail(e, 400, BAD, NULL, "logit_bias",
+                                "'logit_bias' key '%.40s' must be a token id (a non-negative "
+                                "integer)",
+                                k);
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= -100 && x->valuedouble <= 100))
+            return lpx_srv_fail(e, 400, BAD, NULL, "logit_bias",
+                                "'logit_bias' value of token %ld must be a number in [-100, 100]",
+                                id);
+        p->logit_bias[i] = (lpx_logit_bias){(int32_t)id, (float)x->valuedouble};
+    }
+    p->req.sampling.logit_bias = p->logit_bias;
+    p->req.sampling.n_logit_bias = n;
+    return true;
+}
+
+bool lpx_srv_check_vocab(const lpx_srv_params *p, int32_t vocab, lpx_srv_error *e) {
+    for (size_t k = 0; k < p->n_prompts; k++)
+        for (size_t i = 0; i < p->prompts[k].n_ids; i++)
+            if (p->prompts[k].ids[i] >= vocab)
+                return lpx_srv_fail(e, 400, BAD, NULL,
+                                    p->kind == LPX_SRV_DETOKENIZE ? "tokens" : "prompt",
+                                    "token id %d at %zu is out of the vocabulary (size %d)",
+                                    p->prompts[k].ids[i], i, vocab);
+    for (int32_t i = 0; i < p->req.sampling.n_logit_bias; i++)
+        if (p->logit_bias[i].id >= vocab)
+            return lpx_srv_fail(e, 400, BAD, NULL, "logit_bias",
+                                "'logit_bias' token id %d is out of the vocabulary (size %d)",
+                                p->logit_bias[i].id, vocab);
+    return true;
+}
+
+/* The fields each endpoint takes. A field not listed for the endpoint is a 400
+ * naming it: lpx never answers 200 to a request it did not carry out. The
+ * IGNORED ones change nothing in what a model generates and are accepted on
+ * purpose (docs/server.md lists them); the LIMITED ones are accepted only with
+ * the values lpx implements (check_limited). */
+#define K_CMPL (1u << LPX_SRV_COMPLETION)
+#define K_CHAT (1u << LPX_SRV_CHAT)
+#define K_GEN (1u << LPX_SRV_GENERATE)
+#define K_TOK (1u << LPX_SRV_TOKENIZE)
+#define K_DETOK (1u << LPX_SRV_DETOKENIZE)
+#define K_OAI (K_CMPL | K_CHAT)
+#define K_SAMPLE (K_CMPL | K_CHAT | K_GEN)
+
+static const struct known_field {
+    const char *name;
+    unsigned kinds;
+} known_fields[] = {
+    {"model", K_SAMPLE | K_TOK | K_DETOK},
+    {"prompt", K_CMPL | K_GEN | K_TOK},
+    {"messages", K_CHAT | K_TOK},
+    {"tokens", K_DETOK},
+    {"add_special_tokens", K_TOK},
+    {"add_generation_prompt", K_TOK},
+    {"max_tokens", K_OAI},
+    {"max_completion_tokens", K_CHAT},
+    {"max_new_tokens", K_GEN},
+    {"temperature", K_SAMPLE},
+    {"top_p", K_SAMPLE},
+    {"top_k", K_SAMPLE},
+    {"min_p", K_SAMPLE},
+    {"presence_penalty", K_SAMPLE},
+    {"frequency_penalty", K_SAMPLE},
+    {"repetition_penalty", K_SAMPLE},
+    {"seed", K_SAMPLE},
+    {"stop", K_SAMPLE},
+    {"n", K_SAMPLE},
+    {"logprobs", K_OAI},
+    {"top_logprobs", K_CHAT},
+    {"logit_bias", K_SAMPLE},
+    {"ignore_eos", K_SAMPLE},
+    {"skip_special_tokens", K_SAMPLE},
+    {"stream", K_SAMPLE},
+    {"stream_options", K_OAI},
+    {"echo", K_CMPL},
+    /* LIMITED */
+    {"best_of", K_CMPL},
+    {"suffix", K_CMPL},
+    {"response_format", K_CHAT},
+    {"tools", K_CHAT},
+    {"tool_choice", K_CHAT},
+    {"functions", K_CHAT},
+    {"function_call", K_CHAT},
+    /* IGNORED */
+    {"user", K_OAI},
+    {"service_tier", K_OAI},
+    {"store", K_OAI},
+    {"metadata", K_OAI},
+    {"parallel_tool_calls", K_CHAT},
+};
+
+static bool check_known(const cJSON *o, lpx_srv_kind kind, lpx_srv_error *e) {
+    for (const cJSON *x = o->child; x; x = x->next) {
+        bool ok = false;
+        for (size_t i = 0; !ok && i < sizeof known_fields / sizeof *known_fields; i++)
+            ok = !strcmp(x->string, known_fields[i].name) && (known_fields[i].kinds >> kind & 1);
+        if (!ok)
+            return lpx_srv_fail(e, 400, BAD, "unknown_parameter", x->string,
+                                "'%.40s' is not supported by this endpoint of lpx (docs/server.md "
+                                "lists the fields it takes)",
+                                x->string);
+    }
+    return true;
+}
+
+static bool is_str(const cJSON *v, const char *s) {
+    return cJSON_IsString(v) && !strcmp(v->valuestring, s);
+}
+
+static bool empty_list(const cJSON *v) {
+    return cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0;
+}
+
+static bool unsupported(lpx_srv_error *e, const char *name, const char *why) {
+    return lpx_srv_fail(e, 400, BAD, "unsupported_value", name, "'%s': %s", name, why);
+}
+
+/* The LIMITED fields: the values that ask for nothing lpx does not do. */
+static bool check_limited(const cJSON *o, const lpx_srv_params *p, lpx_srv_error *e) {
+    const cJSON *v;
+    if ((v = field(o, "suffix")) && !is_str(v, ""))
+        return unsupported(e, "suffix", "insertion (a suffix) is not supported");
+    if ((v = field(o, "best_of"))) {
+        if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1)
+            return lpx_srv_fail(e, 400, BAD, NULL, "best_of", "'best_of' must be an integer >= 1");
+        if (v->valuedouble != 1 && v->valuedouble != p->n)
+            return unsupported(e, "best_of",
+                               "ranking more candidates than 'n' is not supported (best_of must "
+                               "be 1 or equal n)");
+    }
+    if ((v = field(o, "response_format"))) {
+        const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
+        if (!is_str(t, "text"))
+            return unsupported(e, "response_format",
+                               "only {\"type\": \"text\"} is supported (no JSON mode or "
+                               "schemas yet)");
+    }
+    const cJSON *tools = field(o, "tools"), *fns = field(o, "functions");
+    if (tools && !empty_list(tools)) return unsupported(e, "tools", "tool calls are not supported");
+    if (fns && !empty_list(fns))
+        return unsupported(e, "functions", "function calls are not supported");
+    if ((v = field(o, "tool_choice")) && !is_str(v, "none") && !is_str(v, "auto"))
+        return unsupported(e, "tool_choice", "tool calls are not supported");
+    if ((v = field(o, "function_call")) && !is_str(v, "none") && !is_str(v, "auto"))
+        return unsupported(e, "function_call", "function calls are not supported");
+    return true;
+}
+
+/* The IGNORED fields, checked for their type. */
+static bool check_ignored(const cJSON *o, lpx_srv_error *e) {
+    static const struct {
+        const char *name;
+        cJSON_bool (*ok)(const cJSON *);
+        const char *what;
+    } f[] = {{"user", cJSON_IsString, "a string"},
+             {"service_tier", cJSON_IsString, "a string"},
+             {"store", cJSON_IsBool, "a boolean"},
+             {"metadata", cJSON_IsObject, "an object"},
+             {"parallel_tool_calls", cJSON_IsBool, "a boolean"}};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
+        const cJSON *v = field(o, f[i].name);
+        if (v && !f[i].ok(v))
+            return lpx_srv_fail(e, 400, BAD, NULL, f[i].name, "'%s' must be %s", f[i].name,
+                                f[i].what);
+    }
+    return true;
+}
+
 static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_params *p,
                          lpx_srv_error *e) {
+    if (!check_known(o, p->kind, e)) return false;
     const cJSON *model = field(o, "model");
     if (model && !cJSON_IsString(model))
         return lpx_srv_fail(e, 400, BAD, NULL, "model", "'model' must be a string");
@@ -296,7 +513,8 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         if (!t || !cJSON_IsArray(t))
             return lpx_srv_fail(e, 400, BAD, NULL, "tokens",
                                 "'tokens' must be a list of token ids");
-        return parse_ids(t, "tokens", p, e);
+        p->n_prompts = 1;
+        return parse_ids(t, "tokens", &p->prompts[0], e);
     }
     case LPX_SRV_TOKENIZE:
         p->add_special = true;
@@ -315,6 +533,7 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
     }
 
     if (!parse_sampling(o, gen, p, e) || !parse_logprobs(o, p, e) || !parse_stop(o, p, e) ||
+        !parse_logit_bias(o, p, e) || !get_bool(o, "echo", &p->echo, e) ||
         !get_bool(o, "ignore_eos", &p->req.ignore_eos, e) || !get_bool(o, "stream", &p->stream, e))
         return false;
     bool skip = true;
@@ -338,6 +557,15 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
 
     if (!get_int(o, "n", 1, LPX_SRV_MAX_N, &k, &given, e)) return false;
     p->n = given ? (int32_t)k : 1;
+    if (lpx_srv_n_prompts(p) * (size_t)p->n > LPX_SRV_MAX_CHOICES)
+        return lpx_srv_fail(
+            e, 400, BAD, NULL, "n", "%zu prompts with 'n' %d make %zu choices: at most %d",
+            lpx_srv_n_prompts(p), p->n, lpx_srv_n_prompts(p) * (size_t)p->n, LPX_SRV_MAX_CHOICES);
+    if (p->echo && p->logprobs)
+        return unsupported(e, "echo",
+                           "echo with logprobs (the prompt's logprobs) is not supported: ask "
+                           "for one of them");
+    if (!check_limited(o, p, e) || !check_ignored(o, e)) return false;
     if (p->kind == LPX_SRV_GENERATE && p->n != 1)
         return lpx_srv_fail(e, 400, BAD, NULL, "n",
                             "/generate makes one output: use /v1/completions for n > 1");
@@ -353,7 +581,15 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         if (!p->stream)
             return lpx_srv_fail(e, 400, BAD, NULL, "stream_options",
                                 "'stream_options' is only allowed with 'stream': true");
-        if (!get_bool(so, "include_usage", &p->include_usage, e)) return false;
+        for (const cJSON *x = so->child; x; x = x->next)
+            if (strcmp(x->string, "include_usage") && strcmp(x->string, "continuous_usage_stats"))
+                return lpx_srv_fail(e, 400, BAD, "unknown_parameter", "stream_options",
+                                    "'stream_options.%.40s' is not supported (include_usage and "
+                                    "continuous_usage_stats are)",
+                                    x->string);
+        if (!get_bool(so, "include_usage", &p->include_usage, e) ||
+            !get_bool(so, "continuous_usage_stats", &p->continuous_usage, e))
+            return false;
     }
     return true;
 }

@@ -12,8 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LPX_SRV_MAX_N 16     /* choices per request */
-#define LPX_SRV_MAX_STOPS 16 /* stop strings per request */
+#define LPX_SRV_MAX_N 16           /* n: choices per prompt */
+#define LPX_SRV_MAX_PROMPTS 16     /* prompts in one /v1/completions request */
+#define LPX_SRV_MAX_CHOICES 64     /* prompts * n */
+#define LPX_SRV_MAX_STOPS 16       /* stop strings per request */
+#define LPX_SRV_MAX_LOGIT_BIAS 300 /* logit_bias entries (OpenAI's limit) */
 
 /* An OpenAI error object plus the HTTP status that carries it. */
 typedef struct lpx_srv_error {
@@ -36,20 +39,31 @@ typedef enum lpx_srv_kind {
     LPX_SRV_DETOKENIZE = 4, /* POST /detokenize */
 } lpx_srv_kind;
 
+/* One prompt: text, or token ids (completions, detokenize). */
+typedef struct lpx_srv_prompt {
+    char *text;   /* or NULL */
+    int32_t *ids; /* [n_ids] */
+    size_t n_ids;
+} lpx_srv_prompt;
+
 typedef struct lpx_srv_params {
     lpx_srv_kind kind;
-    char *model;         /* requested model id, NULL when absent */
-    char *prompt;        /* text prompt, or NULL */
-    int32_t *prompt_ids; /* [n_prompt_ids] token prompt (completions, detokenize) */
-    size_t n_prompt_ids;
+    char *model; /* requested model id, NULL when absent */
+    /* [n_prompts] the prompts (completions: one choice set each; the other
+     * endpoints take one); 0 for chat messages. */
+    lpx_srv_prompt prompts[LPX_SRV_MAX_PROMPTS];
+    size_t n_prompts;
     lpx_chat_message *messages; /* [n_messages], strings owned */
     size_t n_messages;
     lpx_request req; /* sampling, max_tokens (-1: not given), stop, ignore_eos */
     char *stop[LPX_SRV_MAX_STOPS];
-    int32_t n; /* choices */
+    lpx_logit_bias *logit_bias; /* [req.sampling.n_logit_bias], req.sampling points here */
+    int32_t n;                  /* choices per prompt */
     bool stream, include_usage;
-    bool logprobs; /* return logprobs */
-    int32_t top_n; /* alternatives per token the client asked for (0..20) */
+    bool continuous_usage; /* stream_options.continuous_usage_stats: usage in every chunk */
+    bool echo;             /* completions: the prompt text before the output */
+    bool logprobs;         /* return logprobs */
+    int32_t top_n;         /* alternatives per token the client asked for (0..20) */
     bool seed_given;
     bool add_special;           /* tokenize: add BOS/EOS (default true) */
     bool add_generation_prompt; /* tokenize with messages (default true) */
@@ -61,5 +75,9 @@ typedef struct lpx_srv_params {
 bool lpx_srv_parse(lpx_srv_kind kind, const char *body, size_t len, const lpx_gen_defaults *gen,
                    lpx_srv_params *p, lpx_srv_error *err);
 void lpx_srv_params_free(lpx_srv_params *p);
+/* Prompts (or messages: 1) of p, and the choices of the request. */
+size_t lpx_srv_n_prompts(const lpx_srv_params *p);
+/* Checks the token ids of p (prompt ids, logit_bias) against the vocabulary. */
+bool lpx_srv_check_vocab(const lpx_srv_params *p, int32_t vocab, lpx_srv_error *err);
 
 #endif

@@ -33,6 +33,8 @@ typedef struct lpx_server_opts {
     double request_timeout_s;      /* 0 = none */
     size_t max_body_bytes;         /* 0 = 4 MiB */
     const lpx_web_asset *assets;   /* NULL-path-terminated, or NULL */
+    const char *allowed_origins;   /* CORS: comma-separated origins ("https://a.example") or
+                                      "*"; NULL: none (only the UI's own origin can call) */
 } lpx_server_opts;
 
 typedef struct lpx_server lpx_server;

@@ -24,10 +24,10 @@ class Server:
         def reader():
             for line in self.proc.stderr:
                 self.log.append(line)
+                # Said once the model is loaded and the port bound.
                 m = re.search(r"listening on http://([^:]+):(\d+)", line)
                 if m:
                     self.url = f"http://{m.group(1)}:{m.group(2)}"
-                if "lpx serve: ready" in line:
                     ready.set()
             ready.set()
 

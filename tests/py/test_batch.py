@@ -483,7 +483,8 @@ class Script(http.server.BaseHTTPRequestHandler):
                                               "code": "context_length_exceeded"}})
         if self.headers.get("Authorization") != "Bearer k1":
             return self.reply(401, {"error": {"message": "bad key"}})
-        text = {"leak": "fine<|im_end|>", "brackets": "see (this", "loop": "la di da " * 12}.get(
+        text = {"leak": "fine<|im_end|>", "brackets": "see (this", "loop": "la di da " * 12,
+                "nothing": " \n"}.get(
             prompt, f"echo {prompt}")
         fr = "length" if prompt == "cut" else "stop"
         choice = {"index": 0, "finish_reason": fr}
@@ -523,7 +524,8 @@ def test_server_retries_timeouts_and_flags(tmp_path, lpx_bin, server):
             {"id": "e", "prompt": "leak"},
             {"id": "f", "prompt": "brackets"},
             {"id": "g", "prompt": "loop"},
-            {"id": "h", "prompt": "cut", "max_tokens": 7}]
+            {"id": "h", "prompt": "cut", "max_tokens": 7},
+            {"id": "i", "prompt": "nothing"}]
     inp = tmp_path / "in.jsonl"
     write_jsonl(inp, rows)
     out = tmp_path / "out"
@@ -531,7 +533,7 @@ def test_server_retries_timeouts_and_flags(tmp_path, lpx_bin, server):
               "--timeout", "1", "--retries", "2", "--max-tokens", "5", "--concurrency", "3")
     assert r.returncode == 1, r.stderr  # d fails
     recs = {x["custom_id"]: x for x in read_jsonl(out / "results.jsonl")}
-    assert set(recs) == set("abcefgh")
+    assert set(recs) == set("abcefghi")
     body = recs["a"]["response"]["body"]
     assert body["choices"][0]["text"] == "echo hello" and body["max_tokens_seen"] == 5
     assert body["model"] == "scripted"  # from GET /v1/models
@@ -548,9 +550,11 @@ def test_server_retries_timeouts_and_flags(tmp_path, lpx_bin, server):
     assert q["f"] == ["unbalanced"]
     assert q["g"] == ["repetitive"]
     assert q["h"] == ["truncated"]
+    assert q["i"] == ["empty"]  # white space only
     s = json.loads((out / "summary.json").read_text())
-    assert s["quality"] == {"truncated": 1, "repetitive": 1, "leaked_special": 1, "unbalanced": 1}
-    assert (s["succeeded"], s["failed"], s["mode"]) == (7, 1, "server")
+    assert s["quality"] == {"truncated": 1, "repetitive": 1, "leaked_special": 1, "unbalanced": 1,
+                            "empty": 1}
+    assert (s["succeeded"], s["failed"], s["mode"]) == (8, 1, "server")
     log = (out / "run.log").read_text()
     assert log.count("attempt 1 of b failed: HTTP 503") == 1 and "attempt 2 of b failed" in log
     assert "attempt 1 of c failed: timeout" in log
@@ -562,12 +566,12 @@ def test_server_retries_timeouts_and_flags(tmp_path, lpx_bin, server):
     r = batch(lpx_bin, "-i", str(inp), "-o", str(out), "--server", server, "--api-key", "k1",
               "--resume")
     assert r.returncode == 1
-    assert len(read_jsonl(out / "results.jsonl")) == 7
+    assert len(read_jsonl(out / "results.jsonl")) == 8
     assert Script.attempts["hello"] == 1 and Script.attempts["long"] == 2
     # failures.jsonl is appended to: d's record from each run, d counted once
     assert [f["custom_id"] for f in read_jsonl(out / "failures.jsonl")] == ["d", "d"]
     s = json.loads((out / "summary.json").read_text())
-    assert (s["succeeded"], s["failed"], s["remaining"]) == (7, 1, 0)
+    assert (s["succeeded"], s["failed"], s["remaining"]) == (8, 1, 0)
 
 
 def test_failures_append_only_across_resume(tmp_path, lpx_bin, server):

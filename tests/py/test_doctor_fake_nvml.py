@@ -208,6 +208,7 @@ def test_monitor_alerts(lpx_bin, fake_lib, tmp_path, state, args, alert):
     r = run(lpx_bin, fake_lib, state, "monitor", "--count", "3", "--interval", "0.05", "--json",
             *args)
     assert [l for l in r.stderr.splitlines() if l.startswith("! ")][0].endswith(alert)
-    assert alert.removeprefix("ALERT ") in json.loads(r.stdout.splitlines()[-1])["alerts"]
+    # --json: the alerts holding, one text each, in a list.
+    assert json.loads(r.stdout.splitlines()[-1])["alerts"] == alert.removeprefix("ALERT ").split("; ")
     r = run(lpx_bin, fake_lib, "healthy", "monitor", "--count", "3", "--interval", "0.05", *args)
     assert r.returncode == 0 and "ALERT" not in r.stdout + r.stderr

@@ -183,7 +183,7 @@ def free_port():
 class FakeServer:
     """An HTTP server answering GET /metrics with `status` and `body`."""
 
-    def __init__(self, status, body):
+    def __init__(self, status, body, port=0):
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 self.send_response(status)
@@ -194,7 +194,7 @@ class FakeServer:
             def log_message(self, *a):
                 pass
 
-        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = http.server.HTTPServer(("127.0.0.1", port), Handler)
         self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
@@ -239,6 +239,35 @@ def test_server_going_away_is_an_alert(lpx_bin, srv):
     assert rc == 0, err
     assert "server ALERT unreachable: %s/metrics: " % fake.url in lines[-2]
     assert lines[-1].split()[1:] == ["down", "-", "-", "-"]
+
+
+def test_server_going_away_json_keeps_sampling(lpx_bin, srv):
+    """--json: the header is one line, alerts are a list, and a server that went away is
+    retried at every sample (it answers again: the alert clears)."""
+    r = monitor(lpx_bin, "--url", srv.url, "--count", "1")
+    assert [l for l in r.stdout.splitlines() if l.strip() in ("", "#")] == []
+    body = httpx.get(srv.url + "/metrics").text
+    fake = FakeServer(200, body)
+    port = fake.httpd.server_address[1]
+    log = Lines(lpx_bin, "--url", fake.url, "--interval", "0.1", "--json")
+    first = json.loads(log.next())
+    assert first["alerts"] == [] and first["server"]["up"]
+    fake.close()
+    down = json.loads(log.next())
+    while down["server"]["up"]:
+        down = json.loads(log.next())
+    assert len(down["alerts"]) == 1 and down["alerts"][0].startswith("unreachable: ")
+    assert json.loads(log.next())["server"]["up"] is False  # still sampling
+    back = FakeServer(200, body, port)  # the server is back on its port
+    try:
+        again = json.loads(log.next())
+        while not again["server"]["up"]:
+            again = json.loads(log.next())
+        assert again["alerts"] == []
+    finally:
+        rc, _, err = log.stop()
+        back.close()
+    assert rc == 0 and "server alert cleared" in err, err
 
 
 def test_url_usage(lpx_bin):

@@ -456,13 +456,14 @@ def test_request_timeout_queued_stream(timeout_srv):
 
 
 def test_health_while_loading(lpx_bin, smollm2):
-    # The server listens before the model is loaded: /health and the API say
-    # 503 "loading" until it is ready, then 200.
+    # The port is bound before the model is loaded: /health and the API say
+    # 503 "loading" until it is ready, then 200. "listening" is said only then.
     p = subprocess.Popen([lpx_bin, "serve", "-m", smollm2, "--port", "0"], stderr=subprocess.PIPE,
                          text=True)
     try:
         line = p.stderr.readline()
-        url = "http://" + line.split("http://")[1].split()[0]
+        assert line.startswith("lpx serve: loading ") and "listening" not in line, line
+        url = "http://127.0.0.1:" + line.split("port ")[1].split()[0]
         seen, end = [], time.monotonic() + 120
         while not seen or seen[-1][0] != 200:
             assert time.monotonic() < end, seen[-3:]  # only against a hang
@@ -475,6 +476,10 @@ def test_health_while_loading(lpx_bin, smollm2):
                 if m.status_code == 503:
                     assert m.json()["error"]["code"] == "loading" and m.headers["retry-after"]
         assert all(x == (503, "loading") for x in seen[:-1]) and seen[-1] == (200, "ok")
+        line = p.stderr.readline()
+        while line.startswith("lpx serve: req "):
+            line = p.stderr.readline()
+        assert line.startswith("lpx serve: listening on " + url + ": model "), line
     finally:
         p.kill()
         p.wait()

@@ -85,3 +85,54 @@ def test_ui_chat_streams_and_dashboard_updates(srv, browser):
     assert browser.find_element(By.ID, "dash-ttft50").text != "–"
     ARTIFACTS.mkdir(exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "serve_ui.png"))
+
+
+def test_ui_has_a_favicon(srv, browser):
+    import httpx
+    for path in ("/favicon.ico", "/favicon.svg"):
+        r = httpx.get(srv.url + path)
+        assert r.status_code == 200 and r.headers["content-type"] == "image/svg+xml"
+        assert r.text.startswith("<svg")
+    browser.get(srv.url + "/")
+    icon = browser.find_element(By.CSS_SELECTOR, "link[rel=icon]").get_attribute("href")
+    assert icon == srv.url + "/favicon.svg"
+
+
+FETCH = """
+const [url, key, done] = arguments;
+fetch(url + "/v1/chat/completions", {method: "POST",
+      headers: {"Authorization": "Bearer " + key, "Content-Type": "application/json"},
+      body: JSON.stringify({messages: [{role: "user", content: "hi"}], max_tokens: 2})})
+  .then(r => r.json()).then(j => done("ok " + j.object), e => done("blocked " + e));
+"""
+
+
+def test_cors_in_the_browser(lpx_bin, smollm2, srv, browser):
+    """A page of another origin: the browser blocks its calls unless --allowed-origins
+    names that origin (the preflight with Authorization is answered then)."""
+    import http.server
+    import threading
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<!doctype html><title>other site</title>")
+
+        def log_message(self, *a):
+            pass
+
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    origin = "http://127.0.0.1:%d" % site.server_address[1]
+    allowed = Server(lpx_bin, smollm2, "--allowed-origins", origin, api_key="ui-key")
+    try:
+        browser.get(origin + "/")
+        browser.set_script_timeout(60)
+        assert browser.execute_async_script(FETCH, srv.url, "ui-key").startswith("blocked ")
+        assert browser.execute_async_script(FETCH, allowed.url, "ui-key") == "ok chat.completion"
+    finally:
+        allowed.stop()
+        site.shutdown()
+        site.server_close()

@@ -16,6 +16,10 @@ int main(void) {
                         "and \"the city of light\" is its nickname [citation].";
     CHECK(check(clean, false) == 0);
     CHECK(check(clean, true) == LPX_BQ_TRUNCATED);
+    /* empty: nothing, or white space only (an ideographic space too) */
+    CHECK(check("", false) == LPX_BQ_EMPTY && check("", true) == (LPX_BQ_EMPTY | LPX_BQ_TRUNCATED));
+    CHECK(check(" \n\t\xe3\x80\x80", false) == LPX_BQ_EMPTY);
+    CHECK(check(" .", false) == 0 && check("\xc3\xa9", false) == 0);
 
     /* repetition: a loop of the same phrase */
     CHECK(check("I am a bot. I am a bot. I am a bot. I am a bot. I am a bot. I am a bot.", false) ==

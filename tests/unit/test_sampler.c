@@ -40,6 +40,31 @@ int main(void) {
     memcpy(l, l6, sizeof l);
     CHECK(lpx_sample(&s, &g, 0, 0, l, NULL, 0, NULL, NULL) == 1);
 
+    /* Logit bias: added before everything else (and before the penalties, so
+     * a repetition penalty divides the biased logit); a biased row is the
+     * host's alone (step_sample refuses it). */
+    lpx_logit_bias ban_best[2] = {{1, -100}, {4, -0.5f}}, lift[1] = {{2, 6}};
+    g.logit_bias = ban_best;
+    g.n_logit_bias = 2;
+    CHECK(lpx_sampling_validate(&g) == LPX_OK);
+    memcpy(l, l6, sizeof l);
+    CHECK(lpx_sample(&s, &g, 0, 0, l, NULL, 0, NULL, NULL) == 4 && l[4] == 2.5f && l[1] == -97);
+    g.logit_bias = lift;
+    g.n_logit_bias = 1;
+    g.repetition_penalty = 2;
+    memcpy(l, l6, sizeof l);
+    lpx_token_count seen2[1] = {{2, 1}};
+    CHECK(lpx_sample(&s, &g, 0, 0, l, seen2, 1, NULL, NULL) == 1 && l[2] == 2.0f); /* (-2+6)/2 */
+    lpx_sample_row row = {.p = g};
+    lpx_sample_batch batch = {.rows = &row};
+    CHECK(lpx_sample_batch_check(&batch, 1, 6) == LPX_ERR_INVALID_ARG);
+    g.n_logit_bias = LPX_MAX_LOGIT_BIAS + 1;
+    CHECK(lpx_sampling_validate(&g) == LPX_ERR_INVALID_ARG);
+    lift[0].bias = NAN;
+    g.n_logit_bias = 1;
+    CHECK(lpx_sampling_validate(&g) == LPX_ERR_INVALID_ARG);
+    g = greedy_params();
+
     /* Penalties by hand: repetition 2 over prompt {0,2} and output {2,3,3}
      * (positive logits divided, negative multiplied, once per id); presence
      * 0.5 and frequency 0.25 over the output only. */

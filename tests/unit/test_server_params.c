@@ -6,6 +6,7 @@
 #include "test.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +33,8 @@ static void test_defaults(void) {
     lpx_gen_defaults gen = {
         .temperature = 0.6f, .top_p = 0.9f, .top_k = 50, .repetition_penalty = 1.05f, .bos_id = -1};
     CHECK(parse(LPX_SRV_COMPLETION, "{\"prompt\": \"hi\"}", &gen, &p, &e));
-    CHECK(!strcmp(p.prompt, "hi") && p.n == 1 && !p.stream && !p.logprobs);
+    CHECK(p.n_prompts == 1 && !strcmp(p.prompts[0].text, "hi") && p.n == 1 && !p.stream &&
+          !p.logprobs);
     CHECK(p.req.max_tokens == 16); /* OpenAI's completions default */
     CHECK(fabsf(p.req.sampling.temperature - 0.6f) < 1e-6f && p.req.sampling.top_k == 50);
     CHECK(fabsf(p.req.sampling.top_p - 0.9f) < 1e-6f);
@@ -83,17 +85,41 @@ static void test_every_field(void) {
     /* Completions: logprobs 0 still asks the engine for logprobs (one alternative). */
     CHECK(parse(LPX_SRV_COMPLETION, "{\"prompt\": [1, 2, 3], \"logprobs\": 0, \"stop\": \"s\"}",
                 NULL, &p, &e));
-    CHECK(p.n_prompt_ids == 3 && p.prompt_ids[2] == 3 && !p.prompt);
+    CHECK(p.prompts[0].n_ids == 3 && p.prompts[0].ids[2] == 3 && !p.prompts[0].text);
     CHECK(p.logprobs && p.top_n == 0 && p.req.sampling.logprobs == 1);
     CHECK(p.req.n_stop == 1 && !strcmp(p.req.stop[0], "s"));
     lpx_srv_params_free(&p);
 
     CHECK(parse(LPX_SRV_TOKENIZE, "{\"prompt\": [\"one\"], \"add_special_tokens\": false}", NULL,
                 &p, &e));
-    CHECK(!strcmp(p.prompt, "one") && !p.add_special && p.add_generation_prompt);
+    CHECK(!strcmp(p.prompts[0].text, "one") && !p.add_special && p.add_generation_prompt);
     lpx_srv_params_free(&p);
     CHECK(parse(LPX_SRV_DETOKENIZE, "{\"tokens\": [0, 5]}", NULL, &p, &e));
-    CHECK(p.n_prompt_ids == 2 && p.prompt_ids[1] == 5);
+    CHECK(p.prompts[0].n_ids == 2 && p.prompts[0].ids[1] == 5);
+    lpx_srv_params_free(&p);
+
+    /* A batch of prompts, logit_bias, echo, the accepted-and-ignored fields. */
+    CHECK(parse(LPX_SRV_COMPLETION,
+                "{\"prompt\": [\"a\", \"b c\"], \"n\": 2, \"best_of\": 2, \"echo\": true,"
+                " \"logit_bias\": {\"7\": -100, \"12\": 2.5}, \"suffix\": \"\", \"user\": \"u\","
+                " \"stream\": true, \"stream_options\": {\"continuous_usage_stats\": true}}",
+                NULL, &p, &e));
+    CHECK(p.n_prompts == 2 && !strcmp(p.prompts[1].text, "b c") && p.n == 2 && p.echo);
+    CHECK(p.req.sampling.n_logit_bias == 2 && p.req.sampling.logit_bias[0].id == 7 &&
+          p.req.sampling.logit_bias[0].bias == -100 && p.req.sampling.logit_bias[1].bias == 2.5f);
+    CHECK(p.continuous_usage && !p.include_usage);
+    CHECK(lpx_srv_check_vocab(&p, 13, &e) && !lpx_srv_check_vocab(&p, 12, &e) &&
+          !strcmp(e.param, "logit_bias"));
+    lpx_srv_params_free(&p);
+    CHECK(parse(LPX_SRV_COMPLETION, "{\"prompt\": [[1, 2], [3]]}", NULL, &p, &e));
+    CHECK(p.n_prompts == 2 && p.prompts[1].n_ids == 1 && p.prompts[1].ids[0] == 3);
+    lpx_srv_params_free(&p);
+    CHECK(parse(
+        LPX_SRV_CHAT,
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\":"
+        " {\"type\": \"text\"}, \"tools\": [], \"tool_choice\": \"none\", \"store\": false,"
+        " \"metadata\": {\"k\": \"v\"}, \"service_tier\": \"auto\", \"parallel_tool_calls\": true}",
+        NULL, &p, &e));
     lpx_srv_params_free(&p);
 }
 
@@ -103,7 +129,57 @@ static void test_refusals(void) {
     CHECK(!strcmp(refused(C, "[]", 400), ""));
     CHECK(!strcmp(refused(C, "{}", 400), "prompt"));
     CHECK(!strcmp(refused(C, "{\"prompt\": \"\"}", 400), "prompt"));
-    CHECK(!strcmp(refused(C, "{\"prompt\": [\"a\", \"b\"]}", 400), "prompt"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": [\"a\", [1]]}", 400), "prompt"));
+    CHECK(!strcmp(refused(LPX_SRV_GENERATE, "{\"prompt\": [\"a\", \"b\"]}", 400), "prompt"));
+    CHECK(!strcmp(refused(C,
+                          "{\"prompt\": [\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\","
+                          "\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
+                          400),
+                  "prompt"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": [\"a\", \"b\", \"c\", \"d\", \"e\"], \"n\": 16}", 400),
+                  "n"));
+    /* Nothing lpx does not do is accepted: unknown and unsupported fields name themselves. */
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"frobnicate\": 1}", 400), "frobnicate"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"suffix\": \"end\"}", 400), "suffix"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"best_of\": 3}", 400), "best_of"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}", 400), "echo"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"echo\": 1}", 400), "echo"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}", 400),
+                  "response_format"));
+    CHECK(
+        !strcmp(refused(C, "{\"prompt\": \"x\", \"logit_bias\": {\"a\": 1}}", 400), "logit_bias"));
+    CHECK(
+        !strcmp(refused(C, "{\"prompt\": \"x\", \"logit_bias\": {\"-1\": 1}}", 400), "logit_bias"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"logit_bias\": {\"1\": 101}}", 400),
+                  "logit_bias"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"logit_bias\": {\"1\": \"5\"}}", 400),
+                  "logit_bias"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"logit_bias\": [1]}", 400), "logit_bias"));
+    CHECK(!strcmp(
+        refused(C, "{\"prompt\": \"x\", \"stream\": true, \"stream_options\": {\"x\": 1}}", 400),
+        "stream_options"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"user\": 5}", 400), "user"));
+    CHECK(!strcmp(refused(LPX_SRV_GENERATE, "{\"prompt\": \"x\", \"logprobs\": 1}", 400),
+                  "logprobs"));
+    CHECK(!strcmp(refused(LPX_SRV_GENERATE, "{\"prompt\": \"x\", \"echo\": true}", 400), "echo"));
+    static const char *const chat_refused[][2] = {
+        {"\"response_format\": {\"type\": \"json_object\"}", "response_format"},
+        {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}",
+         "response_format"},
+        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "tools"},
+        {"\"tool_choice\": \"required\"", "tool_choice"},
+        {"\"functions\": [{\"name\": \"f\"}]", "functions"},
+        {"\"function_call\": {\"name\": \"f\"}", "function_call"},
+        {"\"echo\": true", "echo"},
+        {"\"reasoning_effort\": \"low\"", "reasoning_effort"},
+    };
+    for (size_t i = 0; i < sizeof chat_refused / sizeof *chat_refused; i++) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s}",
+                 chat_refused[i][0]);
+        CHECK(!strcmp(refused(H, body, 400), chat_refused[i][1]));
+    }
     CHECK(!strcmp(refused(C, "{\"prompt\": [1, -2]}", 400), "prompt"));
     CHECK(!strcmp(refused(C, "{\"prompt\": [1, 2.5]}", 400), "prompt"));
     CHECK(!strcmp(refused(C, "{\"prompt\": []}", 400), "prompt"));
