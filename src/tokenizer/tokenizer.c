@@ -183,6 +183,58 @@ static lpx_status make_dec(lpx_tokenizer *t, int32_t id) {
     return LPX_OK;
 }
 
+/* The child of node by byte c, 0 when none. */
+static int32_t trie_child(const lpx_tokenizer *t, int32_t node, unsigned char c) {
+    for (int32_t k = t->trie[node].child; k; k = t->trie[k].sibling)
+        if (t->trie[k].byte == c) return k;
+    return 0;
+}
+
+/* One node per distinct prefix of the added tokens; a text two added tokens share
+ * keeps the first (the order tokenizers' AddedVocabulary matches them in). */
+static lpx_status trie_build(lpx_tokenizer *t) {
+    size_t total = 1, cap = 1;
+    for (int i = 0; i < t->n_added; i++)
+        total += t->added[i].len; /* <= 32767 * TOK_MAX_TOKEN_BYTES: no overflow */
+    tok_trie_node root = {0, 0, {-1, -1}, 0};
+    if (!(t->trie = malloc(sizeof *t->trie)))
+        return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
+    t->trie[0] = root;
+    t->n_trie = 1;
+    for (int i = 0; i < t->n_added; i++) {
+        const tok_added *a = &t->added[i];
+        int32_t node = 0;
+        for (size_t b = 0; b < a->len; b++) {
+            unsigned char c = (unsigned char)a->text[b];
+            int32_t next = trie_child(t, node, c);
+            if (!next) {
+                if (t->n_trie == cap) {
+                    cap = 2 * cap < total ? 2 * cap : total;
+                    tok_trie_node *p = realloc(t->trie, cap * sizeof *p);
+                    if (!p) return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
+                    t->trie = p;
+                }
+                next = (int32_t)t->n_trie++;
+                t->trie[next] = (tok_trie_node){0, t->trie[node].child, {-1, -1}, c};
+                t->trie[node].child = next;
+            }
+            node = next;
+        }
+        if (t->trie[node].added[a->normalized] < 0) t->trie[node].added[a->normalized] = (int16_t)i;
+    }
+    return LPX_OK;
+}
+
+/* The longest added token of one kind (normalized or not) at s[0..n), or NULL. */
+static const tok_added *trie_longest(const lpx_tokenizer *t, const char *s, size_t n,
+                                     bool normalized) {
+    const tok_added *hit = NULL;
+    int32_t node = 0;
+    for (size_t q = 0; q < n && t->trie && (node = trie_child(t, node, (unsigned char)s[q])); q++)
+        if (t->trie[node].added[normalized] >= 0) hit = &t->added[t->trie[node].added[normalized]];
+    return hit;
+}
+
 lpx_status tok_finish(lpx_tokenizer *t) {
     for (int32_t id = 0; id < t->n_vocab; id++) {
         if (!t->text[id]) continue;
@@ -195,26 +247,7 @@ lpx_status tok_finish(lpx_tokenizer *t) {
         t->added[i].len = t->text_len[t->added[i].id];
         if (t->added[i].special) t->flags[t->added[i].id] |= TOKF_SPECIAL;
     }
-    /* Index added tokens by first byte, longest first: the first hit is the longest. */
-    int count[256] = {0};
-    for (int i = 0; i < t->n_added; i++)
-        count[(unsigned char)t->added[i].text[0]]++;
-    for (int c = 0; c < 256; c++) {
-        if (!count[c]) continue;
-        int16_t *list = malloc((size_t)(count[c] + 1) * sizeof *list);
-        if (!list) return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
-        int k = 0;
-        for (int i = 0; i < t->n_added; i++) {
-            if ((unsigned char)t->added[i].text[0] != c) continue;
-            int j = k++; /* insertion sort, longest first */
-            while (j > 0 && t->added[list[j - 1]].len < t->added[i].len)
-                list[j] = list[j - 1], j--;
-            list[j] = (int16_t)i;
-        }
-        list[k] = -1;
-        t->added_first[c] = list;
-    }
-    return LPX_OK;
+    return trie_build(t);
 }
 
 void lpx_tokenizer_free(lpx_tokenizer *t) {
@@ -231,8 +264,7 @@ void lpx_tokenizer_free(lpx_tokenizer *t) {
     tok_strmap_free(&t->vocab);
     tok_mergemap_free(&t->merges);
     free(t->added);
-    for (int c = 0; c < 256; c++)
-        free(t->added_first[c]);
+    free(t->trie);
     for (int i = 0; i < t->n_norms; i++) {
         free(t->norms[i].a);
         free(t->norms[i].b);
@@ -324,15 +356,7 @@ static lpx_status split_added(const lpx_tokenizer *t, const char *s, size_t n, b
                               bool parse_special, segs *out) {
     size_t start_off = 0;
     for (size_t p = 0; p < n;) {
-        const int16_t *list = t->added_first[(unsigned char)s[p]];
-        const tok_added *hit = NULL;
-        for (; list && *list >= 0; list++) {
-            const tok_added *a = &t->added[*list];
-            if (a->normalized == normalized && a->len <= n - p && !memcmp(s + p, a->text, a->len)) {
-                hit = a;
-                break;
-            }
-        }
+        const tok_added *hit = trie_longest(t, s + p, n - p, normalized);
         if (!hit) {
             p++;
             continue;

@@ -87,6 +87,12 @@ typedef struct tok_added {
     bool special, normalized, lstrip, rstrip, single_word;
 } tok_added;
 
+typedef struct tok_trie_node {
+    int32_t child, sibling; /* first child, next sibling: 0 = none */
+    int16_t added[2];       /* index into added ending here, by normalized; -1 none */
+    unsigned char byte;     /* the edge from the parent */
+} tok_trie_node;
+
 /* Per-token flags. */
 enum {
     TOKF_SPECIAL = 1, /* an added token marked special: skipped by skip_special */
@@ -110,7 +116,11 @@ struct lpx_tokenizer {
 
     tok_added *added; /* added tokens, matched in the text first */
     int n_added;
-    int16_t *added_first[256]; /* by first byte: indexes into added, longest first, -1 ends */
+    /* A trie of the added tokens' bytes: matching at a position costs the length of
+     * the longest token that starts there, not the number of tokens (a model with
+     * 32,000 control tokens all starting with '<'). Node 0 is the root. */
+    tok_trie_node *trie; /* [n_trie] */
+    size_t n_trie;
 
     tok_norm norms[TOK_MAX_OPS];
     int n_norms;
