@@ -167,6 +167,10 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
     } else if (j->n_slots) {
         st = lpx_model_open(o->model, &j->model);
         if (st != LPX_OK) return st;
+        for (int32_t i = 0; i < j->model->n_warnings; i++) {
+            lpx_batch_note(j, "model: %s", j->model->warnings[i]);
+            lpx_batch_log(j, "model: %s", j->model->warnings[i]);
+        }
         lpx_engine_opts eo = o->engine;
         if (conc > 0 && conc < 16) eo.max_num_seqs = conc;
         LPX_TRY(lpx_engine_create(j->model, &eo, &j->eng));

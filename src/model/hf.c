@@ -196,21 +196,26 @@ static lpx_status parse_ids(const cJSON *o, const char *file, lpx_gen_defaults *
     return LPX_OK;
 }
 
-static lpx_status parse_generation(const cJSON *cfg, const cJSON *gen, lpx_gen_defaults *g) {
-    const char *f = "generation_config.json";
-    LPX_TRY(parse_ids(cfg, "config.json", g));
+static lpx_status parse_generation(const cJSON *cfg, const cJSON *gen, lpx_model *m) {
+    LPX_TRY(parse_ids(cfg, "config.json", &m->gen));
     if (!gen) return LPX_OK;
-    LPX_TRY(parse_ids(gen, f, g));
+    LPX_TRY(parse_ids(gen, "generation_config.json", &m->gen));
     /* Read whether or not do_sample is set, as vLLM does: they are the model's defaults. */
-    if (item(gen, "temperature")) LPX_TRY(cfg_float(gen, f, "temperature", 0, &g->temperature));
-    const cJSON *tk = item(gen, "top_k");
-    int64_t x;
-    if (tk && !json_int(tk, 0, INT32_MAX, &x))
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: top_k must be a non-negative integer", f);
-    if (tk) g->top_k = (int32_t)x;
-    if (item(gen, "top_p")) LPX_TRY(cfg_float(gen, f, "top_p", 0, &g->top_p));
-    if (item(gen, "repetition_penalty"))
-        LPX_TRY(cfg_float(gen, f, "repetition_penalty", 0, &g->repetition_penalty));
+    static const struct {
+        const char *key;
+        lpx_gen_key k;
+    } keys[] = {{"temperature", LPX_GEN_TEMPERATURE},
+                {"top_p", LPX_GEN_TOP_P},
+                {"top_k", LPX_GEN_TOP_K},
+                {"repetition_penalty", LPX_GEN_REPETITION}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const cJSON *v = item(gen, keys[i].key);
+        char where[64];
+        snprintf(where, sizeof where, "generation_config.json: %s", keys[i].key);
+        if (v)
+            lpx_gen_take(m, keys[i].k, where, cJSON_IsNumber(v),
+                         cJSON_IsNumber(v) ? v->valuedouble : 0);
+    }
     return LPX_OK;
 }
 
@@ -221,6 +226,15 @@ static lpx_status load_chat_template(const char *dir, char **out) {
     size_t len;
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     lpx_status s = lpx_read_file(path, MAX_JSON_FILE, out, &len);
+    if (s == LPX_OK && strlen(*out) != len) {
+        size_t at = strlen(*out);
+        free(*out);
+        *out = NULL;
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "chat_template.jinja: a NUL byte at offset %zu (of %zu): it would cut "
+                          "the template",
+                          at, len);
+    }
     if (s != LPX_ERR_IO) return s;
     lpx_error_clear();
     cJSON *tc;
@@ -300,8 +314,7 @@ lpx_status lpx_hf_load(lpx_model *m, const char *dir) {
     lpx_status s = load_json(dir, "config.json", true, &cfg);
     if (s == LPX_OK && (s = parse_config(cfg, &m->cfg)) != LPX_OK) lpx_error_wrap(s, "%s", dir);
     if (s == LPX_OK) s = load_json(dir, "generation_config.json", false, &gen);
-    if (s == LPX_OK && (s = parse_generation(cfg, gen, &m->gen)) != LPX_OK)
-        lpx_error_wrap(s, "%s", dir);
+    if (s == LPX_OK && (s = parse_generation(cfg, gen, m)) != LPX_OK) lpx_error_wrap(s, "%s", dir);
     if (s == LPX_OK && (s = load_chat_template(dir, &m->chat_template)) != LPX_OK)
         lpx_error_wrap(s, "%s", dir);
     if (s == LPX_OK) s = load_json(dir, "model.safetensors.index.json", false, &index);

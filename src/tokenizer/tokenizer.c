@@ -122,7 +122,7 @@ lpx_status tok_add_merge(lpx_tokenizer *t, const char *a, size_t a_len, const ch
     return LPX_OK;
 }
 
-static int parse_byte_token(const char *s, size_t n) {
+int tok_parse_byte_token(const char *s, size_t n) {
     static const char hex[] = "0123456789ABCDEF";
     if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
     const char *h = strchr(hex, s[3]), *l = strchr(hex, s[4]);
@@ -137,7 +137,7 @@ static lpx_status make_dec(lpx_tokenizer *t, int32_t id) {
     tok_buf b = {0};
     LPX_TRY(tok_buf_append(&b, "", 0));
     lpx_status st = LPX_OK;
-    int byte = parse_byte_token(s, n);
+    int byte = tok_parse_byte_token(s, n);
     if (t->dec_byte_fallback && byte >= 0) {
         unsigned char c = (unsigned char)byte;
         st = tok_buf_append(&b, &c, 1);
@@ -238,7 +238,7 @@ static const tok_added *trie_longest(const lpx_tokenizer *t, const char *s, size
 lpx_status tok_finish(lpx_tokenizer *t) {
     for (int32_t id = 0; id < t->n_vocab; id++) {
         if (!t->text[id]) continue;
-        int byte = parse_byte_token(t->text[id], t->text_len[id]);
+        int byte = tok_parse_byte_token(t->text[id], t->text_len[id]);
         if (byte >= 0 && tok_strmap_get(&t->vocab, t, t->text[id], t->text_len[id]) == id)
             t->byte_ids[byte] = id;
         LPX_TRY(make_dec(t, id));

@@ -158,6 +158,8 @@ lpx_status tok_add_merge(lpx_tokenizer *t, const char *a, size_t a_len, const ch
 lpx_status tok_compile_regex(const char *pattern, size_t len, pcre2_code **out);
 /* The GPT-2 pattern used by ByteLevel(use_regex = true). */
 extern const char tok_gpt2_regex[];
+/* The byte of a "<0xHH>" token text (upper-case hex), -1 for any other text. */
+int tok_parse_byte_token(const char *s, size_t n);
 /* Finishes loading: decoded forms, byte tokens, added-token index. */
 lpx_status tok_finish(lpx_tokenizer *t);
 
