@@ -52,6 +52,7 @@ typedef struct job {
     lpx_batch_input in;
     lpx_model *model;
     lpx_engine *eng;
+    int32_t max_model_len; /* the engine's: prompt + completion */
     char model_name[256];
     int results_fd, failures_fd, log_fd, lock_fd;
 

@@ -175,6 +175,9 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
         if (conc > 0 && conc < 16) eo.max_num_seqs = conc;
         LPX_TRY(lpx_engine_create(j->model, &eo, &j->eng));
         LPX_TRY(lpx_engine_start(j->eng));
+        lpx_engine_stats es;
+        LPX_TRY(lpx_engine_get_stats(j->eng, &es));
+        j->max_model_len = es.max_model_len;
     }
     if (!j->model_name[0]) {
         const char *slash = o->model ? strrchr(o->model, '/') : NULL;

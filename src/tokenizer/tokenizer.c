@@ -238,6 +238,7 @@ static const tok_added *trie_longest(const lpx_tokenizer *t, const char *s, size
 lpx_status tok_finish(lpx_tokenizer *t) {
     for (int32_t id = 0; id < t->n_vocab; id++) {
         if (!t->text[id]) continue;
+        if (t->text_len[id] > t->max_text_len) t->max_text_len = t->text_len[id];
         int byte = tok_parse_byte_token(t->text[id], t->text_len[id]);
         if (byte >= 0 && tok_strmap_get(&t->vocab, t, t->text[id], t->text_len[id]) == id)
             t->byte_ids[byte] = id;
@@ -290,6 +291,21 @@ int32_t lpx_vocab_size(const lpx_tokenizer *t) {
 }
 size_t lpx_tokenizer_max_piece(const lpx_tokenizer *t) {
     return t->max_dec_len;
+}
+
+size_t lpx_tokenizer_bytes_bound(const lpx_tokenizer *t, size_t n) {
+    /* A Removed split drops text, and a fused <unk> covers any run of unknown
+     * characters: neither leaves a bound. */
+    if (t->fuse_unk && t->unk_id >= 0) return SIZE_MAX;
+    for (int i = 0; i < t->n_pres; i++)
+        if ((t->pres[i].kind == TOK_PRE_SPLIT_REGEX || t->pres[i].kind == TOK_PRE_SPLIT_STRING) &&
+            t->pres[i].behavior == TOK_REMOVED)
+            return SIZE_MAX;
+    /* A token covers at most its text's bytes of the normalized text; normalizers
+     * shrink text by at most 3 to 1 (NFC of Hangul jamo), so 4x covers them. Byte-level
+     * and Metaspace mappings only grow the text. */
+    size_t per = 4 * (t->max_text_len ? t->max_text_len : 1), bytes;
+    return lpx_mul_size(n, per, &bytes) ? bytes : SIZE_MAX;
 }
 
 bool lpx_tokenizer_is_special(const lpx_tokenizer *t, int32_t id) {
@@ -414,11 +430,11 @@ typedef struct enc_ctx {
 } enc_ctx;
 
 static lpx_status encode_text(const lpx_tokenizer *t, enc_ctx *c, const char *s, size_t n,
-                              bool at_start, bool parse_special, tok_ids *ids) {
+                              bool at_start, bool parse_special, size_t limit, tok_ids *ids) {
     LPX_TRY(tok_normalize(t, s, n, &c->norm));
     c->inner.n = 0;
     LPX_TRY(split_added(t, c->norm.p, c->norm.len, true, parse_special, &c->inner));
-    for (size_t i = 0; i < c->inner.n; i++) {
+    for (size_t i = 0; i < c->inner.n && !(limit && ids->n > limit); i++) {
         seg g = c->inner.v[i];
         if (g.id >= 0) {
             LPX_TRY(tok_ids_push(ids, g.id));
@@ -429,14 +445,14 @@ static lpx_status encode_text(const lpx_tokenizer *t, enc_ctx *c, const char *s,
         c->words.n = 0;
         LPX_TRY(tok_pretokenize(t, &c->words_buf, (tok_span){0, g.len}, at_start && g.off == 0,
                                 &c->words, c->md));
-        for (size_t k = 0; k < c->words.n; k++)
+        for (size_t k = 0; k < c->words.n && !(limit && ids->n > limit); k++)
             LPX_TRY(tok_bpe_word(t, c->words_buf.p + c->words.v[k].off, c->words.v[k].len, ids));
     }
     return LPX_OK;
 }
 
 static lpx_status tok_encode(const lpx_tokenizer *t, const char *text, size_t len, bool add_special,
-                             bool parse_special, tok_ids *ids) {
+                             bool parse_special, size_t limit, tok_ids *ids) {
     size_t bad;
     if (!valid_utf8(text, len, &bad))
         return lpx_errorf(LPX_ERR_INVALID_ARG,
@@ -450,12 +466,12 @@ static lpx_status tok_encode(const lpx_tokenizer *t, const char *text, size_t le
         for (int i = 0; i < t->n_prefix && st == LPX_OK; i++)
             st = tok_ids_push(ids, t->prefix[i]);
     if (st == LPX_OK) st = split_added(t, text, len, false, parse_special, &c.outer);
-    for (size_t i = 0; i < c.outer.n && st == LPX_OK; i++) {
+    for (size_t i = 0; i < c.outer.n && st == LPX_OK && !(limit && ids->n > limit); i++) {
         seg g = c.outer.v[i];
         if (g.id >= 0)
             st = tok_ids_push(ids, g.id);
         else
-            st = encode_text(t, &c, text + g.off, g.len, g.off == 0, parse_special, ids);
+            st = encode_text(t, &c, text + g.off, g.len, g.off == 0, parse_special, limit, ids);
     }
     if (add_special)
         for (int i = 0; i < t->n_suffix && st == LPX_OK; i++)
@@ -471,10 +487,16 @@ static lpx_status tok_encode(const lpx_tokenizer *t, const char *text, size_t le
 
 lpx_status lpx_tokenize(const lpx_tokenizer *t, const char *text, size_t len, bool add_special,
                         bool parse_special, int32_t *ids, size_t cap, size_t *n_out) {
+    return lpx_tokenize_limit(t, text, len, add_special, parse_special, 0, ids, cap, n_out);
+}
+
+lpx_status lpx_tokenize_limit(const lpx_tokenizer *t, const char *text, size_t len,
+                              bool add_special, bool parse_special, size_t limit, int32_t *ids,
+                              size_t cap, size_t *n_out) {
     if (!t || (!text && len) || (!ids && cap) || !n_out)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_tokenize: NULL argument");
     tok_ids v = {0};
-    lpx_status st = tok_encode(t, text ? text : "", len, add_special, parse_special, &v);
+    lpx_status st = tok_encode(t, text ? text : "", len, add_special, parse_special, limit, &v);
     if (st == LPX_OK) {
         *n_out = v.n;
         if (v.n && cap) memcpy(ids, v.v, (v.n < cap ? v.n : cap) * sizeof *ids);

@@ -107,6 +107,7 @@ struct lpx_tokenizer {
     uint32_t *dec_len;  /* [n_vocab] */
     uint8_t *flags;     /* [n_vocab] TOKF_* */
     size_t max_dec_len;
+    size_t max_text_len; /* longest token text, in bytes */
 
     tok_strmap vocab; /* model vocabulary: text -> id */
     tok_mergemap merges;

@@ -4,6 +4,7 @@
 #include "test.h"
 #include "tokenizer/tokenizer.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -36,6 +37,13 @@ static void test_bytelevel(void) {
     const char *added = "x lpx_added \xEF\xAC\x81ne";
     CHECK(lpx_tokenize(t, added, strlen(added), true, true, ids, 64, &n) == LPX_OK);
     CHECK(ids_eq(ids, n, want_added, 6));
+
+    /* stopping past a limit: more than the limit, fewer than all; the bytes bound */
+    size_t n_all = 0, n_lim = 0;
+    CHECK(lpx_tokenize(t, text, strlen(text), true, true, ids, 64, &n_all) == LPX_OK);
+    CHECK(lpx_tokenize_limit(t, text, strlen(text), true, true, 3, ids, 64, &n_lim) == LPX_OK);
+    CHECK(n_lim > 3 && n_lim < n_all);
+    CHECK(lpx_tokenizer_bytes_bound(t, 3) >= 3 && lpx_tokenizer_bytes_bound(t, 3) < SIZE_MAX);
 
     CHECK(lpx_tokenizer_bos(t) == 0);
     CHECK(lpx_tokenizer_find(t, "<|im_start|>") == 700);
