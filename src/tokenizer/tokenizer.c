@@ -294,17 +294,24 @@ size_t lpx_tokenizer_max_piece(const lpx_tokenizer *t) {
 }
 
 size_t lpx_tokenizer_bytes_bound(const lpx_tokenizer *t, size_t n) {
-    /* A Removed split drops text, and a fused <unk> covers any run of unknown
-     * characters: neither leaves a bound. */
+    /* What lets one token stand for any amount of text leaves no bound: a fused <unk>
+     * (a run of unknown characters), an added token that strips the whitespace beside
+     * it, a Removed split or a Replace that shortens (text dropped). */
     if (t->fuse_unk && t->unk_id >= 0) return SIZE_MAX;
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].lstrip || t->added[i].rstrip) return SIZE_MAX;
     for (int i = 0; i < t->n_pres; i++)
         if ((t->pres[i].kind == TOK_PRE_SPLIT_REGEX || t->pres[i].kind == TOK_PRE_SPLIT_STRING) &&
             t->pres[i].behavior == TOK_REMOVED)
             return SIZE_MAX;
-    /* A token covers at most its text's bytes of the normalized text; normalizers
-     * shrink text by at most 3 to 1 (NFC of Hangul jamo), so 4x covers them. Byte-level
-     * and Metaspace mappings only grow the text. */
-    size_t per = 4 * (t->max_text_len ? t->max_text_len : 1), bytes;
+    for (int i = 0; i < t->n_norms; i++)
+        if (t->norms[i].kind == TOK_NORM_REPLACE && t->norms[i].b_len < t->norms[i].a_len)
+            return SIZE_MAX;
+    /* A token covers at most its text's bytes of the normalized text (an unknown
+     * character: 4); Unicode normalization and lowercasing shrink text by at most 3 to 1
+     * (NFC of Hangul jamo, the Kelvin sign to k), so 4x covers them. Byte-level and
+     * Metaspace mappings only grow the text. */
+    size_t per = 4 * (t->max_text_len > 4 ? t->max_text_len : 4), bytes;
     return lpx_mul_size(n, per, &bytes) ? bytes : SIZE_MAX;
 }
 
