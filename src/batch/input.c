@@ -2,6 +2,7 @@
 #include "batch/input.h"
 
 #include "base/error.h"
+#include "base/json_text.h"
 #include "model/prompt.h"
 
 #include <errno.h>
@@ -114,18 +115,6 @@ static const char *check_body(const cJSON *body, bool chat) {
     return NULL;
 }
 
-/* Whether the JSON text s holds a \u0000 escape (a NUL that cJSON would turn into the
- * end of its string, silently cutting it). A backslash only occurs in strings, and
- * each escape is skipped whole, so an escaped backslash before "u0000" is no match. */
-static bool has_nul_escape(const char *s, size_t n) {
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (s[i] != '\\') continue;
-        if (s[i + 1] == 'u' && n - i >= 6 && !memcmp(s + i + 2, "0000", 4)) return true;
-        i++;
-    }
-    return false;
-}
-
 /* Parses one line into a task, or returns the reason it is bad (*id set when known). */
 static const char *parse_line(const char *s, size_t len, lpx_batch_task *t, const char **id) {
     *id = NULL;
@@ -191,9 +180,10 @@ static const char *parse_line(const char *s, size_t len, lpx_batch_task *t, cons
         }
         cJSON_DeleteItemFromObjectCaseSensitive(body, "id");
     }
-    why = at < len                 ? trailing
-          : has_nul_escape(s, len) ? "a string holds \\u0000 (a NUL character): not supported"
-                                   : check_body(body, t->chat);
+    why = at < len ? trailing
+          : lpx_json_nul_escape(s, len, 0) < len
+              ? "a string holds \\u0000 (a NUL character): not supported"
+              : check_body(body, t->chat);
     if (!why) {
         t->id = dup_str(*id);
         t->body = body;

@@ -118,6 +118,20 @@ def test_nul_in_chat_template_is_a_load_error(lpx_bin, tmp_path):
     assert r.returncode == 1
     assert r.stderr == (f"lpx inspect: {p}: tokenizer.chat_template holds a NUL byte at offset "
                         "25 (of 38): it would cut the template\n")
+    # tokenizer_config.json: json.dumps writes the NUL as \u0000, which cJSON cut at
+    d = tmp_path / "hf-config"
+    shutil.copytree(FIX / "hf-llama", d)
+    tc = json.loads((d / "tokenizer_config.json").read_text())
+    tc["chat_template"] = "{{ bos_token }}\0{{ x }}"
+    tc["other"] = "a \0 elsewhere is not the template's"
+    (d / "tokenizer_config.json").write_text(json.dumps(tc))
+    r = inspect(lpx_bin, d)
+    assert r.returncode == 1
+    assert r.stderr == (f"lpx inspect: {d}: tokenizer_config.json: chat_template holds \\u0000 "
+                        "(a NUL) at offset 15: it would cut the template\n")
+    del tc["chat_template"]
+    (d / "tokenizer_config.json").write_text(json.dumps(tc))
+    assert inspect(lpx_bin, d).returncode == 0
     d = tmp_path / "hf"
     shutil.copytree(FIX / "hf-llama", d)
     (d / "chat_template.jinja").write_bytes(b"{{ bos_token }}\0{{ x }}")
