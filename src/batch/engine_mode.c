@@ -1,6 +1,7 @@
 /* The batch runner on the in-process engine: a line's request as the engine takes it,
  * and the engine's events into the slot's outcome. */
 #include "batch/job.h"
+#include "model/prompt.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -108,30 +109,61 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
     lpx_chat_message *msgs = NULL;
     size_t n_msgs = 0;
     bool ok = true;
+    const char *text = NULL;
     if (t->chat) {
         const cJSON *ms = cJSON_GetObjectItemCaseSensitive(b, "messages"), *m;
         msgs = calloc((size_t)cJSON_GetArraySize(ms) + 1, sizeof *msgs);
         ok = msgs != NULL;
         cJSON_ArrayForEach(m, ms) {
             if (!ok) break;
-            msgs[n_msgs].role = cJSON_GetObjectItemCaseSensitive(m, "role")->valuestring;
+            /* the input check took only known roles */
+            msgs[n_msgs].role = lpx_chat_role(lpx_batch_str(m, "role"));
             msgs[n_msgs].content = content_text(cJSON_GetObjectItemCaseSensitive(m, "content"));
             ok = msgs[n_msgs++].content != NULL;
         }
-        r.messages = msgs;
-        r.n_messages = n_msgs;
     } else {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "prompt");
         if (cJSON_IsArray(p)) p = cJSON_GetArrayItem(p, 0);
-        r.prompt_text = p->valuestring;
+        text = p->valuestring;
     }
-    lpx_status st = ok ? lpx_engine_submit(j->eng, &r, on_event, s, &s->eng_id) : LPX_ERR_NOMEM;
+    /* the prompt's ids as the server makes them, counted no further than the context,
+     * and the server's context check: a line asking for more than fits fails with its
+     * message; the command line's default max_tokens is cut to what is left */
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    lpx_status st =
+        ok ? lpx_prompt_ids(j->model, text, msgs, n_msgs, (size_t)j->max_model_len, &ids, &n_ids)
+           : LPX_ERR_NOMEM;
+    bool own_max = cJSON_GetObjectItemCaseSensitive(t->body, "max_tokens") ||
+                   cJSON_GetObjectItemCaseSensitive(t->body, "max_completion_tokens");
+    char msg[sizeof s->out.error - 32];
+    const char *param;
+    if (st == LPX_OK &&
+        !lpx_prompt_fits(j->max_model_len, n_ids, ids != NULL && n_ids <= (size_t)j->max_model_len,
+                         own_max ? r.max_tokens : 0, t->chat ? "messages" : "prompt", msg,
+                         sizeof msg, &param)) {
+        s->out.kind = OUT_FAIL;
+        snprintf(s->out.error, sizeof s->out.error, "context_length_exceeded: %s", msg);
+        st = LPX_ERR_TOO_LONG;
+    } else if (st == LPX_OK) {
+        if (!own_max && (int64_t)n_ids + r.max_tokens > j->max_model_len)
+            r.max_tokens = j->max_model_len - (int32_t)n_ids;
+        r.prompt_ids = ids;
+        r.n_prompt_ids = n_ids;
+        st = lpx_engine_submit(j->eng, &r, on_event, s, &s->eng_id);
+        if (st != LPX_OK) {
+            s->out.kind = st == LPX_ERR_BUSY || st == LPX_ERR_NOMEM ? OUT_RETRY : OUT_FAIL;
+            snprintf(s->out.error, sizeof s->out.error, "%s: %s", lpx_status_name(st),
+                     lpx_last_error());
+        }
+    } else {
+        s->out.kind = st == LPX_ERR_NOMEM ? OUT_RETRY : OUT_FAIL;
+        snprintf(s->out.error, sizeof s->out.error, "%s: %s", lpx_status_name(st),
+                 ok ? lpx_last_error() : "out of memory");
+    }
+    free(ids);
     for (size_t i = 0; i < n_msgs; i++)
         free((char *)msgs[i].content);
     free(msgs);
-    if (st == LPX_OK) return true;
-    s->out.kind = st == LPX_ERR_BUSY || st == LPX_ERR_NOMEM ? OUT_RETRY : OUT_FAIL;
-    snprintf(s->out.error, sizeof s->out.error, "%s: %s", lpx_status_name(st),
-             ok ? lpx_last_error() : "out of memory");
-    return false;
+    return st == LPX_OK;
 }

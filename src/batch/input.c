@@ -2,6 +2,8 @@
 #include "batch/input.h"
 
 #include "base/error.h"
+#include "base/json_text.h"
+#include "model/prompt.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -41,10 +43,18 @@ static const char *check_body(const cJSON *body, bool chat) {
         if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
             return "messages must be a non-empty array";
         const cJSON *m;
+        static __thread char rmsg[128];
+        int i = 0;
         cJSON_ArrayForEach(m, msgs) {
             const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
             const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
-            if (!cJSON_IsString(role)) return "every message needs a string \"role\"";
+            /* the roles and the wording of lpx serve (model/prompt.h) */
+            if (!cJSON_IsObject(m) || !cJSON_IsString(role) || !lpx_chat_role(role->valuestring)) {
+                snprintf(rmsg, sizeof rmsg,
+                         "messages[%d] must be an object with a role of " LPX_CHAT_ROLES, i);
+                return rmsg;
+            }
+            i++;
             if (cJSON_IsString(content)) continue;
             if (!cJSON_IsArray(content))
                 return "every message needs \"content\" (a string or text parts)";
@@ -108,8 +118,16 @@ static const char *check_body(const cJSON *body, bool chat) {
 /* Parses one line into a task, or returns the reason it is bad (*id set when known). */
 static const char *parse_line(const char *s, size_t len, lpx_batch_task *t, const char **id) {
     *id = NULL;
-    cJSON *j = cJSON_ParseWithLength(s, len);
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, len, &end, false);
     if (!j) return "not valid JSON";
+    /* text after the object is an error of the line, reported with its id */
+    static __thread char trailing[96];
+    size_t at = end ? (size_t)(end - s) : len;
+    while (at < len && (s[at] == ' ' || s[at] == '\t' || s[at] == '\r'))
+        at++;
+    if (at < len)
+        snprintf(trailing, sizeof trailing, "text after the JSON object (at byte %zu)", at);
     const char *why = NULL;
     cJSON *body = NULL;
     if (!cJSON_IsObject(j)) {
@@ -162,7 +180,10 @@ static const char *parse_line(const char *s, size_t len, lpx_batch_task *t, cons
         }
         cJSON_DeleteItemFromObjectCaseSensitive(body, "id");
     }
-    why = check_body(body, t->chat);
+    why = at < len ? trailing
+          : lpx_json_nul_escape(s, len, 0) < len
+              ? "a string holds \\u0000 (a NUL character): not supported"
+              : check_body(body, t->chat);
     if (!why) {
         t->id = dup_str(*id);
         t->body = body;

@@ -52,8 +52,9 @@ typedef struct job {
     lpx_batch_input in;
     lpx_model *model;
     lpx_engine *eng;
+    int32_t max_model_len; /* the engine's: prompt + completion */
     char model_name[256];
-    int results_fd, failures_fd, log_fd;
+    int results_fd, failures_fd, log_fd, lock_fd;
 
     slot *slots;
     size_t n_slots;
@@ -103,7 +104,10 @@ void lpx_strvec_free(strvec *s);
 /* Receives one record of an OUTDIR file; keeps it by taking *rec (setting it
  * to NULL). False stops the reading, with the reason in lpx_last_error(). */
 typedef bool (*record_fn)(void *user, cJSON **rec);
-bool lpx_batch_read_records(job *j, const char *path, bool truncate_torn, record_fn fn, void *user);
+/* fd >= 0: the file is read (and a torn tail cut) through it, never through path,
+ * which only names it in messages. */
+bool lpx_batch_read_records(job *j, const char *path, int fd, bool truncate_torn, record_fn fn,
+                            void *user);
 bool lpx_batch_on_result(void *user, cJSON **rec);
 bool lpx_batch_on_failure(void *user, cJSON **rec);
 char *lpx_batch_reject_key(int64_t line, const char *id, const char *error);
@@ -129,7 +133,19 @@ bool lpx_batch_handle_outcome(job *j, size_t si);
 bool lpx_batch_write_summary(job *j, const char *dir, int64_t total, double wall_s,
                              bool was_interrupted, const char *mode);
 
+/* outdir.c: the lock, files opened without following links, the atomic summary */
+#define LPX_BATCH_LOCK "lpx.lock"
+/* name in dir, read-write with flags, created 0644; never a link, only a regular file.
+ * -1 with the reason in lpx_last_error(). */
 int lpx_batch_open_in(const char *dir, const char *name, int flags);
+/* Refuses dir when a file lpx writes there is a symbolic link. */
+lpx_status lpx_batch_check_links(const char *dir);
+/* Takes dir's lock for this job (*fd, held until closed) or says which PID holds it
+ * (LPX_ERR_BUSY). */
+lpx_status lpx_batch_lock(const char *dir, int *fd);
+/* Writes text as dir/name through a mkstemp temporary in dir, synced, then renamed;
+ * false with errno set. */
+bool lpx_batch_write_atomic(const char *dir, const char *name, const char *text);
 void lpx_batch_job_free(job *j);
 
 #endif

@@ -138,12 +138,25 @@ void lpx_strvec_free(strvec *s) {
  * a DIR: a torn or unreadable line stays where it is, the note callback says where, and
  * it counts in j->n_unmerged (a record not done). A missing file has no
  * lines. */
-bool lpx_batch_read_records(job *j, const char *path, bool truncate_torn, record_fn fn,
+bool lpx_batch_read_records(job *j, const char *path, int fd, bool truncate_torn, record_fn fn,
                             void *user) {
-    if (access(path, F_OK) != 0 && errno == ENOENT) return true;
     char *buf;
     size_t len, start = 0;
-    if (lpx_read_file(path, MAX_OUT_FILE, &buf, &len) != LPX_OK) return false;
+    if (fd >= 0) {
+        int dfd = dup(fd);
+        FILE *f = dfd >= 0 ? fdopen(dfd, "rb") : NULL;
+        if (!f) {
+            if (dfd >= 0) close(dfd);
+            return lpx_errorf(LPX_ERR_IO, "%s: %s", path, strerror(errno)), false;
+        }
+        rewind(f);
+        lpx_status st = lpx_read_stream(f, path, MAX_OUT_FILE, &buf, &len);
+        fclose(f);
+        if (st != LPX_OK) return false;
+    } else {
+        if (access(path, F_OK) != 0 && errno == ENOENT) return true;
+        if (lpx_read_file(path, MAX_OUT_FILE, &buf, &len) != LPX_OK) return false;
+    }
     bool ok = true;
     while (ok && start < len) {
         char *nl = memchr(buf + start, '\n', len - start);
@@ -161,7 +174,7 @@ bool lpx_batch_read_records(job *j, const char *path, bool truncate_torn, record
                            start, n);
         } else if (!nl) {
             lpx_batch_log(j, "dropping a torn last line of %zu bytes in %s", n, path);
-            if (truncate(path, (off_t)start) != 0) {
+            if (fd < 0 || ftruncate(fd, (off_t)start) != 0) {
                 lpx_errorf(LPX_ERR_IO, "%s: cannot truncate a torn last line: %s", path,
                            strerror(errno));
                 ok = false;

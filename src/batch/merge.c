@@ -74,8 +74,8 @@ static lpx_status merge(job *j, const char *const *dirs, int n_dirs, const char 
         snprintf(fp, sizeof fp, "%s/failures.jsonl", dirs[d]);
         if (access(rp, R_OK) != 0)
             return lpx_errorf(LPX_ERR_IO, "merge: cannot read %s: %s", rp, strerror(errno));
-        if (!lpx_batch_read_records(j, rp, false, keep_record, results) ||
-            !lpx_batch_read_records(j, fp, false, keep_record, failures))
+        if (!lpx_batch_read_records(j, rp, -1, false, keep_record, results) ||
+            !lpx_batch_read_records(j, fp, -1, false, keep_record, failures))
             return LPX_ERR_IO;
     }
     if (!(*drop = calloc((size_t)cJSON_GetArraySize(results) + 1, sizeof **drop)) ||
@@ -83,10 +83,10 @@ static lpx_status merge(job *j, const char *const *dirs, int n_dirs, const char 
         return lpx_errorf(LPX_ERR_NOMEM, "out of memory");
     if (mkdir(out, 0755) != 0)
         return lpx_errorf(LPX_ERR_IO, "cannot create %s: %s", out, strerror(errno));
-    j->results_fd = lpx_batch_open_in(out, "results.jsonl", O_APPEND);
-    j->failures_fd = lpx_batch_open_in(out, "failures.jsonl", O_APPEND);
-    if (j->results_fd < 0 || j->failures_fd < 0)
-        return lpx_errorf(LPX_ERR_IO, "cannot write in %s", out);
+    LPX_TRY(lpx_batch_lock(out, &j->lock_fd));
+    if ((j->results_fd = lpx_batch_open_in(out, "results.jsonl", O_APPEND)) < 0 ||
+        (j->failures_fd = lpx_batch_open_in(out, "failures.jsonl", O_APPEND)) < 0)
+        return LPX_ERR_IO;
     if (!write_records(j->results_fd, results, *drop, lpx_batch_on_result, j) ||
         !write_records(j->failures_fd, failures, NULL, lpx_batch_on_failure, j))
         return lpx_errorf(LPX_ERR_IO, "cannot write the merged records in %s", out);
@@ -107,7 +107,7 @@ lpx_status lpx_batch_merge(const char *const *dirs, int n_dirs, const char *out,
     memset(r, 0, sizeof *r);
     job j;
     memset(&j, 0, sizeof j);
-    j.log_fd = j.results_fd = j.failures_fd = -1;
+    j.log_fd = j.results_fd = j.failures_fd = j.lock_fd = -1;
     j.o.note = note;
     j.o.user = user;
     cJSON *results = cJSON_CreateArray(), *failures = cJSON_CreateArray();

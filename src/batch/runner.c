@@ -45,12 +45,6 @@ void lpx_batch_opts_init(lpx_batch_opts *o) {
     lpx_bq_opts_init(&o->quality);
 }
 
-int lpx_batch_open_in(const char *dir, const char *name, int flags) {
-    char p[4096];
-    snprintf(p, sizeof p, "%s/%s", dir, name);
-    return open(p, flags | O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-}
-
 static void progress(job *j, bool final) {
     if (!j->o.progress) return;
     double el = lpx_batch_now_s() - j->t_start;
@@ -89,16 +83,18 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
     if (exists && !S_ISDIR(sb.st_mode)) {
         return lpx_errorf(LPX_ERR_INVALID_ARG, "-o %s: not a directory", o->outdir);
     }
+    /* a second run on this OUTDIR is refused before it reads anything */
+    if (exists) LPX_TRY(lpx_batch_lock(o->outdir, &j->lock_fd));
     /* the input first: a missing file must not leave an empty OUTDIR behind */
     lpx_status st = lpx_batch_input_read(o->input, &j->in);
     if (st != LPX_OK) return st;
     if (!exists && mkdir(o->outdir, 0755) != 0)
         return lpx_errorf(LPX_ERR_IO, "cannot create %s: %s", o->outdir, strerror(errno));
-    j->log_fd = lpx_batch_open_in(o->outdir, "run.log", O_APPEND);
-    j->results_fd = lpx_batch_open_in(o->outdir, "results.jsonl", O_APPEND);
-    j->failures_fd = lpx_batch_open_in(o->outdir, "failures.jsonl", O_APPEND);
-    if (j->log_fd < 0 || j->results_fd < 0 || j->failures_fd < 0)
-        return lpx_errorf(LPX_ERR_IO, "cannot write in %s: %s", o->outdir, strerror(errno));
+    if (!exists) LPX_TRY(lpx_batch_lock(o->outdir, &j->lock_fd));
+    if ((j->log_fd = lpx_batch_open_in(o->outdir, "run.log", O_APPEND)) < 0 ||
+        (j->results_fd = lpx_batch_open_in(o->outdir, "results.jsonl", O_APPEND)) < 0 ||
+        (j->failures_fd = lpx_batch_open_in(o->outdir, "failures.jsonl", O_APPEND)) < 0)
+        return LPX_ERR_IO;
     j->t_start = lpx_batch_now_s();
     lpx_batch_log(j, "%s: input %s, %lld lines, %zu valid, %zu rejected, mode %s",
                   o->resume ? "resume" : "start", o->input, (long long)j->in.n_lines, j->in.n_tasks,
@@ -107,8 +103,8 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
     char rpath[4096], fpath[4096];
     snprintf(rpath, sizeof rpath, "%s/results.jsonl", o->outdir);
     snprintf(fpath, sizeof fpath, "%s/failures.jsonl", o->outdir);
-    if (!lpx_batch_read_records(j, rpath, true, lpx_batch_on_result, j) ||
-        !lpx_batch_read_records(j, fpath, true, lpx_batch_on_failure, j))
+    if (!lpx_batch_read_records(j, rpath, j->results_fd, true, lpx_batch_on_result, j) ||
+        !lpx_batch_read_records(j, fpath, j->failures_fd, true, lpx_batch_on_failure, j))
         return LPX_ERR_IO;
     lpx_strvec_sort_unique(&j->done);
     lpx_strvec_sort_unique(&j->failed);
@@ -171,10 +167,17 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
     } else if (j->n_slots) {
         st = lpx_model_open(o->model, &j->model);
         if (st != LPX_OK) return st;
+        for (int32_t i = 0; i < j->model->n_warnings; i++) {
+            lpx_batch_note(j, "model: %s", j->model->warnings[i]);
+            lpx_batch_log(j, "model: %s", j->model->warnings[i]);
+        }
         lpx_engine_opts eo = o->engine;
         if (conc > 0 && conc < 16) eo.max_num_seqs = conc;
         LPX_TRY(lpx_engine_create(j->model, &eo, &j->eng));
         LPX_TRY(lpx_engine_start(j->eng));
+        lpx_engine_stats es;
+        LPX_TRY(lpx_engine_get_stats(j->eng, &es));
+        j->max_model_len = es.max_model_len;
     }
     if (!j->model_name[0]) {
         const char *slash = o->model ? strrchr(o->model, '/') : NULL;
@@ -206,7 +209,7 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
     }
 
     bool io_ok = true;
-    int seen_int = 0;
+    int seen_int = 0, io_err = 0; /* errno of the first failed write (ENOSPC, EFBIG...) */
     for (;;) {
         double t = lpx_batch_now_s(), wake = t + 0.2;
         if (lpx_batch_interrupts(j) != seen_int) {
@@ -249,6 +252,7 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
                     s->t_submit = 0;
                     if (!b) snprintf(s->out.error, sizeof s->out.error, "out of memory");
                     io_ok = lpx_batch_handle_outcome(j, si);
+                    if (!io_ok) io_err = errno;
                 }
             } else {
                 pthread_mutex_lock(&j->mu);
@@ -275,7 +279,10 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
         pthread_mutex_unlock(&j->mu);
         for (size_t i = 0; i < n_got; i++) {
             j->inflight--;
-            if (!lpx_batch_handle_outcome(j, got[i])) io_ok = false;
+            if (!lpx_batch_handle_outcome(j, got[i]) && io_ok) {
+                io_ok = false;
+                io_err = errno;
+            }
             j->slots[got[i]].t_submit = 0;
         }
         /* per-task timeout (engine mode; curl enforces it in server mode) */
@@ -293,7 +300,7 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
         }
         progress(j, false);
     }
-    if (!io_ok) lpx_batch_note(j, "writing a record in %s failed: %s", o->outdir, strerror(errno));
+    if (!io_ok) lpx_batch_note(j, "writing a record in %s failed: %s", o->outdir, strerror(io_err));
     if (workers) {
         pthread_mutex_lock(&j->mu);
         j->stop_workers = true;
@@ -305,13 +312,16 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
     }
     double wall = lpx_batch_now_s() - j->t_start;
     progress(j, true);
+    errno = 0;
     bool sum_ok = lpx_batch_write_summary(j, o->outdir, total, wall, lpx_batch_interrupts(j) > 0,
                                           o->server ? "server" : "engine");
     lpx_batch_log(j, "%s: %lld succeeded, %lld failed, %lld remaining, %.2f s, %.1f tok/s",
                   lpx_batch_interrupts(j) ? "interrupted" : "finished", (long long)j->n_results,
                   (long long)j->n_failed, (long long)(total - j->n_results - j->n_failed), wall,
                   wall > 0 ? (double)j->run_tokens / wall : 0);
-    if (!sum_ok) return lpx_errorf(LPX_ERR_IO, "cannot write summary.json in %s", o->outdir);
+    if (!sum_ok)
+        return lpx_errorf(LPX_ERR_IO, "cannot write summary.json in %s: %s", o->outdir,
+                          strerror(errno));
     *res = (lpx_batch_result){.total = total,
                               .succeeded = j->n_results,
                               .failed = j->n_failed,
@@ -344,6 +354,7 @@ void lpx_batch_job_free(job *j) {
     if (j->results_fd >= 0) close(j->results_fd);
     if (j->failures_fd >= 0) close(j->failures_fd);
     if (j->log_fd >= 0) close(j->log_fd);
+    if (j->lock_fd >= 0) close(j->lock_fd);
 }
 
 lpx_status lpx_batch_run(const lpx_batch_opts *o, lpx_batch_result *r) {
@@ -351,7 +362,7 @@ lpx_status lpx_batch_run(const lpx_batch_opts *o, lpx_batch_result *r) {
     job j;
     memset(&j, 0, sizeof j);
     j.o = *o;
-    j.results_fd = j.failures_fd = j.log_fd = -1;
+    j.results_fd = j.failures_fd = j.log_fd = j.lock_fd = -1;
     pthread_mutex_init(&j.mu, NULL);
     pthread_cond_init(&j.cv, NULL);
     pthread_cond_init(&j.cv_send, NULL);

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
+#include <string.h>
 
 static int cmp_dbl(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -46,14 +46,16 @@ bool lpx_batch_write_summary(job *j, const char *dir, int64_t total, double wall
     cJSON *q = cJSON_AddObjectToObject(s, "quality");
     for (int b = 0; b < LPX_BQ_COUNT; b++)
         cJSON_AddNumberToObject(q, lpx_bq_flag_name(b), (double)j->flag_counts[b]);
-    char path[4096], tmp[4200];
-    snprintf(path, sizeof path, "%s/summary.json", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
     char *txt = cJSON_Print(s);
     cJSON_Delete(s);
-    FILE *f = txt ? fopen(tmp, "w") : NULL;
-    bool ok = f && fprintf(f, "%s\n", txt) > 0;
-    free(txt);
-    if (f) ok = (fflush(f) == 0) & (fsync(fileno(f)) == 0) & (fclose(f) == 0) && ok;
-    return ok && rename(tmp, path) == 0;
+    size_t n = txt ? strlen(txt) : 0;
+    char *line = txt ? realloc(txt, n + 2) : NULL;
+    if (!line) {
+        free(txt);
+        return false;
+    }
+    memcpy(line + n, "\n", 2);
+    bool ok = lpx_batch_write_atomic(dir, "summary.json", line);
+    free(line);
+    return ok;
 }

@@ -175,6 +175,9 @@ static bool shard_opt(lpx_opts *a, lpx_batch_opts *o) {
 }
 
 int cmd_batch(int argc, char **argv) {
+    /* past `ulimit -f` a write fails with EFBIG, reported like a full disk, instead of
+     * the signal killing the job between two records */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc >= 2 && !strcmp(argv[1], "merge")) return merge(argc - 1, argv + 1);
     lpx_batch_opts o;
     lpx_batch_opts_init(&o);

@@ -31,6 +31,16 @@ static const char *human(double bytes, char *buf, size_t cap) {
 }
 
 /* false when out of memory */
+/* A sampling default of the file, null when it gives none (or it was ignored). */
+static void add_default(cJSON *o, const char *k, double v) {
+    char b[32];
+    snprintf(b, sizeof b, "%g", v); /* a float's digits, not its double's */
+    if (v >= 0)
+        cJSON_AddNumberToObject(o, k, strtod(b, NULL));
+    else
+        cJSON_AddNullToObject(o, k);
+}
+
 static bool print_json(const lpx_model *m, const lpx_model_info *in) {
     const lpx_config *c = &m->cfg;
     cJSON *o = cJSON_CreateObject(), *rope = cJSON_CreateObject(), *dt = cJSON_CreateObject();
@@ -82,6 +92,14 @@ static bool print_json(const lpx_model *m, const lpx_model_info *in) {
     cJSON *eos = cJSON_CreateIntArray(m->gen.eos_ids, m->gen.n_eos);
     cJSON_AddItemToObject(o, "eos_token_ids", eos);
     cJSON_AddNumberToObject(o, "bos_token_id", m->gen.bos_id);
+    cJSON *sd = cJSON_AddObjectToObject(o, "sampling_defaults");
+    add_default(sd, "temperature", m->gen.temperature);
+    add_default(sd, "top_p", m->gen.top_p);
+    add_default(sd, "top_k", (double)m->gen.top_k);
+    add_default(sd, "repetition_penalty", m->gen.repetition_penalty);
+    cJSON *w = cJSON_AddArrayToObject(o, "warnings");
+    for (int32_t i = 0; i < m->n_warnings; i++)
+        cJSON_AddItemToArray(w, cJSON_CreateString(m->warnings[i]));
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     if (!s) return false;
@@ -133,6 +151,17 @@ static void print_text(const lpx_model *m, const lpx_model_info *in) {
         printf("tokenizer           %d tokens\n", lpx_vocab_size(tok));
     else
         printf("tokenizer           none (weights only)\n");
+    const lpx_gen_defaults *g = &m->gen;
+    printf("sampling defaults  ");
+    if (g->temperature >= 0) printf(" temperature %g", g->temperature);
+    if (g->top_p >= 0) printf(" top_p %g", g->top_p);
+    if (g->top_k >= 0) printf(" top_k %d", g->top_k);
+    if (g->repetition_penalty >= 0) printf(" repetition_penalty %g", g->repetition_penalty);
+    if (g->temperature < 0 && g->top_p < 0 && g->top_k < 0 && g->repetition_penalty < 0)
+        printf(" none in the file");
+    printf("\n");
+    for (int32_t i = 0; i < m->n_warnings; i++)
+        printf("warning             %s\n", m->warnings[i]);
 }
 
 int cmd_inspect(int argc, char **argv) {

@@ -2,6 +2,7 @@
 
 #include "backend/backend.h"
 #include "cli/cli_dev_env.h"
+#include "cli/cli_sigbus.h"
 #include "cli/cli_num.h"
 
 #include <float.h>
@@ -79,6 +80,7 @@ bool lpx_engine_args_check(const lpx_engine_args *e, const char *cmd) {
 
 void lpx_engine_args_env(lpx_engine_args *e) {
     lpx_cli_dev_env(&e->eo.dev_tune, &e->eo.dev_trace);
+    lpx_cli_sigbus_model(e->model);
 }
 
 void lpx_gen_args_init(lpx_gen_args *g) {

@@ -40,7 +40,8 @@ bool lpx_engine_args_opt(lpx_opts *o, lpx_engine_args *e);
 /* Checks what needs no model: -m given, a device name that parses. False after printing
  * "lpx CMD: ..." (exit 2). */
 bool lpx_engine_args_check(const lpx_engine_args *e, const char *cmd);
-/* The developer strings of the environment into e->eo (cli_dev_env.h). */
+/* The developer strings of the environment into e->eo (cli_dev_env.h), and the SIGBUS
+ * message naming e->model (cli_sigbus.h): every command that serves a model calls it. */
 void lpx_engine_args_env(lpx_engine_args *e);
 
 void lpx_gen_args_init(lpx_gen_args *g);

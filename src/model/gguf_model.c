@@ -100,7 +100,8 @@ static lpx_status parse_hparams(const hp *h, lpx_config *c) {
     return parse_rope(h, c);
 }
 
-static void gen_from_metadata(const lpx_gguf *g, lpx_gen_defaults *gen) {
+static void gen_from_metadata(const lpx_gguf *g, lpx_model *m) {
+    lpx_gen_defaults *gen = &m->gen;
     int64_t v;
     double f;
     static const char *eos_keys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
@@ -114,12 +115,21 @@ static void gen_from_metadata(const lpx_gguf *g, lpx_gen_defaults *gen) {
     }
     if (lpx_gguf_get_i64(g, "tokenizer.ggml.bos_token_id", &v) && v >= 0 && v <= INT32_MAX)
         gen->bos_id = (int32_t)v;
-    if (lpx_gguf_get_f64(g, "general.sampling.temp", &f) && f >= 0) gen->temperature = (float)f;
-    if (lpx_gguf_get_f64(g, "general.sampling.top_p", &f) && f >= 0) gen->top_p = (float)f;
-    if (lpx_gguf_get_f64(g, "general.sampling.penalty_repeat", &f) && f >= 0)
-        gen->repetition_penalty = (float)f;
-    if (lpx_gguf_get_i64(g, "general.sampling.top_k", &v) && v >= 0 && v <= INT32_MAX)
-        gen->top_k = (int32_t)v;
+    static const struct {
+        const char *key;
+        lpx_gen_key k;
+    } keys[] = {{"general.sampling.temp", LPX_GEN_TEMPERATURE},
+                {"general.sampling.top_p", LPX_GEN_TOP_P},
+                {"general.sampling.top_k", LPX_GEN_TOP_K},
+                {"general.sampling.penalty_repeat", LPX_GEN_REPETITION}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (lpx_gguf_get_f64(g, keys[i].key, &f))
+            lpx_gen_take(m, keys[i].k, keys[i].key, true, f);
+        else if (lpx_gguf_get_i64(g, keys[i].key, &v))
+            lpx_gen_take(m, keys[i].k, keys[i].key, true, (double)v);
+        else if (lpx_gguf_find(g, keys[i].key) >= 0)
+            lpx_gen_take(m, keys[i].k, keys[i].key, false, 0);
+    }
 }
 
 /* llama.cpp's converter stores Llama 3 rope scaling as one divisor per frequency
@@ -246,8 +256,14 @@ lpx_status lpx_gguf_model_load(lpx_model *m, const char *path) {
     const lpx_tensor *rf = lpx_model_find_tensor(m, "rope_freqs.weight");
     if (rf) LPX_TRY(rope_from_freqs(&h, c, rf));
     c->tied_embeddings = !lpx_model_find_tensor(m, "output.weight");
-    gen_from_metadata(g, &m->gen);
+    gen_from_metadata(g, m);
     if (lpx_gguf_get_str(g, "tokenizer.chat_template", &s, &len)) {
+        const char *nul = memchr(s, '\0', len);
+        if (nul)
+            return lpx_errorf(LPX_ERR_FORMAT,
+                              "%s: tokenizer.chat_template holds a NUL byte at offset %zu (of "
+                              "%zu): it would cut the template",
+                              path, (size_t)(nul - s), len);
         if (!(m->chat_template = strndup(s, len)))
             return lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", path);
     }

@@ -3,6 +3,7 @@
 #include "model/loader.h"
 
 #include "base/error.h"
+#include "base/json_text.h"
 #include "base/readall.h"
 
 #include <cjson/cJSON.h>
@@ -14,11 +15,16 @@
 
 #define MAX_JSON_FILE (64u << 20) /* index files of big models are a few MB */
 
-static lpx_status load_json(const char *dir, const char *file, bool required, cJSON **out) {
+/* Reads dir/file. nul_marked (may be NULL): when the text holds \u0000 escapes, which
+ * cJSON takes as the end of a string, the text parsed again with each one as \u0001 (a
+ * string that differs between the two parses had a NUL); else NULL. */
+static lpx_status load_json_marked(const char *dir, const char *file, bool required, cJSON **out,
+                                   cJSON **nul_marked) {
     char path[4200];
     char *text;
     size_t len;
     *out = NULL;
+    if (nul_marked) *nul_marked = NULL;
     snprintf(path, sizeof path, "%s/%s", dir, file);
     lpx_status s = lpx_read_file(path, MAX_JSON_FILE, &text, &len);
     if (s == LPX_ERR_IO && !required) {
@@ -27,6 +33,12 @@ static lpx_status load_json(const char *dir, const char *file, bool required, cJ
     }
     LPX_TRY(s);
     *out = cJSON_ParseWithLength(text, len);
+    size_t at = lpx_json_nul_escape(text, len, 0);
+    if (nul_marked && at < len) {
+        for (; at < len; at = lpx_json_nul_escape(text, len, at + 6))
+            text[at + 5] = '1';
+        *nul_marked = cJSON_ParseWithLength(text, len);
+    }
     free(text);
     if (!cJSON_IsObject(*out)) {
         cJSON_Delete(*out);
@@ -34,6 +46,10 @@ static lpx_status load_json(const char *dir, const char *file, bool required, cJ
         return lpx_errorf(LPX_ERR_FORMAT, "%s: invalid JSON (expected an object)", path);
     }
     return LPX_OK;
+}
+
+static lpx_status load_json(const char *dir, const char *file, bool required, cJSON **out) {
+    return load_json_marked(dir, file, required, out, NULL);
 }
 
 static const cJSON *item(const cJSON *o, const char *key) {
@@ -196,22 +212,40 @@ static lpx_status parse_ids(const cJSON *o, const char *file, lpx_gen_defaults *
     return LPX_OK;
 }
 
-static lpx_status parse_generation(const cJSON *cfg, const cJSON *gen, lpx_gen_defaults *g) {
-    const char *f = "generation_config.json";
-    LPX_TRY(parse_ids(cfg, "config.json", g));
+static lpx_status parse_generation(const cJSON *cfg, const cJSON *gen, lpx_model *m) {
+    LPX_TRY(parse_ids(cfg, "config.json", &m->gen));
     if (!gen) return LPX_OK;
-    LPX_TRY(parse_ids(gen, f, g));
+    LPX_TRY(parse_ids(gen, "generation_config.json", &m->gen));
     /* Read whether or not do_sample is set, as vLLM does: they are the model's defaults. */
-    if (item(gen, "temperature")) LPX_TRY(cfg_float(gen, f, "temperature", 0, &g->temperature));
-    const cJSON *tk = item(gen, "top_k");
-    int64_t x;
-    if (tk && !json_int(tk, 0, INT32_MAX, &x))
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: top_k must be a non-negative integer", f);
-    if (tk) g->top_k = (int32_t)x;
-    if (item(gen, "top_p")) LPX_TRY(cfg_float(gen, f, "top_p", 0, &g->top_p));
-    if (item(gen, "repetition_penalty"))
-        LPX_TRY(cfg_float(gen, f, "repetition_penalty", 0, &g->repetition_penalty));
+    static const struct {
+        const char *key;
+        lpx_gen_key k;
+    } keys[] = {{"temperature", LPX_GEN_TEMPERATURE},
+                {"top_p", LPX_GEN_TOP_P},
+                {"top_k", LPX_GEN_TOP_K},
+                {"repetition_penalty", LPX_GEN_REPETITION}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const cJSON *v = item(gen, keys[i].key);
+        char where[64];
+        snprintf(where, sizeof where, "generation_config.json: %s", keys[i].key);
+        if (v)
+            lpx_gen_take(m, keys[i].k, where, cJSON_IsNumber(v),
+                         cJSON_IsNumber(v) ? v->valuedouble : 0);
+    }
     return LPX_OK;
+}
+
+/* tokenizer_config.json's chat_template: a string, or the "default" of a list of
+ * {name, template}; NULL when none. */
+static const cJSON *chat_template_of(const cJSON *tc) {
+    const cJSON *ct = item(tc, "chat_template");
+    if (!cJSON_IsArray(ct)) return ct;
+    const cJSON *e, *found = NULL;
+    cJSON_ArrayForEach(e, ct) {
+        const cJSON *n = item(e, "name");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, "default")) found = item(e, "template");
+    }
+    return found;
 }
 
 /* chat_template.jinja (transformers 5) or tokenizer_config.json's chat_template:
@@ -221,26 +255,32 @@ static lpx_status load_chat_template(const char *dir, char **out) {
     size_t len;
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
     lpx_status s = lpx_read_file(path, MAX_JSON_FILE, out, &len);
+    if (s == LPX_OK && strlen(*out) != len) {
+        size_t at = strlen(*out);
+        free(*out);
+        *out = NULL;
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "chat_template.jinja: a NUL byte at offset %zu (of %zu): it would cut "
+                          "the template",
+                          at, len);
+    }
     if (s != LPX_ERR_IO) return s;
     lpx_error_clear();
-    cJSON *tc;
-    LPX_TRY(load_json(dir, "tokenizer_config.json", false, &tc));
-    const cJSON *ct = item(tc, "chat_template");
-    if (cJSON_IsArray(ct)) {
-        const cJSON *e, *found = NULL;
-        cJSON_ArrayForEach(e, ct) {
-            const cJSON *n = item(e, "name");
-            if (cJSON_IsString(n) && !strcmp(n->valuestring, "default"))
-                found = item(e, "template");
-        }
-        ct = found;
-    }
+    cJSON *tc, *marked;
+    LPX_TRY(load_json_marked(dir, "tokenizer_config.json", false, &tc, &marked));
+    const cJSON *ct = chat_template_of(tc), *cm = marked ? chat_template_of(marked) : NULL;
     s = LPX_OK;
     if (ct && !cJSON_IsString(ct))
         s = lpx_errorf(LPX_ERR_FORMAT, "tokenizer_config.json: chat_template is not a string");
+    else if (ct && cJSON_IsString(cm) && strcmp(ct->valuestring, cm->valuestring))
+        s = lpx_errorf(LPX_ERR_FORMAT,
+                       "tokenizer_config.json: chat_template holds \\u0000 (a NUL) at offset "
+                       "%zu: it would cut the template",
+                       strlen(ct->valuestring));
     else if (ct && !(*out = strdup(ct->valuestring)))
         s = lpx_errorf(LPX_ERR_NOMEM, "out of memory");
     cJSON_Delete(tc);
+    cJSON_Delete(marked);
     return s;
 }
 
@@ -300,8 +340,7 @@ lpx_status lpx_hf_load(lpx_model *m, const char *dir) {
     lpx_status s = load_json(dir, "config.json", true, &cfg);
     if (s == LPX_OK && (s = parse_config(cfg, &m->cfg)) != LPX_OK) lpx_error_wrap(s, "%s", dir);
     if (s == LPX_OK) s = load_json(dir, "generation_config.json", false, &gen);
-    if (s == LPX_OK && (s = parse_generation(cfg, gen, &m->gen)) != LPX_OK)
-        lpx_error_wrap(s, "%s", dir);
+    if (s == LPX_OK && (s = parse_generation(cfg, gen, m)) != LPX_OK) lpx_error_wrap(s, "%s", dir);
     if (s == LPX_OK && (s = load_chat_template(dir, &m->chat_template)) != LPX_OK)
         lpx_error_wrap(s, "%s", dir);
     if (s == LPX_OK) s = load_json(dir, "model.safetensors.index.json", false, &index);

@@ -28,6 +28,20 @@ lpx_status lpx_store_map_file(lpx_model_store *st, const char *path, const void 
 /* A 64-byte aligned buffer freed at lpx_model_close; NULL when out of memory. */
 void *lpx_store_alloc(lpx_model_store *st, size_t n);
 
+/* The sampling defaults a file may give (generation_config.json, GGUF
+ * general.sampling.*). */
+typedef enum lpx_gen_key {
+    LPX_GEN_TEMPERATURE,
+    LPX_GEN_TOP_P,
+    LPX_GEN_TOP_K,
+    LPX_GEN_REPETITION
+} lpx_gen_key;
+/* Takes a default read from the file (where names it in the warning, e.g.
+ * "generation_config.json: top_p"; num false: the value is not a number). A value the
+ * sampler would refuse is ignored with a warning in m->warnings, so a request that
+ * leaves the field out gets lpx's default instead of an error blaming the client. */
+void lpx_gen_take(lpx_model *m, lpx_gen_key key, const char *where, bool num, double v);
+
 /* One row per family: the facts that differ between architectures. */
 typedef struct lpx_arch_info {
     lpx_arch arch;

@@ -9,6 +9,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +18,43 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* ---- sampling defaults of the file ----------------------------------------- */
+
+void lpx_gen_take(lpx_model *m, lpx_gen_key key, const char *where, bool num, double v) {
+    /* the ranges of lpx_sampling_validate (src/sample/sampler.c), which every request
+     * passes; float-sized, as the cast of a larger double is undefined */
+    bool ok = num && isfinite(v) && fabs(v) <= FLT_MAX;
+    const char *want = "";
+    switch (key) {
+    case LPX_GEN_TEMPERATURE:
+        ok = ok && v >= 0;
+        want = "a finite value >= 0";
+        if (ok) m->gen.temperature = (float)v;
+        break;
+    case LPX_GEN_TOP_P:
+        ok = ok && v > 0 && v <= 1;
+        want = "a value in (0, 1]";
+        if (ok) m->gen.top_p = (float)v;
+        break;
+    case LPX_GEN_TOP_K:
+        ok = ok && v >= 0 && v <= INT32_MAX && v == floor(v);
+        want = "a whole number >= 0";
+        if (ok) m->gen.top_k = (int32_t)v;
+        break;
+    case LPX_GEN_REPETITION:
+        ok = ok && v > 0;
+        want = "a finite value > 0";
+        if (ok) m->gen.repetition_penalty = (float)v;
+        break;
+    }
+    if (ok || m->n_warnings == LPX_MODEL_MAX_WARNINGS) return;
+    char val[32] = "not a number";
+    if (num) snprintf(val, sizeof val, "%g", v);
+    snprintf(m->warnings[m->n_warnings++], sizeof m->warnings[0],
+             "%s is %s: expected %s; ignored (requests that leave it out get lpx's default)", where,
+             val, want);
+}
 
 /* ---- architectures ------------------------------------------------------ */
 

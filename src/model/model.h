@@ -91,6 +91,8 @@ typedef struct lpx_gen_defaults {
 
 struct lpx_tokenizer; /* src/tokenizer/tokenizer.h */
 
+#define LPX_MODEL_MAX_WARNINGS 8
+
 struct lpx_model {
     char path[4096];
     char format[16];          /* "gguf" or "safetensors" */
@@ -102,6 +104,10 @@ struct lpx_model {
     struct lpx_tokenizer *tok;
     char *chat_template;      /* NUL-terminated, or NULL */
     lpx_gen_defaults gen;
+    /* What the load let pass with a warning (a sampling default out of range, ignored):
+     * front ends print them, `lpx inspect` lists them. */
+    char warnings[LPX_MODEL_MAX_WARNINGS][256];
+    int32_t n_warnings;
     void *impl;               /* loader-private: mappings, owned buffers */
 };
 

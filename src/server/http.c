@@ -12,6 +12,7 @@
 #include "server/job.h"
 #include "server/metrics.h"
 #include "server/openai.h"
+#include "model/prompt.h"
 #include "server/params.h"
 #include "telemetry/telemetry.h"
 
@@ -345,17 +346,12 @@ static enum MHD_Result do_tokenize(conn_ctx *c, struct MHD_Connection *conn, lpx
  * (max_tokens not given: the rest of the context, which the engine's limit gives). */
 static bool fits(const lpx_server *s, const lpx_srv_params *p, size_t n_prompt, lpx_srv_error *e) {
     int64_t L = s->max_model_len;
-    const char *what = p->kind == LPX_SRV_CHAT ? "messages" : "prompt";
-    if ((int64_t)n_prompt >= L ||
-        (p->req.max_tokens > 0 && (int64_t)n_prompt + p->req.max_tokens > L))
-        return lpx_srv_fail(e, 400, "context_length_exceeded", "context_length_exceeded",
-                            p->req.max_tokens > 0 ? "max_tokens" : what,
-                            "This model's maximum context length is %lld tokens. However, you "
-                            "requested %lld tokens (%zu in the %s, %d in the completion). Please "
-                            "reduce the length of the %s or completion.",
-                            (long long)L,
-                            (long long)n_prompt + (p->req.max_tokens > 0 ? p->req.max_tokens : 0),
-                            n_prompt, what, p->req.max_tokens > 0 ? p->req.max_tokens : 0, what);
+    const char *what = p->kind == LPX_SRV_CHAT ? "messages" : "prompt", *param;
+    char msg[sizeof e->message];
+    /* the wording lpx batch uses too (model/prompt.h) */
+    if (!lpx_prompt_fits(L, n_prompt, true, p->req.max_tokens, what, msg, sizeof msg, &param))
+        return lpx_srv_fail(e, 400, "context_length_exceeded", "context_length_exceeded", param,
+                            "%s", msg);
     return true;
 }
 

@@ -1,5 +1,7 @@
 #include "server/params.h"
 
+#include "model/prompt.h"
+
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdarg.h>
@@ -227,20 +229,14 @@ static bool parse_messages(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) 
     int n = cJSON_GetArraySize(v);
     if (n == 0) return lpx_srv_fail(e, 400, BAD, NULL, "messages", "'messages' must not be empty");
     if (!(p->messages = calloc((size_t)n, sizeof *p->messages))) return oom(e);
-    static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
     int i = 0;
     for (const cJSON *m = v->child; m; m = m->next, i++) {
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        bool known = false;
-        for (size_t r = 0; cJSON_IsString(role) && r < sizeof roles / sizeof *roles; r++)
-            known |= !strcmp(role->valuestring, roles[r]);
-        if (!cJSON_IsObject(m) || !known)
+        /* the roles lpx batch takes too (model/prompt.h) */
+        const char *rs = cJSON_IsString(role) ? lpx_chat_role(role->valuestring) : NULL;
+        if (!cJSON_IsObject(m) || !rs)
             return lpx_srv_fail(e, 400, BAD, NULL, "messages",
-                                "messages[%d] must be an object with a role of system, user, "
-                                "assistant, tool or developer",
-                                i);
-        /* "developer" is OpenAI's new name for the system role. */
-        const char *rs = strcmp(role->valuestring, "developer") ? role->valuestring : "system";
+                                "messages[%d] must be an object with a role of " LPX_CHAT_ROLES, i);
         const cJSON *c = field(m, "content");
         char *content = NULL;
         if (!c) {

@@ -122,7 +122,7 @@ lpx_status tok_add_merge(lpx_tokenizer *t, const char *a, size_t a_len, const ch
     return LPX_OK;
 }
 
-static int parse_byte_token(const char *s, size_t n) {
+int tok_parse_byte_token(const char *s, size_t n) {
     static const char hex[] = "0123456789ABCDEF";
     if (n != 6 || memcmp(s, "<0x", 3) || s[5] != '>') return -1;
     const char *h = strchr(hex, s[3]), *l = strchr(hex, s[4]);
@@ -137,7 +137,7 @@ static lpx_status make_dec(lpx_tokenizer *t, int32_t id) {
     tok_buf b = {0};
     LPX_TRY(tok_buf_append(&b, "", 0));
     lpx_status st = LPX_OK;
-    int byte = parse_byte_token(s, n);
+    int byte = tok_parse_byte_token(s, n);
     if (t->dec_byte_fallback && byte >= 0) {
         unsigned char c = (unsigned char)byte;
         st = tok_buf_append(&b, &c, 1);
@@ -183,10 +183,63 @@ static lpx_status make_dec(lpx_tokenizer *t, int32_t id) {
     return LPX_OK;
 }
 
+/* The child of node by byte c, 0 when none. */
+static int32_t trie_child(const lpx_tokenizer *t, int32_t node, unsigned char c) {
+    for (int32_t k = t->trie[node].child; k; k = t->trie[k].sibling)
+        if (t->trie[k].byte == c) return k;
+    return 0;
+}
+
+/* One node per distinct prefix of the added tokens; a text two added tokens share
+ * keeps the first (the order tokenizers' AddedVocabulary matches them in). */
+static lpx_status trie_build(lpx_tokenizer *t) {
+    size_t total = 1, cap = 1;
+    for (int i = 0; i < t->n_added; i++)
+        total += t->added[i].len; /* <= 32767 * TOK_MAX_TOKEN_BYTES: no overflow */
+    tok_trie_node root = {0, 0, {-1, -1}, 0};
+    if (!(t->trie = malloc(sizeof *t->trie)))
+        return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
+    t->trie[0] = root;
+    t->n_trie = 1;
+    for (int i = 0; i < t->n_added; i++) {
+        const tok_added *a = &t->added[i];
+        int32_t node = 0;
+        for (size_t b = 0; b < a->len; b++) {
+            unsigned char c = (unsigned char)a->text[b];
+            int32_t next = trie_child(t, node, c);
+            if (!next) {
+                if (t->n_trie == cap) {
+                    cap = 2 * cap < total ? 2 * cap : total;
+                    tok_trie_node *p = realloc(t->trie, cap * sizeof *p);
+                    if (!p) return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
+                    t->trie = p;
+                }
+                next = (int32_t)t->n_trie++;
+                t->trie[next] = (tok_trie_node){0, t->trie[node].child, {-1, -1}, c};
+                t->trie[node].child = next;
+            }
+            node = next;
+        }
+        if (t->trie[node].added[a->normalized] < 0) t->trie[node].added[a->normalized] = (int16_t)i;
+    }
+    return LPX_OK;
+}
+
+/* The longest added token of one kind (normalized or not) at s[0..n), or NULL. */
+static const tok_added *trie_longest(const lpx_tokenizer *t, const char *s, size_t n,
+                                     bool normalized) {
+    const tok_added *hit = NULL;
+    int32_t node = 0;
+    for (size_t q = 0; q < n && t->trie && (node = trie_child(t, node, (unsigned char)s[q])); q++)
+        if (t->trie[node].added[normalized] >= 0) hit = &t->added[t->trie[node].added[normalized]];
+    return hit;
+}
+
 lpx_status tok_finish(lpx_tokenizer *t) {
     for (int32_t id = 0; id < t->n_vocab; id++) {
         if (!t->text[id]) continue;
-        int byte = parse_byte_token(t->text[id], t->text_len[id]);
+        if (t->text_len[id] > t->max_text_len) t->max_text_len = t->text_len[id];
+        int byte = tok_parse_byte_token(t->text[id], t->text_len[id]);
         if (byte >= 0 && tok_strmap_get(&t->vocab, t, t->text[id], t->text_len[id]) == id)
             t->byte_ids[byte] = id;
         LPX_TRY(make_dec(t, id));
@@ -195,26 +248,7 @@ lpx_status tok_finish(lpx_tokenizer *t) {
         t->added[i].len = t->text_len[t->added[i].id];
         if (t->added[i].special) t->flags[t->added[i].id] |= TOKF_SPECIAL;
     }
-    /* Index added tokens by first byte, longest first: the first hit is the longest. */
-    int count[256] = {0};
-    for (int i = 0; i < t->n_added; i++)
-        count[(unsigned char)t->added[i].text[0]]++;
-    for (int c = 0; c < 256; c++) {
-        if (!count[c]) continue;
-        int16_t *list = malloc((size_t)(count[c] + 1) * sizeof *list);
-        if (!list) return lpx_errorf(LPX_ERR_NOMEM, "tokenizer: out of memory");
-        int k = 0;
-        for (int i = 0; i < t->n_added; i++) {
-            if ((unsigned char)t->added[i].text[0] != c) continue;
-            int j = k++; /* insertion sort, longest first */
-            while (j > 0 && t->added[list[j - 1]].len < t->added[i].len)
-                list[j] = list[j - 1], j--;
-            list[j] = (int16_t)i;
-        }
-        list[k] = -1;
-        t->added_first[c] = list;
-    }
-    return LPX_OK;
+    return trie_build(t);
 }
 
 void lpx_tokenizer_free(lpx_tokenizer *t) {
@@ -231,8 +265,7 @@ void lpx_tokenizer_free(lpx_tokenizer *t) {
     tok_strmap_free(&t->vocab);
     tok_mergemap_free(&t->merges);
     free(t->added);
-    for (int c = 0; c < 256; c++)
-        free(t->added_first[c]);
+    free(t->trie);
     for (int i = 0; i < t->n_norms; i++) {
         free(t->norms[i].a);
         free(t->norms[i].b);
@@ -258,6 +291,28 @@ int32_t lpx_vocab_size(const lpx_tokenizer *t) {
 }
 size_t lpx_tokenizer_max_piece(const lpx_tokenizer *t) {
     return t->max_dec_len;
+}
+
+size_t lpx_tokenizer_bytes_bound(const lpx_tokenizer *t, size_t n) {
+    /* What lets one token stand for any amount of text leaves no bound: a fused <unk>
+     * (a run of unknown characters), an added token that strips the whitespace beside
+     * it, a Removed split or a Replace that shortens (text dropped). */
+    if (t->fuse_unk && t->unk_id >= 0) return SIZE_MAX;
+    for (int i = 0; i < t->n_added; i++)
+        if (t->added[i].lstrip || t->added[i].rstrip) return SIZE_MAX;
+    for (int i = 0; i < t->n_pres; i++)
+        if ((t->pres[i].kind == TOK_PRE_SPLIT_REGEX || t->pres[i].kind == TOK_PRE_SPLIT_STRING) &&
+            t->pres[i].behavior == TOK_REMOVED)
+            return SIZE_MAX;
+    for (int i = 0; i < t->n_norms; i++)
+        if (t->norms[i].kind == TOK_NORM_REPLACE && t->norms[i].b_len < t->norms[i].a_len)
+            return SIZE_MAX;
+    /* A token covers at most its text's bytes of the normalized text (an unknown
+     * character: 4); Unicode normalization and lowercasing shrink text by at most 3 to 1
+     * (NFC of Hangul jamo, the Kelvin sign to k), so 4x covers them. Byte-level and
+     * Metaspace mappings only grow the text. */
+    size_t per = 4 * (t->max_text_len > 4 ? t->max_text_len : 4), bytes;
+    return lpx_mul_size(n, per, &bytes) ? bytes : SIZE_MAX;
 }
 
 bool lpx_tokenizer_is_special(const lpx_tokenizer *t, int32_t id) {
@@ -324,15 +379,7 @@ static lpx_status split_added(const lpx_tokenizer *t, const char *s, size_t n, b
                               bool parse_special, segs *out) {
     size_t start_off = 0;
     for (size_t p = 0; p < n;) {
-        const int16_t *list = t->added_first[(unsigned char)s[p]];
-        const tok_added *hit = NULL;
-        for (; list && *list >= 0; list++) {
-            const tok_added *a = &t->added[*list];
-            if (a->normalized == normalized && a->len <= n - p && !memcmp(s + p, a->text, a->len)) {
-                hit = a;
-                break;
-            }
-        }
+        const tok_added *hit = trie_longest(t, s + p, n - p, normalized);
         if (!hit) {
             p++;
             continue;
@@ -390,11 +437,11 @@ typedef struct enc_ctx {
 } enc_ctx;
 
 static lpx_status encode_text(const lpx_tokenizer *t, enc_ctx *c, const char *s, size_t n,
-                              bool at_start, bool parse_special, tok_ids *ids) {
+                              bool at_start, bool parse_special, size_t limit, tok_ids *ids) {
     LPX_TRY(tok_normalize(t, s, n, &c->norm));
     c->inner.n = 0;
     LPX_TRY(split_added(t, c->norm.p, c->norm.len, true, parse_special, &c->inner));
-    for (size_t i = 0; i < c->inner.n; i++) {
+    for (size_t i = 0; i < c->inner.n && !(limit && ids->n > limit); i++) {
         seg g = c->inner.v[i];
         if (g.id >= 0) {
             LPX_TRY(tok_ids_push(ids, g.id));
@@ -405,14 +452,14 @@ static lpx_status encode_text(const lpx_tokenizer *t, enc_ctx *c, const char *s,
         c->words.n = 0;
         LPX_TRY(tok_pretokenize(t, &c->words_buf, (tok_span){0, g.len}, at_start && g.off == 0,
                                 &c->words, c->md));
-        for (size_t k = 0; k < c->words.n; k++)
+        for (size_t k = 0; k < c->words.n && !(limit && ids->n > limit); k++)
             LPX_TRY(tok_bpe_word(t, c->words_buf.p + c->words.v[k].off, c->words.v[k].len, ids));
     }
     return LPX_OK;
 }
 
 static lpx_status tok_encode(const lpx_tokenizer *t, const char *text, size_t len, bool add_special,
-                             bool parse_special, tok_ids *ids) {
+                             bool parse_special, size_t limit, tok_ids *ids) {
     size_t bad;
     if (!valid_utf8(text, len, &bad))
         return lpx_errorf(LPX_ERR_INVALID_ARG,
@@ -426,12 +473,12 @@ static lpx_status tok_encode(const lpx_tokenizer *t, const char *text, size_t le
         for (int i = 0; i < t->n_prefix && st == LPX_OK; i++)
             st = tok_ids_push(ids, t->prefix[i]);
     if (st == LPX_OK) st = split_added(t, text, len, false, parse_special, &c.outer);
-    for (size_t i = 0; i < c.outer.n && st == LPX_OK; i++) {
+    for (size_t i = 0; i < c.outer.n && st == LPX_OK && !(limit && ids->n > limit); i++) {
         seg g = c.outer.v[i];
         if (g.id >= 0)
             st = tok_ids_push(ids, g.id);
         else
-            st = encode_text(t, &c, text + g.off, g.len, g.off == 0, parse_special, ids);
+            st = encode_text(t, &c, text + g.off, g.len, g.off == 0, parse_special, limit, ids);
     }
     if (add_special)
         for (int i = 0; i < t->n_suffix && st == LPX_OK; i++)
@@ -447,10 +494,16 @@ static lpx_status tok_encode(const lpx_tokenizer *t, const char *text, size_t le
 
 lpx_status lpx_tokenize(const lpx_tokenizer *t, const char *text, size_t len, bool add_special,
                         bool parse_special, int32_t *ids, size_t cap, size_t *n_out) {
+    return lpx_tokenize_limit(t, text, len, add_special, parse_special, 0, ids, cap, n_out);
+}
+
+lpx_status lpx_tokenize_limit(const lpx_tokenizer *t, const char *text, size_t len,
+                              bool add_special, bool parse_special, size_t limit, int32_t *ids,
+                              size_t cap, size_t *n_out) {
     if (!t || (!text && len) || (!ids && cap) || !n_out)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "lpx_tokenize: NULL argument");
     tok_ids v = {0};
-    lpx_status st = tok_encode(t, text ? text : "", len, add_special, parse_special, &v);
+    lpx_status st = tok_encode(t, text ? text : "", len, add_special, parse_special, limit, &v);
     if (st == LPX_OK) {
         *n_out = v.n;
         if (v.n && cap) memcpy(ids, v.v, (v.n < cap ? v.n : cap) * sizeof *ids);

@@ -32,6 +32,17 @@ int32_t lpx_tokenizer_find(const lpx_tokenizer *t, const char *text);
 /* Longest decoded text of any one token, in bytes: an output buffer of this
  * + 8 bytes always holds what one lpx_detok_stream_push writes. */
 size_t lpx_tokenizer_max_piece(const lpx_tokenizer *t);
+/* The most bytes of text that n tokens can come from (SIZE_MAX: no bound, when one
+ * token can stand for any amount of text: a fused <unk>, an lstrip/rstrip added token,
+ * a Removed split, a shortening Replace): longer text is more than n tokens without
+ * tokenizing it. */
+size_t lpx_tokenizer_bytes_bound(const lpx_tokenizer *t, size_t n);
+/* lpx_tokenize that stops once past limit tokens (limit 0: none): then *n_out is more
+ * than limit (the ids found so far, at least limit + 1) and the rest is not tokenized,
+ * so an oversized prompt costs what limit needs. */
+lpx_status lpx_tokenize_limit(const lpx_tokenizer *t, const char *text, size_t len,
+                              bool add_special, bool parse_special, size_t limit, int32_t *ids,
+                              size_t cap, size_t *n_out);
 
 /* Streaming decoder: feed ids one at a time, get the bytes that became complete
  * UTF-8 text; never emits half a character. */

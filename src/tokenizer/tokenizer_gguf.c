@@ -185,6 +185,12 @@ static lpx_status build(const lpx_gguf *g, lpx_tokenizer *t, uint8_t *types, boo
                               (unsigned long long)i, (long long)ty);
         types[i] = (uint8_t)ty;
         LPX_TRY(tok_set_text(t, (int32_t)i, s, len));
+        /* a byte token stands for the byte its text names: any other text contradicts it */
+        if (ty == TT_BYTE && tok_parse_byte_token(s, len) < 0)
+            return lpx_errorf(LPX_ERR_FORMAT,
+                              "%s: token %llu has type BYTE (6) but its text (%zu bytes) is "
+                              "not <0xHH>",
+                              W, (unsigned long long)i, len);
         tok_strmap_put(&t->vocab, t, (int32_t)i);
     }
     for (uint64_t i = 0; i < n; i++) {

@@ -87,6 +87,12 @@ typedef struct tok_added {
     bool special, normalized, lstrip, rstrip, single_word;
 } tok_added;
 
+typedef struct tok_trie_node {
+    int32_t child, sibling; /* first child, next sibling: 0 = none */
+    int16_t added[2];       /* index into added ending here, by normalized; -1 none */
+    unsigned char byte;     /* the edge from the parent */
+} tok_trie_node;
+
 /* Per-token flags. */
 enum {
     TOKF_SPECIAL = 1, /* an added token marked special: skipped by skip_special */
@@ -101,6 +107,7 @@ struct lpx_tokenizer {
     uint32_t *dec_len;  /* [n_vocab] */
     uint8_t *flags;     /* [n_vocab] TOKF_* */
     size_t max_dec_len;
+    size_t max_text_len; /* longest token text, in bytes */
 
     tok_strmap vocab; /* model vocabulary: text -> id */
     tok_mergemap merges;
@@ -110,7 +117,11 @@ struct lpx_tokenizer {
 
     tok_added *added; /* added tokens, matched in the text first */
     int n_added;
-    int16_t *added_first[256]; /* by first byte: indexes into added, longest first, -1 ends */
+    /* A trie of the added tokens' bytes: matching at a position costs the length of
+     * the longest token that starts there, not the number of tokens (a model with
+     * 32,000 control tokens all starting with '<'). Node 0 is the root. */
+    tok_trie_node *trie; /* [n_trie] */
+    size_t n_trie;
 
     tok_norm norms[TOK_MAX_OPS];
     int n_norms;
@@ -148,6 +159,8 @@ lpx_status tok_add_merge(lpx_tokenizer *t, const char *a, size_t a_len, const ch
 lpx_status tok_compile_regex(const char *pattern, size_t len, pcre2_code **out);
 /* The GPT-2 pattern used by ByteLevel(use_regex = true). */
 extern const char tok_gpt2_regex[];
+/* The byte of a "<0xHH>" token text (upper-case hex), -1 for any other text. */
+int tok_parse_byte_token(const char *s, size_t n);
 /* Finishes loading: decoded forms, byte tokens, added-token index. */
 lpx_status tok_finish(lpx_tokenizer *t);
 

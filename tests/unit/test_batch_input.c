@@ -110,6 +110,29 @@ int main(void) {
         CHECK(r && r->id && strlen(r->id) == cuts[i].want && !memcmp(r->id, ids[i], cuts[i].want));
     }
     lpx_batch_input_free(&in);
+
+    /* roles as lpx serve takes them; a NUL escape (cJSON cut the string there) and
+     * text after the object (cJSON ignored it) are errors of the line, with its id */
+    static const char lenient[] =
+        "{\"id\":\"fn\",\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}\n"
+        "{\"id\":\"dev\",\"messages\":[{\"role\":\"developer\",\"content\":\"x\"}]}\n"
+        "{\"id\":\"nul\",\"prompt\":\"a\\u0000b\"}\n"
+        "{\"id\":\"esc\",\"prompt\":\"a\\\\u0000b\"}\n"
+        "{\"id\":\"tail\",\"prompt\":\"a\"}x\n"
+        "{\"id\":\"sp\",\"prompt\":\"a\"} \r\n";
+    f = fmemopen((void *)lenient, sizeof lenient - 1, "rb");
+    CHECK(f);
+    CHECK(lpx_batch_input_read_stream(f, "lenient", &in) == LPX_OK);
+    fclose(f);
+    CHECK(in.n_tasks == 3 && in.n_rejects == 3);
+    CHECK((r = reject_on(&in, 1)) && r->id && !strcmp(r->id, "fn") &&
+          !strcmp(r->reason, "messages[0] must be an object with a role of system, user, "
+                             "assistant, tool or developer"));
+    CHECK((r = reject_on(&in, 3)) && r->id && !strcmp(r->id, "nul") &&
+          !strcmp(r->reason, "a string holds \\u0000 (a NUL character): not supported"));
+    CHECK((r = reject_on(&in, 5)) && r->id && !strcmp(r->id, "tail") &&
+          !strcmp(r->reason, "text after the JSON object (at byte 26)"));
+    lpx_batch_input_free(&in);
     unlink(path);
     TEST_DONE();
 }

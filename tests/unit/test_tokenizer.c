@@ -4,7 +4,10 @@
 #include "test.h"
 #include "tokenizer/tokenizer.h"
 
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define FIX LPX_SOURCE_DIR "/tests/fixtures/tokenizer/"
 
@@ -34,6 +37,14 @@ static void test_bytelevel(void) {
     const char *added = "x lpx_added \xEF\xAC\x81ne";
     CHECK(lpx_tokenize(t, added, strlen(added), true, true, ids, 64, &n) == LPX_OK);
     CHECK(ids_eq(ids, n, want_added, 6));
+
+    /* stopping past a limit: more than the limit, fewer than all; the bytes bound */
+    size_t n_all = 0, n_lim = 0;
+    CHECK(lpx_tokenize(t, text, strlen(text), true, true, ids, 64, &n_all) == LPX_OK);
+    CHECK(lpx_tokenize_limit(t, text, strlen(text), true, true, 3, ids, 64, &n_lim) == LPX_OK);
+    CHECK(n_lim > 3 && n_lim < n_all);
+    /* <|pad|> strips the spaces beside it: one token can stand for any amount of text */
+    CHECK(lpx_tokenizer_bytes_bound(t, 3) == SIZE_MAX);
 
     CHECK(lpx_tokenizer_bos(t) == 0);
     CHECK(lpx_tokenizer_find(t, "<|im_start|>") == 700);
@@ -138,9 +149,61 @@ static void test_malformed(void) {
     CHECK(lpx_tokenizer_load_hf("/nonexistent-dir", &t) == LPX_ERR_IO && t == NULL);
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Issue 27: added tokens were tried one by one at every byte they could start at, so
+ * 32,000 control tokens made a 300 KB prompt of '<' take 42 s. With the trie a position
+ * costs the length of the longest token starting there: this takes milliseconds, and
+ * the 10 s bound fails only when the matching is O(added tokens x text) again. */
+static void test_many_added_tokens(void) {
+    enum { N_ADDED = 32000, N_TEXT = 300 * 1024 };
+    size_t cap = 64 + (size_t)N_ADDED * 80, len = 0;
+    char *json = malloc(cap);
+    len += (size_t)snprintf(json + len, cap - len,
+                            "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"<\": 0, \"c\": 1}, "
+                            "\"merges\": []}, \"added_tokens\": [");
+    for (int i = 0; i < N_ADDED; i++)
+        len += (size_t)snprintf(json + len, cap - len,
+                                "%s{\"id\": %d, \"content\": \"<ctrl%d>\", \"special\": true}",
+                                i ? ", " : "", 2 + i, i);
+    snprintf(json + len, cap - len, "]}");
+    lpx_tokenizer *t = NULL;
+    CHECK(lpx_tokenizer_from_json(json, strlen(json), NULL, 0, &t) == LPX_OK);
+    free(json);
+    if (!t) return;
+    char *text = malloc(N_TEXT + 1);
+    memset(text, '<', N_TEXT);
+    memcpy(text + 1000, "<ctrl31999><ctrl7>c<c", 21);
+    int32_t *ids = malloc((N_TEXT + 16) * sizeof *ids);
+    size_t n = 0;
+    double t0 = now_s();
+    CHECK(lpx_tokenize(t, text, N_TEXT, false, true, ids, N_TEXT + 16, &n) == LPX_OK);
+    double el = now_s() - t0;
+    printf("32,000 added tokens, 300 KB prompt: %.3f s\n", el);
+    CHECK(el < 10.0);
+    /* '<' x 1000, <ctrl31999>, <ctrl7>, c, <, c, then '<' to the end */
+    CHECK(n == N_TEXT - 16);
+    CHECK(ids[999] == 0 && ids[1000] == 2 + 31999 && ids[1001] == 2 + 7 && ids[1002] == 1);
+    CHECK(ids[1003] == 0 && ids[1004] == 1);
+    /* 4 x the longest token text ("<ctrl10000>": 11 bytes) per token */
+    CHECK(lpx_tokenizer_bytes_bound(t, 100) == 100 * 4 * 11);
+    /* the longest token wins; a prefix of one is text */
+    const char *both = "<ctrl1><ctrl12>";
+    CHECK(lpx_tokenize(t, both, strlen(both), false, true, ids, 8, &n) == LPX_OK && n == 2);
+    CHECK(ids[0] == 3 && ids[1] == 14);
+    free(text);
+    free(ids);
+    lpx_tokenizer_free(t);
+}
+
 int main(void) {
     test_bytelevel();
     test_sentencepiece_gguf();
     test_malformed();
+    test_many_added_tokens();
     TEST_DONE();
 }

@@ -1,0 +1,78 @@
+/* Prompts against a model (prompt.h). */
+#include "model/prompt.h"
+
+#include "base/error.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *lpx_chat_role(const char *role) {
+    static const char *const roles[] = {"system", "user", "assistant", "tool"};
+    if (!role) return NULL;
+    if (!strcmp(role, "developer")) return "system";
+    for (size_t i = 0; i < sizeof roles / sizeof *roles; i++)
+        if (!strcmp(role, roles[i])) return roles[i];
+    return NULL;
+}
+
+lpx_status lpx_prompt_ids(const lpx_model *m, const char *text, const lpx_chat_message *msgs,
+                          size_t n_msgs, size_t limit, int32_t **ids, size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    const lpx_tokenizer *t = m ? m->tok : NULL;
+    if (!t) return lpx_errorf(LPX_ERR_UNSUPPORTED, "the model has no tokenizer: send token ids");
+    char *rendered = NULL;
+    bool add_special = true;
+    if (msgs) {
+        LPX_TRY(lpx_chat_render(m, msgs, n_msgs, true, -1, &rendered));
+        text = rendered;
+        add_special = false; /* the template writes BOS itself, as transformers assumes */
+    }
+    size_t len = strlen(text);
+    if (limit && len > lpx_tokenizer_bytes_bound(t, limit)) {
+        lpx_free(rendered);
+        *n = limit + 1;
+        return LPX_OK;
+    }
+    /* a token covers at least one byte: len + the BOS/EOS is enough, unless stopped */
+    size_t cap = (limit && limit + 8 < len ? limit + 8 : len) + 8, need = 0;
+    lpx_status st = LPX_OK;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        free(*ids);
+        if (!(*ids = malloc(cap * sizeof **ids))) {
+            st = lpx_errorf(LPX_ERR_NOMEM, "prompt: out of memory");
+            break;
+        }
+        st = lpx_tokenize_limit(t, text, len, add_special, true, limit, *ids, cap, &need);
+        if (st != LPX_OK || need <= cap) break;
+        cap = need;
+    }
+    lpx_free(rendered);
+    if (st != LPX_OK) {
+        free(*ids);
+        *ids = NULL;
+        return st;
+    }
+    *n = need;
+    return LPX_OK;
+}
+
+bool lpx_prompt_fits(int64_t max_model_len, size_t n_prompt, bool counted, int32_t max_tokens,
+                     const char *what, char *msg, size_t cap, const char **param) {
+    int64_t L = max_model_len, out = max_tokens > 0 ? max_tokens : 0;
+    if ((int64_t)n_prompt < L && (int64_t)n_prompt + out <= L) return true;
+    *param = max_tokens > 0 ? "max_tokens" : what;
+    /* not counted: n_prompt is one past what is known ("more than" it less one) */
+    size_t shown = counted || !n_prompt ? n_prompt : n_prompt - 1;
+    const char *more = counted ? "" : "more than ";
+    snprintf(msg, cap,
+             "This model's maximum context length is %lld tokens. However, you requested %s%lld "
+             "tokens (%s%zu in the %s, %lld in the completion). Please reduce the length of the "
+             "%s or completion.",
+             (long long)L, more, (long long)shown + (long long)out, more, shown, what,
+             (long long)out, what);
+    return false;
+}

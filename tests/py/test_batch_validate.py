@@ -1,0 +1,117 @@
+"""lpx batch checks a request body as lpx serve does (issue 27): the same chat roles, the
+same context-length error for max_tokens past the context, on the same prompt token
+count; a line far longer than the context can hold fails without being tokenized (it
+cost 1.18 GB for a 60 MB line); a \\u0000 in a string and text after the JSON object
+are per-line errors (cJSON cut the string at the NUL and ignored the rest)."""
+import json
+import os
+import subprocess
+
+import pytest
+from serve_helpers import Server
+from test_batch import batch, read_jsonl, write_jsonl
+
+CTX = 512  # serve_helpers' --max-model-len
+
+
+@pytest.fixture(scope="module")
+def server(lpx_bin, smollm2):
+    s = Server(lpx_bin, smollm2)
+    yield s
+    s.stop()
+
+
+def failures(out):
+    return {f["custom_id"]: f["error"] for f in read_jsonl(out / "failures.jsonl")}
+
+
+def test_context_error_is_the_servers(tmp_path, lpx_bin, smollm2, server):
+    rows = [
+        {"id": "long-max", "prompt": "Hello there", "max_tokens": CTX},
+        {"id": "chat-max", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 600},
+        {"id": "long-prompt", "prompt": "word " * 700, "max_tokens": 4},
+        {"id": "fits", "prompt": "Hello there", "max_tokens": 3},
+        # the command line's default max_tokens (here 500) is cut to what is left
+        {"id": "default-max", "prompt": "Hello there"},
+    ]
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, rows)
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(tmp_path / "o"), "-m", smollm2, "-c", str(CTX),
+              "-n", "500")
+    assert r.returncode == 1, r.stderr  # not complete: three lines failed
+    got = failures(tmp_path / "o")
+    assert sorted(got) == ["chat-max", "long-max", "long-prompt"]
+    for row in rows[:2]:
+        chat = "messages" in row
+        body = {k: v for k, v in row.items() if k != "id"}
+        a = server.post("/v1/chat/completions" if chat else "/v1/completions", body)
+        assert a.status_code == 400, a.text
+        assert got[row["id"]] == "context_length_exceeded: " + a.json()["error"]["message"]
+    # a prompt past the context: batch stops counting there (the server, which counts
+    # the whole prompt today, says "701 in the prompt"); the wording is the same function's
+    assert got["long-prompt"] == (
+        "context_length_exceeded: This model's maximum context length is 512 tokens. However, "
+        "you requested more than 516 tokens (more than 512 in the prompt, 4 in the completion). "
+        "Please reduce the length of the prompt or completion.")
+    res = {x["custom_id"]: x for x in read_jsonl(tmp_path / "o" / "results.jsonl")}
+    assert sorted(res) == ["default-max", "fits"]
+    u = res["default-max"]["response"]["body"]["usage"]
+    assert u["total_tokens"] <= CTX
+
+
+def test_roles_are_the_servers(tmp_path, lpx_bin, smollm2, server):
+    rows = [{"id": f"r-{role}", "messages": [{"role": "user", "content": "Hi"},
+                                               {"role": role, "content": "x"}], "max_tokens": 1}
+            for role in ["function", "User", "developer", "tool"]]
+    rows.append({"id": "r-none", "messages": [{"content": "Hi"}], "max_tokens": 1})
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, rows)
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(tmp_path / "o"), "-m", smollm2)
+    got = failures(tmp_path / "o")
+    for row in rows:
+        a = server.post("/v1/chat/completions", {k: v for k, v in row.items() if k != "id"})
+        if a.status_code == 200:
+            assert row["id"] not in got
+            continue
+        assert a.status_code == 400
+        line = rows.index(row) + 1
+        assert got[row["id"]] == f"line {line}: " + a.json()["error"]["message"]
+    assert sorted(got) == ["r-User", "r-function", "r-none"]
+
+
+def test_nul_and_trailing_text_are_line_errors(tmp_path, lpx_bin, smollm2):
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, [
+        '{"id": "nul", "prompt": "secret\\u0000ignored"}',
+        '{"id": "escaped", "prompt": "a \\\\u0000 is text", "max_tokens": 1}',
+        '{"id": "garbage", "prompt": "hi", "max_tokens": 1} {"id": "x"}',
+        '{"id": "spaces", "prompt": "hi", "max_tokens": 1}   \t',
+    ])
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(tmp_path / "o"), "-m", smollm2)
+    assert failures(tmp_path / "o") == {
+        "nul": "line 1: a string holds \\u0000 (a NUL character): not supported",
+        "garbage": "line 3: text after the JSON object (at byte 51)"}
+    assert sorted(x["custom_id"] for x in read_jsonl(tmp_path / "o" / "results.jsonl")) == [
+        "escaped", "spaces"]
+
+
+def test_huge_line_costs_its_bytes_not_gigabytes(tmp_path, lpx_bin, smollm2):
+    """The issue's 60 MB line peaked at 1.18 GB before its context error. Now the prompt
+    is refused on its byte count (more than the context's tokens can come from)."""
+    inp = tmp_path / "in.jsonl"
+    with open(inp, "w") as f:
+        f.write(json.dumps({"id": "huge", "prompt": "word " * (12 << 20), "max_tokens": 4}))
+        f.write("\n")
+    p = subprocess.Popen([lpx_bin, "batch", "-i", str(inp), "-o", str(tmp_path / "o"), "-m",
+                          smollm2, "-c", "2048"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    err = p.stderr.read().decode()
+    assert os.waitstatus_to_exitcode(status) == 1, err
+    got = failures(tmp_path / "o")["huge"]
+    assert got.startswith("context_length_exceeded: This model's maximum context length is "
+                          "2048 tokens. However, you requested more than 2052 tokens (more "
+                          "than 2048 in the prompt, 4 in the completion).")
+    peak_mb = ru.ru_maxrss / 1024
+    print(f"peak RSS {peak_mb:.0f} MB for a {os.path.getsize(inp) >> 20} MB line")
+    assert peak_mb < 600
