@@ -121,7 +121,7 @@ lpx_status lpx_schedule(lpx_engine *e) {
             s->n_computed = 0;
             break;
         }
-        queries += s->n_tokens;
+        if (e->pool.caching) queries += s->n_tokens;
         hits += hit;
         lpx_seq_list_remove(&e->waiting, s);
         lpx_seq_list_push(&e->running, s);
