@@ -185,8 +185,8 @@ char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char 
     counter(&b, "prefix_cache_queries",
             "Tokens of admitted requests looked up in the prefix cache (vLLM's name).", model,
             (double)st->prefix_cache_queries);
-    counter(&b, "prefix_cache_hits", "Of those, tokens whose KV came from the prefix cache.",
-            model, (double)st->prefix_cache_hits);
+    counter(&b, "prefix_cache_hits", "Of those, tokens whose KV came from the prefix cache.", model,
+            (double)st->prefix_cache_hits);
     counter(&b, "engine_steps", "Engine steps (forward passes over a batch).", model,
             (double)st->n_steps);
     counter(&b, "engine_steps_ahead",
