@@ -128,6 +128,10 @@ typedef struct lpx_engine_opts {
     int32_t device_sampling;        /* sample on the device when the backend can and no row
                                        needs logits (only token ids cross to the host):
                                        1 = on, -1 = off, 0 = default (on) */
+    int32_t prefix_caching;         /* keep full KV blocks for reuse: a request whose tokens
+                                       begin as an earlier one's takes its cached blocks and
+                                       computes only the rest (outputs are unchanged):
+                                       1 = on, -1 = off, 0 = default (on) */
     const char *dev_tune;           /* developer overrides of the backend's measured tuning,
                                        "key=value,..." (docs/dev.md); NULL = the defaults */
     const char *dev_trace;          /* developer tracing of the backend (docs/dev.md); NULL =
@@ -226,6 +230,8 @@ typedef struct lpx_event {
     double total_ms;             /* submit to finish */
     double decode_tok_s;         /* output tokens after the first / their time */
     double queue_ms;             /* submit to the first step that ran it (total_ms if none) */
+    int32_t n_cached_tokens;     /* prompt tokens whose KV came from the prefix cache (before
+                                    any preemption), not computed */
 } lpx_event;
 
 typedef void (*lpx_event_cb)(const lpx_event *ev, void *user);
@@ -270,6 +276,11 @@ typedef struct lpx_engine_stats {
     size_t backend_memory;      /* backend's memory_used */
     size_t peak_rss;            /* this process, bytes */
     int64_t steps_ahead;        /* of n_steps, those begun before the previous one ended */
+    /* Prefix cache, in tokens: each admission to the batch (a preempted request's again)
+     * queries its tokens; hits are those whose KV came from the cache, not computed. */
+    int64_t prefix_cache_queries, prefix_cache_hits;
+    int32_t kv_blocks_cached;   /* blocks kept for reuse, held or not (not in kv_blocks_used
+                                   unless a request holds them; evicted when the pool needs) */
 } lpx_engine_stats;
 
 lpx_status lpx_engine_get_stats(lpx_engine *e, lpx_engine_stats *out);

@@ -1,4 +1,5 @@
-/* summary.json of an OUTDIR: counts, tokens, latency percentiles, quality flags. */
+/* summary.json of an OUTDIR: counts, tokens, latency percentiles, the prefix cache's hit
+ * rate (engine mode), quality flags. */
 #include "batch/job.h"
 
 #include <math.h>
@@ -42,6 +43,16 @@ bool lpx_batch_write_summary(job *j, const char *dir, int64_t total, double wall
         }
         size_t k = (size_t)ceil(ps[i].p * (double)j->n_lat);
         cJSON_AddNumberToObject(lat, ps[i].k, j->lat[k ? k - 1 : 0]);
+    }
+    if (j->eng) { /* engine mode: prompt tokens this run took from the prefix cache */
+        lpx_engine_stats es;
+        lpx_engine_get_stats(j->eng, &es);
+        cJSON *pc = cJSON_AddObjectToObject(s, "prefix_cache");
+        cJSON_AddNumberToObject(pc, "queries", (double)es.prefix_cache_queries);
+        cJSON_AddNumberToObject(pc, "hits", (double)es.prefix_cache_hits);
+        double q = (double)es.prefix_cache_queries;
+        cJSON_AddNumberToObject(pc, "hit_rate",
+                                q > 0 ? round((double)es.prefix_cache_hits / q * 1000) / 1000 : 0);
     }
     cJSON *q = cJSON_AddObjectToObject(s, "quality");
     for (int b = 0; b < LPX_BQ_COUNT; b++)

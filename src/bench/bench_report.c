@@ -95,6 +95,10 @@ static cJSON *point_json(const bench_point *p) {
     cJSON_AddNumberToObject(o, "request_throughput", s->request_throughput);
     cJSON_AddNumberToObject(o, "output_throughput", s->output_throughput);
     cJSON_AddNumberToObject(o, "total_token_throughput", s->total_throughput);
+    if (p->prefix_hit_rate >= 0)
+        cJSON_AddNumberToObject(o, "prefix_cache_hit_rate", p->prefix_hit_rate);
+    else
+        cJSON_AddNullToObject(o, "prefix_cache_hit_rate");
     add_dist(o, "ttft", &s->ttft);
     add_dist(o, "tpot", &s->tpot);
     add_dist(o, "itl", &s->itl);

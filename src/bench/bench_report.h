@@ -14,6 +14,9 @@ typedef struct bench_point {
     double rate;         /* INFINITY: all at once */
     bench_run run;
     bench_summary sum;
+    /* The server's prefix cache over the run: hits / queries of its
+     * {lpx,vllm}:prefix_cache_{hits,queries}_total (tokens); < 0: not exported. */
+    double prefix_hit_rate;
 } bench_point;
 
 typedef struct bench_meta {

@@ -33,6 +33,31 @@ static char *random_words(uint64_t *rng, int64_t n) {
     return s;
 }
 
+/* The server's prefix cache counters (tokens), summed over their series, from
+ * /metrics: lpx's or vLLM's names. false when it has neither. */
+static bool prefix_counters(const bench_target *t, double *queries, double *hits) {
+    static const char *const names[4] = {
+        "lpx:prefix_cache_queries_total", "lpx:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"};
+    char *body = NULL;
+    long status = 0;
+    bool found = false;
+    *queries = *hits = 0;
+    if (bench_http(t, "/metrics", NULL, &body, &status) == LPX_OK && status == 200)
+        for (char *l = body; l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+            for (int i = 0; i < 4; i++) {
+                size_t n = strlen(names[i]);
+                const char *v = l + n;
+                if (strncmp(l, names[i], n) != 0) continue;
+                if (*v == '{' && (v = strchr(v, '}')) != NULL) v++; /* labels */
+                if (!v || *v != ' ') continue;
+                *(i % 2 ? hits : queries) += strtod(v, NULL);
+                found = true;
+            }
+    free(body);
+    return found;
+}
+
 /* A prompt of exactly `len` tokens: tokenize random words, keep the first len ids,
  * detokenize. NULL (no error) when the server lacks the endpoints. */
 static char *exact_prompt(const bench_target *t, uint64_t *rng, int64_t len, bool *unsupported) {
@@ -223,6 +248,8 @@ lpx_status bench_serve_run(const bench_serve_opts *so, FILE *out) {
                             .max_concurrency = pts[k].max_concurrency,
                             .seed = (uint64_t)seed,
                             .scrape_interval = so->metrics_interval_s};
+        double q0, h0, q1, h1;
+        bool counted = prefix_counters(&t, &q0, &h0);
         if ((st = bench_run_workload(&t, w, n_run, &o, &pts[k].run)) != LPX_OK ||
             (st = bench_summarize(pts[k].run.reqs, pts[k].run.n, pts[k].run.duration,
                                   &pts[k].sum)) != LPX_OK)
@@ -230,7 +257,13 @@ lpx_status bench_serve_run(const bench_serve_opts *so, FILE *out) {
         if (np > 1)
             fprintf(out, "\n## max concurrency %d, request rate %g\n", pts[k].max_concurrency,
                     pts[k].rate);
+        pts[k].prefix_hit_rate = -1;
+        if (counted && prefix_counters(&t, &q1, &h1))
+            pts[k].prefix_hit_rate = q1 > q0 ? (h1 - h0) / (q1 - q0) : 0;
         bench_print_summary(out, &pts[k].sum);
+        if (pts[k].prefix_hit_rate >= 0)
+            fprintf(out, "%-40s %-10.2f\n",
+                    "Prefix cache hit rate (%):", pts[k].prefix_hit_rate * 100);
         /* The first failure's reason, so a failing run says why. */
         for (size_t i = 0; i < pts[k].run.n; i++)
             if (!pts[k].run.reqs[i].ok) {

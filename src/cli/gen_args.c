@@ -23,6 +23,9 @@ const char lpx_engine_args_help[] =
     "                          (also --max-model-len; default: the model's)\n"
     "  -t, --threads N         CPU threads, 1 to 4096 (default: all cores)\n"
     "  --kv-bytes N            KV cache budget in bytes (default: derived)\n"
+    "  --no-prefix-caching     compute every prompt in full (default: reuse the cached KV\n"
+    "                          blocks of earlier requests' prefixes; --enable-prefix-caching\n"
+    "                          is accepted)\n"
     "  --no-step-ahead         wait for each decode step before queueing the next\n"
     "  --no-device-sampling    copy each decode step's logits to the host and sample there\n";
 
@@ -53,6 +56,10 @@ bool lpx_engine_args_opt(lpx_opts *o, lpx_engine_args *e) {
         eo->step_ahead = -1;
     else if (lpx_opts_flag(o, "--no-device-sampling"))
         eo->device_sampling = -1;
+    else if (!e->backend_only && lpx_opts_flag(o, "--no-prefix-caching"))
+        eo->prefix_caching = -1;
+    else if (!e->backend_only && lpx_opts_flag(o, "--enable-prefix-caching"))
+        eo->prefix_caching = 1; /* vLLM's name; on by default here */
     else if (!lpx_opts_str(o, LPX_OPT_MODEL, &e->model) &&
              !lpx_opts_str(o, "--device", &eo->device) &&
              !lpx_opts_i32(o, LPX_OPT_THREADS, 1, 4096, &eo->n_threads) &&

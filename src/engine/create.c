@@ -102,11 +102,12 @@ lpx_status lpx_engine_create(const lpx_model *m, const lpx_engine_opts *opts, lp
                           o.max_num_seqs, o.max_num_batched_tokens, o.max_model_len,
                           (long long)o.kv_cache_bytes, o.block_size, o.n_threads,
                           o.gpu_memory_utilization);
-    if (o.step_ahead < -1 || o.step_ahead > 1 || o.device_sampling < -1 || o.device_sampling > 1)
+    if (o.step_ahead < -1 || o.step_ahead > 1 || o.device_sampling < -1 || o.device_sampling > 1 ||
+        o.prefix_caching < -1 || o.prefix_caching > 1)
         return lpx_errorf(LPX_ERR_INVALID_ARG,
-                          "engine options: step_ahead %d, device_sampling %d: expected -1 (off), "
-                          "0 (default) or 1 (on)",
-                          o.step_ahead, o.device_sampling);
+                          "engine options: step_ahead %d, device_sampling %d, prefix_caching %d: "
+                          "expected -1 (off), 0 (default) or 1 (on)",
+                          o.step_ahead, o.device_sampling, o.prefix_caching);
     lpx_engine_config c = {0};
     LPX_TRY(pick_device(o.device, &c));
     bool gpu = strcmp(c.device_name, "cpu") != 0;
@@ -131,6 +132,7 @@ lpx_status lpx_engine_create(const lpx_model *m, const lpx_engine_opts *opts, lp
     c.block_size = o.block_size ? o.block_size : 16;
     c.step_ahead = o.step_ahead >= 0;
     c.device_sampling = o.device_sampling >= 0;
+    c.prefix_caching = o.prefix_caching >= 0;
     c.dev_tune = o.dev_tune;
     c.dev_trace = o.dev_trace;
     c.kv_bytes_per_token = lpx_kv_bytes_per_token(&m->cfg, c.kv_bytes_per_token);

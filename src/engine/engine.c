@@ -53,6 +53,24 @@ static void *alloc_array(size_t n, size_t elem, bool *ok) {
     return p;
 }
 
+/* The root of the prefix cache's hash chains: what else than the tokens makes
+ * a block's K/V differ (the model: its file and every tensor's name, type and
+ * size; the backend; the KV element size), so that no hash is shared across
+ * them. */
+static uint64_t cache_seed(const lpx_model *m, const lpx_engine_config *c) {
+    uint64_t h = lpx_kv_hash_bytes(0, m->path, strnlen(m->path, sizeof m->path));
+    h = lpx_kv_hash_bytes(h, m->format, strnlen(m->format, sizeof m->format));
+    for (int64_t i = 0; i < m->n_tensors; i++) {
+        const lpx_tensor *t = &m->tensors[i];
+        int64_t desc[2] = {(int64_t)t->type, (int64_t)t->nbytes};
+        h = lpx_kv_hash_bytes(h, t->name, strnlen(t->name, sizeof t->name));
+        h = lpx_kv_hash_bytes(h, desc, sizeof desc);
+    }
+    int64_t kv[2] = {(int64_t)c->kv_bytes_per_token, c->block_size};
+    h = lpx_kv_hash_bytes(h, c->ops->name, strlen(c->ops->name));
+    return lpx_kv_hash_bytes(h, kv, sizeof kv);
+}
+
 lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config *c,
                                     lpx_engine **out) {
     *out = NULL;
@@ -76,7 +94,8 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
     e->next_id = 1;
     e->device_sampling = c->device_sampling;
 
-    lpx_status st = lpx_kv_pool_init(&e->pool, c->n_blocks, c->block_size);
+    lpx_status st =
+        lpx_kv_pool_init(&e->pool, c->n_blocks, c->block_size, c->prefix_caching, cache_seed(m, c));
     if (st == LPX_OK) st = lpx_sampler_init(&e->sampler, e->vocab);
     if (st == LPX_OK) {
         bool ok = true;
@@ -93,6 +112,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
             e->flight[f].seqs = alloc_array((size_t)c->max_num_seqs, sizeof(lpx_seq *), &ok);
             e->flight[f].row = alloc_array((size_t)c->max_num_seqs, sizeof(bool), &ok);
             e->flight[f].tokens = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
+            e->flight[f].upto = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
         }
         size_t cells;
         ok = ok && lpx_mul_size((size_t)c->max_num_seqs, stride, &cells);
@@ -375,6 +395,7 @@ static void snapshot(lpx_engine *e) {
     e->st.n_waiting = e->waiting.n + e->incoming.n;
     e->st.kv_blocks_used = lpx_kv_used(&e->pool);
     e->st.kv_blocks_peak = e->pool.peak_used;
+    e->st.kv_blocks_cached = e->pool.n_cached;
 }
 
 /* Ends s: frees its blocks, takes it off the lists, sends the last event
@@ -401,6 +422,7 @@ static void finish(lpx_engine *e, lpx_seq *s, lpx_event *ev, lpx_finish_reason w
     ev->n_prompt_tokens = s->n_prompt;
     ev->n_output_tokens = n_out;
     ev->n_preemptions = s->n_preempt;
+    ev->n_cached_tokens = s->n_cached;
     ev->total_ms = t - s->t_submit;
     ev->queue_ms = (s->t_sched > 0 ? s->t_sched : t) - s->t_submit;
     ev->ttft_ms = n_out > 0 ? s->t_first - s->t_submit : 0;
@@ -556,6 +578,7 @@ static void flight_push(lpx_engine *e, const lpx_seq_list *q, bool continuation)
         s->n_computed += s->n_new;
         s->n_flight++;
         f->seqs[i] = s;
+        f->upto[i] = s->n_computed;
     }
 }
 
@@ -571,6 +594,8 @@ static lpx_status flight_pop(lpx_engine *e, const int32_t *tokens, const char *m
         lpx_seq *s = f->seqs[i];
         int32_t r = f->row[i] ? row++ : -1;
         s->n_flight--;
+        /* Its input tokens are all on the host now: the one fed came from the older step. */
+        if (tokens) lpx_kv_commit(&e->pool, &s->bt, s->tokens, f->upto[i]);
         if (s->done) {
             if (s->n_flight == 0) {
                 lpx_kv_release(&e->pool, &s->bt);
@@ -681,7 +706,7 @@ static int32_t continuation(lpx_engine *e, const lpx_flight *f, lpx_status *st) 
         e->b_feed[q->n] = r;
         q->v[q->n++] = s;
     }
-    if (live != e->running.n || q->n == 0 || need > e->pool.n_free) return 0;
+    if (live != e->running.n || q->n == 0 || need > lpx_kv_available(&e->pool)) return 0;
     int32_t stride = 1;
     for (int32_t i = 0; i < q->n; i++) {
         lpx_seq *s = q->v[i];
@@ -778,7 +803,9 @@ static lpx_status step_scheduled(lpx_engine *e) {
         r->n_seen = n_seen - r->seen_start;
     }
     lpx_sample_batch sb = {.rows = e->s_rows, .seen = e->seen, .n_seen = n_seen};
-    lpx_step step = {.batch = &b, .sample = dev ? &sb : NULL, .tokens = e->sampled,
+    lpx_step step = {.batch = &b,
+                     .sample = dev ? &sb : NULL,
+                     .tokens = e->sampled,
                      .logits = dev ? NULL : e->logits};
     if (st == LPX_OK && dev && ahead) {
         step.tokens = next_tokens(e);
@@ -804,6 +831,7 @@ static lpx_status step_scheduled(lpx_engine *e) {
     for (int32_t i = 0; i < q->n; i++) {
         lpx_seq *s = q->v[i];
         s->n_computed += s->n_new;
+        lpx_kv_commit(&e->pool, &s->bt, s->tokens, s->n_computed);
         if (s->n_computed < s->n_tokens) continue;
         lpx_token_logprob top[LPX_MAX_LOGPROBS];
         float lp = 0;
@@ -941,6 +969,7 @@ void lpx_engine_destroy(lpx_engine *e) {
         free(e->flight[f].seqs);
         free(e->flight[f].row);
         free(e->flight[f].tokens);
+        free(e->flight[f].upto);
     }
     free(e->seen);
     free(e->logits);

@@ -24,6 +24,7 @@ typedef struct lpx_engine_config {
     size_t kv_bytes_per_token;
     bool step_ahead;      /* begin step N+1 before step N ends where the batch allows it */
     bool device_sampling; /* steps with sample (tokens back) when every row allows it */
+    bool prefix_caching;  /* reuse the KV blocks of cached prompt prefixes (kv_blocks.h) */
     const char *dev_tune, *dev_trace; /* for the backend (lpx_engine_opts); may be NULL */
 } lpx_engine_config;
 

@@ -32,6 +32,7 @@ typedef struct lpx_seq {
     int32_t n_computed; /* leading tokens whose K/V are in the cache */
     lpx_block_table bt;
     int32_t n_preempt;
+    int32_t n_cached; /* prompt tokens matched in the prefix cache before any preemption */
     double t_submit, t_first;
     double t_sched; /* the first step that ran it; 0 until then */
     /* This step's share (scheduler): tokens n_computed .. +n_new. */
@@ -53,6 +54,7 @@ typedef struct lpx_flight {
     lpx_seq **seqs; /* [max_num_seqs] batch order */
     bool *row;      /* [max_num_seqs] seqs[i] draws a token (logits rows in batch order) */
     int32_t *tokens; /* [max_num_seqs] the tokens drawn, by logits row (step_end writes them) */
+    int32_t *upto;   /* [max_num_seqs] seqs[i]'s positions with final K/V once the step ends */
     int32_t n;
 } lpx_flight;
 

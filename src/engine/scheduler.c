@@ -4,7 +4,13 @@
  * newest running one (possibly itself). Then, if nothing was preempted,
  * waiting sequences are admitted in order while the sequence limit, the token
  * budget and free blocks allow. The oldest running sequence can always
- * proceed (no sequence is longer than the pool), so there is no deadlock. */
+ * proceed (no sequence is longer than the pool), so there is no deadlock.
+ *
+ * The prefix cache hit is taken here: an admitted sequence starts with the
+ * cached blocks of its longest cached prefix (counted as computed), and a
+ * sequence still in its prompt takes, before each chunk, the blocks another
+ * sequence has cached meanwhile (two requests with one system prompt
+ * admitted together compute it about once). */
 #include "engine/engine_impl.h"
 
 #include "base/error.h"
@@ -62,6 +68,16 @@ static void preempt(lpx_engine *e, lpx_seq *s) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Moves s->n_computed past the cached blocks that continue its tokens. */
+static lpx_status take_cached(lpx_engine *e, lpx_seq *s, int64_t *hits) {
+    int32_t n;
+    LPX_TRY(lpx_kv_match(&e->pool, &s->bt, s->tokens, s->n_tokens, s->n_computed, &n));
+    *hits += n - s->n_computed;
+    if (s->n_preempt == 0) s->n_cached += n - s->n_computed; /* all prompt until an output */
+    s->n_computed = n;
+    return LPX_OK;
+}
+
 lpx_status lpx_schedule(lpx_engine *e) {
     e->sched.n = 0;
     /* Reserve first so that moving sequences between lists cannot fail. */
@@ -71,37 +87,51 @@ lpx_status lpx_schedule(lpx_engine *e) {
         return lpx_errorf(LPX_ERR_NOMEM, "scheduler: %d sequences: out of memory", (int)all);
     int32_t budget = e->cfg.max_num_batched_tokens;
     bool preempted = false;
-    lpx_status st;
+    lpx_status st = LPX_OK;
+    int64_t queries = 0, hits = 0;
     for (int32_t i = 0; i < e->running.n && budget > 0;) {
         lpx_seq *s = e->running.v[i];
+        if (s->n_computed + 1 < s->n_tokens && (st = take_cached(e, s, &hits)) != LPX_OK) break;
         int32_t n_new = s->n_tokens - s->n_computed;
         if (n_new > budget) n_new = budget;
         while (!lpx_kv_reserve(&e->pool, &s->bt, (int64_t)s->n_computed + n_new, &st)) {
-            if (st != LPX_OK) return st;
+            if (st != LPX_OK) break;
             lpx_seq *victim = e->running.v[e->running.n - 1];
             preempt(e, victim);
             preempted = true;
             if (victim == s) break;
         }
-        if (i >= e->running.n || e->running.v[i] != s) break; /* s itself was preempted */
+        if (st != LPX_OK || i >= e->running.n || e->running.v[i] != s)
+            break; /* s itself was preempted */
         s->n_new = n_new;
         budget -= n_new;
         lpx_seq_list_push(&e->sched, s);
         i++;
     }
-    while (!preempted && e->waiting.n > 0 && e->running.n < e->cfg.max_num_seqs && budget > 0) {
-        lpx_seq *s = e->waiting.v[0];
+    while (st == LPX_OK && !preempted && e->waiting.n > 0 && e->running.n < e->cfg.max_num_seqs &&
+           budget > 0) {
+        lpx_seq *s = e->waiting.v[0]; /* no blocks, nothing computed */
+        int64_t hit = 0;
+        if ((st = take_cached(e, s, &hit)) != LPX_OK) break;
         int32_t n_new = s->n_tokens - s->n_computed;
         if (n_new > budget) n_new = budget;
         if (!lpx_kv_reserve(&e->pool, &s->bt, (int64_t)s->n_computed + n_new, &st)) {
-            if (st != LPX_OK) return st;
+            lpx_kv_release(&e->pool, &s->bt); /* the cached blocks stay cached */
+            if (s->n_preempt == 0) s->n_cached = 0;
+            s->n_computed = 0;
             break;
         }
+        if (e->pool.caching) queries += s->n_tokens;
+        hits += hit;
         lpx_seq_list_remove(&e->waiting, s);
         lpx_seq_list_push(&e->running, s);
         lpx_seq_list_push(&e->sched, s);
         s->n_new = n_new;
         budget -= n_new;
     }
-    return LPX_OK;
+    pthread_mutex_lock(&e->mu);
+    e->st.prefix_cache_queries += queries;
+    e->st.prefix_cache_hits += hits;
+    pthread_mutex_unlock(&e->mu);
+    return st;
 }

@@ -182,6 +182,11 @@ char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char 
     counter(&b, "generation_tokens", "Generated tokens.", model, (double)st->generated_tokens);
     counter(&b, "preemptions", "Requests preempted for KV cache space.", model,
             (double)st->n_preemptions);
+    counter(&b, "prefix_cache_queries",
+            "Tokens of admitted requests looked up in the prefix cache (vLLM's name).", model,
+            (double)st->prefix_cache_queries);
+    counter(&b, "prefix_cache_hits", "Of those, tokens whose KV came from the prefix cache.", model,
+            (double)st->prefix_cache_hits);
     counter(&b, "engine_steps", "Engine steps (forward passes over a batch).", model,
             (double)st->n_steps);
     counter(&b, "engine_steps_ahead",
@@ -211,6 +216,8 @@ char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char 
     gauge(&b, "kv_cache_blocks_total", "KV cache blocks in the pool.", model,
           (double)st->kv_blocks_total);
     gauge(&b, "kv_cache_blocks_used", "KV cache blocks in use.", model, (double)st->kv_blocks_used);
+    gauge(&b, "kv_cache_blocks_cached", "KV cache blocks kept for prefix reuse, held or not.",
+          model, (double)st->kv_blocks_cached);
     gauge(&b, "engine_tokens_per_second", "Generated tokens per second of engine busy time.", model,
           st->tok_s);
     gauge(&b, "process_peak_rss_bytes", "Peak resident memory of the server process.", model,

@@ -79,6 +79,22 @@ def job(tmp_path_factory, lpx_bin, smollm2):
     return d, inp, ref
 
 
+def test_prefix_cache_same_outputs(job, lpx_bin, smollm2):
+    """The chat lines share the template's system prompt: with the prefix cache
+    (the default) some prompt tokens come from it, and every output is what
+    --no-prefix-caching gives."""
+    d, inp, ref = job
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(d / "nocache"), "-m", smollm2,
+              "--no-prefix-caching")
+    assert r.returncode == 0, r.stderr
+    assert outputs(d / "nocache") == ref
+    on = json.loads((d / "ref" / "summary.json").read_text())["prefix_cache"]
+    off = json.loads((d / "nocache" / "summary.json").read_text())["prefix_cache"]
+    assert on["queries"] > 0 and 0 < on["hits"] < on["queries"]
+    assert on["hit_rate"] == round(on["hits"] / on["queries"], 3)
+    assert off == {"queries": 0, "hits": 0, "hit_rate": 0}
+
+
 def test_outputs_and_summary(job):
     d, _, ref = job
     recs = read_jsonl(d / "ref" / "results.jsonl")

@@ -66,3 +66,27 @@ def test_against_lpx_serve(lpx_bin, lpx_server, tmp_path):
         run["total_input_tokens"] == 64
     assert after["generation_tokens_total"] - before["generation_tokens_total"] == \
         run["total_output_tokens"] == 32
+    # random prompts share no block; the hit rate is still reported
+    assert 0 <= run["prefix_cache_hit_rate"] <= 1
+    assert "Prefix cache hit rate (%):" in r.stdout
+
+
+def test_prefix_cache_hit_rate(lpx_bin, lpx_server, tmp_path):
+    """A dataset whose prompts share a long prefix, one request at a time: the hit
+    rate is the server's hits over its queries during the run."""
+    shared = " ".join(f"rule {i} says the answer is short." for i in range(12))
+    ds = tmp_path / "ds.jsonl"
+    ds.write_text("".join(json.dumps({"prompt": f"{shared} Question {i}?", "output_len": 2}) + "\n"
+                          for i in range(3)))
+    text = urllib.request.urlopen(lpx_server + "/metrics", timeout=10).read().decode()
+    get = lambda t, n: float(re.search(rf"^lpx:{n}(?:{{[^}}]*}})? (\S+)$", t, re.M).group(1))
+    q0, h0 = get(text, "prefix_cache_queries_total"), get(text, "prefix_cache_hits_total")
+    out_json = tmp_path / "run.json"
+    r = subprocess.run([lpx_bin, "bench", "serve", "--url", lpx_server, "--dataset", str(ds),
+                        "--max-concurrency", "1", "--json", str(out_json)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = urllib.request.urlopen(lpx_server + "/metrics", timeout=10).read().decode()
+    q1, h1 = get(text, "prefix_cache_queries_total"), get(text, "prefix_cache_hits_total")
+    run = json.loads(out_json.read_text())["runs"][0]
+    assert h1 > h0 and run["prefix_cache_hit_rate"] == pytest.approx((h1 - h0) / (q1 - q0))

@@ -312,7 +312,8 @@ def test_metrics_parse(srv, client):
     for name in ["lpx:num_requests_running", "lpx:num_requests_waiting", "lpx:kv_cache_usage_perc"]:
         assert fams[name].type == "gauge"
     for name in ["lpx:prompt_tokens", "lpx:generation_tokens", "lpx:request_success",
-                 "lpx:preemptions", "lpx:engine_steps", "lpx:engine_steps_ahead"]:
+                 "lpx:preemptions", "lpx:engine_steps", "lpx:engine_steps_ahead",
+                 "lpx:prefix_cache_queries", "lpx:prefix_cache_hits"]:
         assert fams[name].type == "counter"
     m = srv.metrics()
     assert m["lpx:generation_tokens_total"] >= 2 and m["lpx:time_to_first_token_seconds_count"] >= 1
@@ -324,6 +325,27 @@ def test_metrics_parse(srv, client):
     reasons = {s.labels["finished_reason"]: s.value for s in fams["lpx:request_success"].samples}
     assert reasons["length"] >= 1
     assert not any(n.startswith("lpx:gpu_") for n in fams)  # no GPU in CI
+
+
+def test_prefix_cache(srv, client):
+    """A prompt sent twice: the second time its full blocks come from the prefix
+    cache (counted in tokens, vLLM's metric names) and the tokens are the same."""
+    prompt = ("Here is a list of the planets of the solar system, from the closest to the "
+              "Sun to the farthest, with one fact about each of them: Mercury,")
+    n = srv.post("/tokenize", {"prompt": prompt}).json()["count"]
+    assert n > 17
+    before = srv.metrics()
+    a = complete(client, prompt=prompt, max_tokens=6)
+    mid = srv.metrics()
+    b = complete(client, prompt=prompt, max_tokens=6)
+    after = srv.metrics()
+    assert a.choices[0].text == b.choices[0].text
+    q = "lpx:prefix_cache_queries_total"
+    h = "lpx:prefix_cache_hits_total"
+    assert mid[q] - before[q] == n and after[q] - mid[q] == n
+    # every full block but the one with the last token, which is always computed
+    assert after[h] - mid[h] == (n - 1) // 16 * 16
+    assert after["lpx:kv_cache_blocks_cached"] >= (n - 1) // 16
 
 
 def test_request_log_lines(srv, client):

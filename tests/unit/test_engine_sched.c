@@ -30,6 +30,9 @@ typedef struct mock {
 
 static const lpx_backend_ops mock_ops;
 static int violations;
+/* The engine's pool, when set: a step that writes a slot of a block registered
+ * in the prefix cache is a violation (registered K/V are final). */
+static const lpx_kv_pool *watch;
 
 static float logit_of(uint64_t h, int v) {
     uint64_t x = h ^ ((uint64_t)v * 0x9E3779B97F4A7C15ull);
@@ -79,6 +82,7 @@ static lpx_status mock_step(lpx_backend *be, const lpx_batch *bt, float *logits)
                 violations++;
                 continue;
             }
+            if (watch && watch->caching && watch->cached[blk]) violations++;
             b->slots[blk * bs + p % bs] = bt->tokens[t];
         }
         for (; row < bt->n_logits && bt->logit_rows[row] < end; row++) {
@@ -230,11 +234,12 @@ static lpx_model model;
 
 /* ahead: steps with sample, one step ahead; else every step returns logits and
  * the engine samples on the host. */
-static lpx_engine *make_on(bool ahead, int max_seqs, int max_tokens_step, int n_blocks,
-                           int block_size) {
+static lpx_engine *make_on(bool ahead, bool caching, int max_seqs, int max_tokens_step,
+                           int n_blocks, int block_size) {
     lpx_engine_config c = {.ops = &mock_ops,
                            .step_ahead = ahead,
                            .device_sampling = ahead,
+                           .prefix_caching = caching,
                            .device_name = "mock",
                            .max_num_seqs = max_seqs,
                            .max_num_batched_tokens = max_tokens_step,
@@ -244,11 +249,28 @@ static lpx_engine *make_on(bool ahead, int max_seqs, int max_tokens_step, int n_
                            .kv_bytes_per_token = 8};
     lpx_engine *e = NULL;
     CHECK(lpx_engine_create_config(&model, &c, &e) == LPX_OK);
+    watch = e ? &e->pool : NULL;
     return e;
 }
 
 static lpx_engine *make(int max_seqs, int max_tokens_step, int n_blocks, int block_size) {
-    return make_on(false, max_seqs, max_tokens_step, n_blocks, block_size);
+    return make_on(false, false, max_seqs, max_tokens_step, n_blocks, block_size);
+}
+
+/* Every block registered in the prefix cache holds, in the mock's cache, the
+ * tokens it is registered with. */
+static bool cache_consistent(const lpx_engine *e) {
+    const lpx_kv_pool *p = &e->pool;
+    const mock *b = (const mock *)e->be;
+    int32_t n_cached = 0;
+    for (int32_t id = 0; p->caching && id < p->n_blocks; id++) {
+        if (!p->cached[id]) continue;
+        n_cached++;
+        size_t at = (size_t)id * p->block_size;
+        if (memcmp(p->tokens + at, b->slots + at, (size_t)p->block_size * sizeof(int32_t)))
+            return false;
+    }
+    return n_cached == p->n_cached && lpx_kv_used(p) + p->n_free + p->n_lru == p->n_blocks;
 }
 
 static void drain(lpx_engine *e) {
@@ -263,23 +285,32 @@ static void make_prompt(int k, int32_t *p, int n) {
         p[i] = (k * 31 + i * 7 + (i * i) % 13) % (VOCAB - 1);
 }
 
+/* Prompt k of a batch: 3..42 tokens, of which the first (k % 4) blocks (as
+ * many as fit before its last token) are common to the batch. */
+static int batch_prompt(int k, int block_size, int32_t *p) {
+    int len = 3 + (k * 11) % 40, shared = (k % 4) * block_size;
+    if (shared > len - 1) shared = (len - 1) / block_size * block_size;
+    make_prompt(1000, p, shared);
+    make_prompt(k, p + shared, len - shared);
+    return len;
+}
+
 /* Runs n requests together on an engine shaped by the arguments and checks
- * each against the reference; returns the preemptions seen. sampled: 0
- * greedy, 1 seeded with penalties, 2 seeded without (steps run ahead). ahead:
- * on the mock's step_begin/step_end, checking that steps did run ahead when
- * the requests allow it. */
+ * each against the reference; returns the preemptions seen, and the prefix
+ * cache's hits in *hits. sampled: 0 greedy, 1 seeded with penalties, 2 seeded
+ * without (steps run ahead). ahead: on the mock's step_begin/step_end,
+ * checking that steps did run ahead when the requests allow it. caching: the
+ * prefix cache on (its registered blocks checked against the mock's cache). */
 static int64_t batch_run(int n, int max_seqs, int step_tokens, int n_blocks, int block_size,
-                         int sampled, bool ahead) {
-    lpx_engine *e =
-        make_on(ahead, max_seqs, step_tokens, n_blocks, block_size);
+                         int sampled, bool ahead, bool caching, int64_t *hits) {
+    lpx_engine *e = make_on(ahead, caching, max_seqs, step_tokens, n_blocks, block_size);
     if (!e) return -1;
     static result res[16];
     int32_t prompts[16][64];
     int lens[16];
     lpx_request rq[16];
     for (int k = 0; k < n; k++) {
-        lens[k] = 3 + (k * 11) % 40;
-        make_prompt(k, prompts[k], lens[k]);
+        lens[k] = batch_prompt(k, block_size, prompts[k]);
         memset(&res[k], 0, sizeof res[k]);
         lpx_request_init(&rq[k]);
         rq[k].prompt_ids = prompts[k];
@@ -310,8 +341,196 @@ static int64_t batch_run(int n, int max_seqs, int step_tokens, int n_blocks, int
     CHECK(st.kv_blocks_used == 0 && st.n_running == 0 && st.n_waiting == 0);
     CHECK(st.n_finished == n && st.n_submitted == n);
     CHECK((st.steps_ahead > 0) == (ahead && sampled != 1));
+    CHECK(cache_consistent(e));
+    CHECK(st.prefix_cache_hits <= st.prefix_cache_queries);
+    CHECK(caching || (st.prefix_cache_queries == 0 && st.kv_blocks_cached == 0));
+    if (hits) *hits = st.prefix_cache_hits;
     lpx_engine_destroy(e);
     return st.n_preemptions;
+}
+
+/* ---- prefix cache --------------------------------------------------------- */
+
+/* Submits a greedy request of n prompt tokens and max_tokens outputs. */
+static uint64_t submit_greedy(lpx_engine *e, const int32_t *prompt, int n, int max_tokens,
+                              result *r) {
+    lpx_request rq;
+    lpx_request_init(&rq);
+    rq.prompt_ids = prompt;
+    rq.n_prompt_ids = (size_t)n;
+    rq.max_tokens = max_tokens;
+    rq.ignore_eos = true;
+    memset(r, 0, sizeof *r);
+    uint64_t id = 0;
+    CHECK(lpx_engine_submit(e, &rq, on_event, r, &id) == LPX_OK);
+    return id;
+}
+
+/* r holds the reference's greedy tokens for prompt. */
+static bool greedy_ok(const result *r, const int32_t *prompt, int n, int max_tokens) {
+    lpx_sampling_params sp = {.top_p = 1, .repetition_penalty = 1};
+    int32_t want[MAXPOS];
+    int nw = reference(prompt, n, &sp, max_tokens, false, want);
+    return r->n == nw && !memcmp(r->tokens, want, (size_t)nw * sizeof *want);
+}
+
+static lpx_engine_stats stats(lpx_engine *e) {
+    lpx_engine_stats st;
+    lpx_engine_get_stats(e, &st);
+    return st;
+}
+
+/* One request after another, each sharing a prefix with the last: the second
+ * computes only its tail, and what it takes from the cache is counted. */
+static void cache_sequential(void) {
+    lpx_engine *e = make_on(false, true, 4, 64, 32, 4);
+    int32_t a[30], b[27];
+    make_prompt(7, a, 30);
+    memcpy(b, a, 16 * sizeof *b); /* 4 blocks of 4 in common */
+    make_prompt(8, b + 16, 11);
+    result ra, rb, rc;
+    submit_greedy(e, a, 30, 5, &ra);
+    drain(e);
+    lpx_engine_stats s1 = stats(e);
+    CHECK(greedy_ok(&ra, a, 30, 5) && ra.n_events == 5);
+    CHECK(s1.computed_tokens == 30 + 4); /* the prompt, then 4 decode steps */
+    CHECK(s1.prefix_cache_queries == 30 && s1.prefix_cache_hits == 0);
+    /* a's 34 tokens: 8 full blocks registered, none held. */
+    CHECK(s1.kv_blocks_cached == 8 && s1.kv_blocks_used == 0);
+
+    submit_greedy(e, b, 27, 5, &rb);
+    drain(e);
+    lpx_engine_stats s2 = stats(e);
+    CHECK(greedy_ok(&rb, b, 27, 5));
+    CHECK(s2.computed_tokens - s1.computed_tokens == (27 - 16) + 4); /* only the tail */
+    CHECK(s2.prefix_cache_queries == 30 + 27 && s2.prefix_cache_hits == 16);
+
+    /* The whole prompt cached (a again, and a's first output tokens): all but
+     * the block holding the last token come from the cache. */
+    int32_t a2[33];
+    memcpy(a2, a, sizeof a);
+    memcpy(a2 + 30, ra.tokens, 3 * sizeof *a2);
+    submit_greedy(e, a2, 33, 2, &rc);
+    drain(e);
+    lpx_engine_stats s3 = stats(e);
+    CHECK(greedy_ok(&rc, a2, 33, 2) && rc.tokens[0] == ra.tokens[3]);
+    CHECK(s3.prefix_cache_hits - s2.prefix_cache_hits == 32); /* 8 blocks; token 33 computed */
+    CHECK(s3.computed_tokens - s2.computed_tokens == 1 + 1);
+    CHECK(cache_consistent(e) && violations == 0);
+    lpx_engine_destroy(e);
+}
+
+static int32_t n_cached_seen;
+static void on_event_cached(const lpx_event *ev, void *user) {
+    if (ev->finish) n_cached_seen = ev->n_cached_tokens;
+    on_event(ev, user);
+}
+
+/* Two requests with one long prefix admitted in the same step both compute
+ * their first chunk; the later one then takes the blocks the first one cached
+ * meanwhile instead of computing them again (the event says how many). */
+static void cache_same_step(void) {
+    lpx_engine *e = make_on(false, true, 4, 64, 64, 4);
+    int32_t a[40], b[40];
+    make_prompt(11, a, 40);
+    memcpy(b, a, 32 * sizeof *b);
+    make_prompt(12, b + 32, 8);
+    result ra, rb;
+    submit_greedy(e, a, 40, 3, &ra);
+    lpx_request rq;
+    lpx_request_init(&rq);
+    rq.prompt_ids = b;
+    rq.n_prompt_ids = 40;
+    rq.max_tokens = 3;
+    rq.ignore_eos = true;
+    memset(&rb, 0, sizeof rb);
+    uint64_t id;
+    CHECK(lpx_engine_submit(e, &rq, on_event_cached, &rb, &id) == LPX_OK);
+    drain(e);
+    lpx_engine_stats st = stats(e);
+    CHECK(greedy_ok(&ra, a, 40, 3) && greedy_ok(&rb, b, 40, 3));
+    /* Step 1: a's 40 and b's first 24; step 2: b takes a's blocks 6 and 7. */
+    CHECK(st.prefix_cache_hits == 8 && n_cached_seen == 8);
+    CHECK(st.computed_tokens == 40 + 24 + 8 + 2 * 2);
+    CHECK(cache_consistent(e) && violations == 0);
+    lpx_engine_destroy(e);
+}
+
+/* A pool too small for everything: prompts sharing prefixes one after another
+ * evict and recompute, and give the reference's tokens. */
+static void cache_tiny_pool(void) {
+    for (int ahead = 0; ahead < 2; ahead++) {
+        lpx_engine *e = make_on(ahead, true, 2, 16, 10, 4); /* 40 slots */
+        int32_t p[12][48];
+        int n[12];
+        for (int k = 0; k < 12; k++) {
+            n[k] = batch_prompt(k, 4, p[k]) % 20 + 5;
+            if (k % 3 == 2) memcpy(p[k], p[k - 2], 8 * sizeof(int32_t)); /* 2 blocks of k-2 */
+        }
+        static result r[12];
+        for (int k = 0; k < 12; k += 2) { /* two at a time */
+            submit_greedy(e, p[k], n[k], 6, &r[k]);
+            submit_greedy(e, p[k + 1], n[k + 1], 6, &r[k + 1]);
+            drain(e);
+            CHECK(cache_consistent(e));
+        }
+        for (int k = 0; k < 12; k++)
+            CHECK(greedy_ok(&r[k], p[k], n[k], 6));
+        lpx_engine_stats st = stats(e);
+        printf("tiny pool (ahead %d): %lld hits of %lld queried, %lld preemptions, %d cached\n",
+               ahead, (long long)st.prefix_cache_hits, (long long)st.prefix_cache_queries,
+               (long long)st.n_preemptions, st.kv_blocks_cached);
+        CHECK(st.prefix_cache_hits > 0 && st.kv_blocks_cached <= 10 && st.kv_blocks_used == 0);
+        CHECK(violations == 0);
+        lpx_engine_destroy(e);
+    }
+}
+
+/* Cancelling a request that shares blocks leaves them to the other holder
+ * and to the cache; a failed step registers nothing it wrote. */
+static void cache_cancel_and_fail(void) {
+    lpx_engine *e = make_on(false, true, 4, 64, 16, 4);
+    int32_t a[20], b[22];
+    make_prompt(21, a, 20);
+    memcpy(b, a, 16 * sizeof *b);
+    make_prompt(22, b + 16, 6);
+    result ra, rb, rc;
+    submit_greedy(e, a, 20, 2, &ra);
+    drain(e); /* a's prompt cached */
+    uint64_t ia = submit_greedy(e, a, 20, -1, &ra);
+    submit_greedy(e, b, 22, 8, &rb);
+    bool busy;
+    for (int i = 0; i < 3; i++)
+        lpx_engine_step(e, &busy);
+    CHECK(e->running.n == 2 && e->pool.ref[e->running.v[0]->bt.ids[0]] == 2);
+    CHECK(lpx_engine_cancel(e, ia) == LPX_OK);
+    drain(e);
+    CHECK(ra.finish == LPX_FINISH_CANCELLED && rb.finish == LPX_FINISH_LENGTH);
+    CHECK(greedy_ok(&rb, b, 22, 8));
+    lpx_engine_stats st = stats(e);
+    CHECK(st.kv_blocks_used == 0 && st.kv_blocks_cached > 0 && cache_consistent(e));
+    /* The prefix is still there for the next one. */
+    int64_t hits = st.prefix_cache_hits;
+    submit_greedy(e, b, 22, 3, &rc);
+    drain(e);
+    CHECK(greedy_ok(&rc, b, 22, 3) && stats(e).prefix_cache_hits - hits == 20);
+
+    /* A step that fails: its sequence ends with "error" and none of the
+     * blocks it wrote is registered. */
+    int32_t c[16];
+    make_prompt(23, c, 16);
+    int32_t cached_before = stats(e).kv_blocks_cached;
+    submit_greedy(e, c, 16, 3, &rc);
+    ((mock *)e->be)->fail_next = 1;
+    CHECK(lpx_engine_step(e, &busy) == LPX_ERR_DEVICE);
+    CHECK(rc.finish == LPX_FINISH_ERROR);
+    st = stats(e);
+    CHECK(st.kv_blocks_cached == cached_before && st.kv_blocks_used == 0);
+    submit_greedy(e, c, 16, 3, &rc);
+    drain(e);
+    CHECK(greedy_ok(&rc, c, 16, 3));
+    CHECK(cache_consistent(e) && violations == 0);
+    lpx_engine_destroy(e);
 }
 
 /* ---- threads -------------------------------------------------------------- */
@@ -348,16 +567,23 @@ int main(void) {
     /* Alone, batched, chunked prefill, and under KV pressure: all equal the
      * reference (greedy, seeded sampling with and without penalties), with
      * steps run synchronously and one ahead. */
-    for (int ahead = 0; ahead < 2; ahead++)
-        for (int sampled = 0; sampled < 3; sampled++) {
-            CHECK(batch_run(1, 8, 256, 64, 16, sampled, ahead) == 0);
-            CHECK(batch_run(8, 8, 256, 256, 16, sampled, ahead) == 0);
-            CHECK(batch_run(8, 8, 7, 256, 4, sampled, ahead) == 0); /* prefill in chunks of <= 7 */
-            /* 12 blocks of 8 tokens: 96 slots for 8 sequences of up to ~70. */
-            int64_t pre = batch_run(8, 8, 64, 12, 8, sampled, ahead);
-            CHECK(pre > 0);
-            CHECK(batch_run(16, 3, 16, 16, 4, sampled, ahead) > 0);
-        }
+    for (int caching = 0; caching < 2; caching++)
+        for (int ahead = 0; ahead < 2; ahead++)
+            for (int sampled = 0; sampled < 3; sampled++) {
+                int64_t h[5] = {0};
+                CHECK(batch_run(1, 8, 256, 64, 16, sampled, ahead, caching, &h[0]) == 0);
+                CHECK(batch_run(8, 8, 256, 256, 16, sampled, ahead, caching, &h[1]) == 0);
+                /* prefill in chunks of <= 7 */
+                CHECK(batch_run(8, 8, 7, 256, 4, sampled, ahead, caching, &h[2]) == 0);
+                /* 12 blocks of 8 tokens: 96 slots for 8 sequences of up to ~70. */
+                int64_t pre = batch_run(8, 8, 64, 12, 8, sampled, ahead, caching, &h[3]);
+                CHECK(pre > 0);
+                CHECK(batch_run(16, 3, 16, 16, 4, sampled, ahead, caching, &h[4]) > 0);
+                /* With the cache: hits wherever a shared prefix or a preempted
+                 * sequence's own blocks were still cached when it was admitted. */
+                CHECK(caching == (h[2] > 0 && h[3] > 0 && h[4] > 0));
+                CHECK(h[0] == 0 && h[1] == 0); /* alone, or all admitted in one step */
+            }
     CHECK(violations == 0);
 
     /* EOS ends a greedy run with "stop" exactly where the reference emits it;
@@ -511,6 +737,11 @@ int main(void) {
         CHECK(r3.at_end.kv_blocks_used == 0);
         lpx_engine_destroy(e);
     }
+
+    cache_sequential();
+    cache_same_step();
+    cache_tiny_pool();
+    cache_cancel_and_fail();
 
     /* The engine thread serving four submitting threads at once. */
     {
