@@ -258,6 +258,10 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
             LPX_MODEL2="$shapes/qwen2.5-0.5b" "$root/$build/test_two_engines"
         grep -E "order [01]:" "$out/checks.log" | tail -2 >>"$summary"
     fi
+    # automatic prefix caching on this backend: shuffled requests sharing prefixes give
+    # the same tokens with the cache on and off (test_engine_prefix)
+    check "prefix caching: the same tokens on and off (test_engine_prefix)" \
+        env LPX_TEST_DEVICE="$dev" LPX_MODEL="$smol" "$root/$build/test_engine_prefix"
     run_text() { "$lpx" run -m "$smol" -p "The capital of France is" -n 32 --ignore-eos "$@" 2>>"$out/checks.log"; }
     seeded="--temp 0.8 --top-k 50 --top-p 0.9 --min-p 0.02 --repeat-penalty 1.2 -s 7"
     for mode in greedy seeded; do
