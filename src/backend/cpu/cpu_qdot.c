@@ -1,0 +1,233 @@
+#include "backend/cpu/cpu_qdot.h"
+
+#include "format/ggml.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ---- plain C: the reference --------------------------------------------- */
+
+static float rd_f16(const uint8_t *p) {
+    return lpx_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* d = amax / 127 and q = round-half-even(x / d), as the AVX2 version rounds
+ * (cvtps uses the default rounding mode), so both give the same bytes. Inputs
+ * are finite (a NaN or inf activation is a broken model either way). */
+static void quantize_c(const float *x, lpx_blk_q8 *out, int64_t n) {
+    for (int64_t b = 0; b < n / LPX_QK; b++, x += LPX_QK) {
+        float amax = 0.0f;
+        for (int j = 0; j < LPX_QK; j++)
+            amax = fmaxf(amax, fabsf(x[j]));
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (int j = 0; j < LPX_QK; j++) {
+            int q = (int)nearbyintf(x[j] * id);
+            out[b].q[j] = (int8_t)q;
+            sum += q;
+        }
+        out[b].d = d;
+        out[b].s = d * (float)sum;
+    }
+}
+
+static float dot_q8_0_c(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += LPX_Q8_0_BYTES) {
+        int s = 0;
+        for (int j = 0; j < LPX_QK; j++)
+            s += (int8_t)w[2 + j] * x[b].q[j];
+        acc += rd_f16(w) * x[b].d * (float)s;
+    }
+    return acc;
+}
+
+static float dot_q4_0_c(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += LPX_Q4_0_BYTES) {
+        int s = 0;
+        for (int j = 0; j < LPX_QK / 2; j++)
+            s += ((w[2 + j] & 15) - 8) * x[b].q[j] + ((w[2 + j] >> 4) - 8) * x[b].q[j + 16];
+        acc += rd_f16(w) * x[b].d * (float)s;
+    }
+    return acc;
+}
+
+static float dot_q4_1_c(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++, w += LPX_Q4_1_BYTES) {
+        int s = 0;
+        for (int j = 0; j < LPX_QK / 2; j++)
+            s += (w[4 + j] & 15) * x[b].q[j] + (w[4 + j] >> 4) * x[b].q[j + 16];
+        acc += rd_f16(w) * x[b].d * (float)s + rd_f16(w + 2) * x[b].s;
+    }
+    return acc;
+}
+
+/* ---- AVX2 ---------------------------------------------------------------- */
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define HAVE_AVX2 1
+
+AVX2 static inline float f16_avx2(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+AVX2 static inline float hsum_avx2(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16 bytes of nibbles to 32 bytes 0..15 in element order (low nibbles first). */
+AVX2 static inline __m256i nibbles_avx2(const uint8_t *p) {
+    __m128i t = _mm_loadu_si128((const __m128i *)p);
+    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+/* Sums of 4 products of unsigned u (0..255) and signed q bytes, as 8 floats.
+ * maddubs adds pairs into int16 without overflow for the ranges used here
+ * (|q| <= 127, u <= 128: 2 * 128 * 127 < 32768). */
+AVX2 static inline __m256 madd_u8i8_avx2(__m256i u, __m256i q) {
+    __m256i p16 = _mm256_maddubs_epi16(u, q);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* Signed weights w times signed activations: |w| and q with w's sign. */
+AVX2 static inline __m256 madd_i8i8_avx2(__m256i w, __m256i q) {
+    return madd_u8i8_avx2(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
+}
+
+AVX2 static void quantize_avx2(const float *x, lpx_blk_q8 *out, int64_t n) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < n / LPX_QK; b++, x += LPX_QK) {
+        __m256 v[4];
+        for (int k = 0; k < 4; k++)
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+        __m256 m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+            _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const __m256 mul = _mm256_set1_ps(id);
+        __m256i i[4];
+        for (int k = 0; k < 4; k++)
+            i[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], mul));
+        __m256i sum = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        /* packs work per 128-bit lane; the permute puts the 4-byte groups back in order */
+        __m256i p =
+            _mm256_packs_epi16(_mm256_packs_epi32(i[0], i[1]), _mm256_packs_epi32(i[2], i[3]));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)out[b].q, p);
+        out[b].d = d;
+        out[b].s = d * (float)_mm_cvtsi128_si32(s4);
+    }
+}
+
+/* One block of each type added into acc (and the Q4_1 offset into mins). */
+AVX2 static inline __m256 q8_0_block_avx2(const uint8_t *w, const lpx_blk_q8 *x, __m256 acc) {
+    __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
+    __m256 p = madd_i8i8_avx2(q, _mm256_loadu_si256((const __m256i *)x->q));
+    return _mm256_fmadd_ps(_mm256_set1_ps(f16_avx2(w) * x->d), p, acc);
+}
+
+AVX2 static inline __m256 q4_0_block_avx2(const uint8_t *w, const lpx_blk_q8 *x, __m256 acc) {
+    __m256i q = _mm256_sub_epi8(nibbles_avx2(w + 2), _mm256_set1_epi8(8));
+    __m256 p = madd_i8i8_avx2(q, _mm256_loadu_si256((const __m256i *)x->q));
+    return _mm256_fmadd_ps(_mm256_set1_ps(f16_avx2(w) * x->d), p, acc);
+}
+
+/* d and m are converted together: (d, m) * (x.d, x.s) = (scale, offset). */
+AVX2 static inline __m256 q4_1_block_avx2(const uint8_t *w, const lpx_blk_q8 *x, __m256 acc,
+                                          __m128 *mins) {
+    int32_t dm;
+    memcpy(&dm, w, 4);
+    __m128 f = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dm)),
+                          _mm_castpd_ps(_mm_load_sd((const double *)&x->d)));
+    *mins = _mm_add_ps(*mins, f);
+    __m256 p = madd_u8i8_avx2(nibbles_avx2(w + 4), _mm256_loadu_si256((const __m256i *)x->q));
+    return _mm256_fmadd_ps(_mm256_broadcastss_ps(f), p, acc);
+}
+
+/* Two accumulators, over even and odd blocks, hide the FMA latency. */
+AVX2 static float dot_q8_0_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, w += 2 * LPX_Q8_0_BYTES) {
+        a0 = q8_0_block_avx2(w, x + b, a0);
+        a1 = q8_0_block_avx2(w + LPX_Q8_0_BYTES, x + b + 1, a1);
+    }
+    if (b < nb) a0 = q8_0_block_avx2(w, x + b, a0);
+    return hsum_avx2(_mm256_add_ps(a0, a1));
+}
+
+AVX2 static float dot_q4_0_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, w += 2 * LPX_Q4_0_BYTES) {
+        a0 = q4_0_block_avx2(w, x + b, a0);
+        a1 = q4_0_block_avx2(w + LPX_Q4_0_BYTES, x + b + 1, a1);
+    }
+    if (b < nb) a0 = q4_0_block_avx2(w, x + b, a0);
+    return hsum_avx2(_mm256_add_ps(a0, a1));
+}
+
+AVX2 static float dot_q4_1_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m128 m0 = _mm_setzero_ps(), m1 = _mm_setzero_ps(); /* lane 1: the offsets */
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, w += 2 * LPX_Q4_1_BYTES) {
+        a0 = q4_1_block_avx2(w, x + b, a0, &m0);
+        a1 = q4_1_block_avx2(w + LPX_Q4_1_BYTES, x + b + 1, a1, &m1);
+    }
+    if (b < nb) a0 = q4_1_block_avx2(w, x + b, a0, &m0);
+    __m128 m = _mm_add_ps(m0, m1);
+    return hsum_avx2(_mm256_add_ps(a0, a1)) + _mm_cvtss_f32(_mm_movehdup_ps(m));
+}
+
+static bool has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+#else
+#define HAVE_AVX2 0
+static bool has_avx2(void) {
+    return false;
+}
+#endif
+
+bool cpu_qkernels_init(cpu_qkernels *k, const char *isa) {
+    memset(k, 0, sizeof *k);
+    bool any = !isa || !isa[0], c = !any && !strcmp(isa, "c"), avx2 = !any && !strcmp(isa, "avx2");
+    if (!any && !c && !avx2) return false;
+    if (avx2 && !has_avx2()) return false;
+#if HAVE_AVX2
+    if (!c && has_avx2()) {
+        k->isa = "avx2";
+        k->quantize = quantize_avx2;
+        k->dot[LPX_DT_Q8_0] = dot_q8_0_avx2;
+        k->dot[LPX_DT_Q4_0] = dot_q4_0_avx2;
+        k->dot[LPX_DT_Q4_1] = dot_q4_1_avx2;
+        return true;
+    }
+#endif
+    k->isa = "c";
+    k->quantize = quantize_c;
+    k->dot[LPX_DT_Q8_0] = dot_q8_0_c;
+    k->dot[LPX_DT_Q4_0] = dot_q4_0_c;
+    k->dot[LPX_DT_Q4_1] = dot_q4_1_c;
+    return true;
+}
