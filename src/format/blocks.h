@@ -13,7 +13,7 @@
  * K-quant super-blocks of 256 (8 sub-blocks of 32, or 16 of 16 for Q6_K):
  *   Q4_K  f16 d @0, f16 dmin @2, scales[12] @4, qs[128] @16            144 bytes
  *         sub-block j: x = d * sc_j * q - dmin * m_j, 6-bit sc_j, m_j packed
- *         in scales (lpx_blk_scale_min_k4); q of sub-blocks 2i, 2i+1 are the
+ *         in scales (lpx_blk_k4_scales); q of sub-blocks 2i, 2i+1 are the
  *         low and high nibbles of qs[32 i .. 32 i + 32)
  *   Q5_K  as Q4_K with qh[32] @16, qs[128] @48; bit 2i / 2i+1 of qh[l] is
  *         bit 4 of element l of sub-block 2i / 2i+1                     176 bytes
@@ -35,15 +35,16 @@
 #define LPX_Q5_K_BYTES 176
 #define LPX_Q6_K_BYTES 210
 
-/* 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block from
- * its 12 scale bytes (ggml's get_scale_min_k4). */
-static inline void lpx_blk_scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
-    if (j < 4) {
-        *sc = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *sc = (uint8_t)((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4));
-        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+/* The eight 6-bit scales and mins of a Q4_K / Q5_K super-block from its 12
+ * scale bytes q: sub-block j < 4 has sc = q[j] & 63, m = q[j + 4] & 63; j >= 4
+ * has the low 4 bits in q[j + 4] (sc low, m high nibble) and the top 2 in the
+ * top bits of q[j - 4] (sc) and q[j] (m) (ggml's get_scale_min_k4). */
+static inline void lpx_blk_k4_scales(const uint8_t *q, uint8_t sc[8], uint8_t m[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((q[j + 8] & 0xf) | ((q[j] >> 6) << 4));
+        m[j + 4] = (uint8_t)((q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4));
     }
 }
 

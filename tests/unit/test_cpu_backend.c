@@ -58,10 +58,19 @@ static uint8_t *rnd_tensor_data(lpx_dtype t, int64_t rows, int64_t cols, size_t 
             s = rnd_scale();
             memcpy(p + off + 2, &s, 2);
             /* fall through */
+        case LPX_DT_Q4_K:
+        case LPX_DT_Q5_K:
+            s = rnd_scale();
+            memcpy(p + off + 2, &s, 2);
+            /* fall through */
         case LPX_DT_Q8_0:
         case LPX_DT_Q4_0:
             s = rnd_scale();
             memcpy(p + off, &s, 2);
+            break;
+        case LPX_DT_Q6_K:
+            s = rnd_scale();
+            memcpy(p + off + 208, &s, 2);
             break;
         case LPX_DT_COUNT:
             break;
@@ -105,7 +114,7 @@ static void test_dequantize(void) {
  * rounding of the quantized activations, and within the quantization step of
  * the exact product. */
 static void test_matmul(lpx_threadpool *pool, const cpu_qkernels *qk) {
-    enum { ROWS = 37, COLS = 96, NT = 5 };
+    enum { ROWS = 37, COLS = 256, NT = 5 }; /* COLS: one K-quant super-block */
     float x[NT][COLS], y[NT][ROWS], bias[ROWS], rowbuf[2 * CPU_MATMUL_ROWBUF(COLS)], w[COLS];
     lpx_blk_q8 xq[NT][COLS / LPX_QK];
     const cpu_matmul_env env = {pool, qk, rowbuf, CPU_MATMUL_ROWBUF(COLS), &xq[0][0]};

@@ -24,23 +24,27 @@ static float rndf(void) {
 
 enum { MAXB = 24, N = MAXB * LPX_QK };
 
-/* A row of nb blocks of type t at p: random bytes, plausible f16 scales, and
- * with `extreme` every Q8_0 weight -128 or 127. */
+/* A row of nb activation blocks' length of type t at p: random bytes,
+ * plausible f16 scales, and with `extreme` every Q8_0 weight -128 or 127 and
+ * every K-quant 6-bit scale and min 63. */
 static void rnd_row(lpx_dtype t, uint8_t *p, int nb, bool extreme) {
-    const int bytes = lpx_dtype_block_bytes(t) * (LPX_QK / lpx_dtype_block_elems(t));
-    for (int i = 0; i < nb * bytes; i++)
+    const int bytes = lpx_dtype_block_bytes(t), n = nb * LPX_QK / lpx_dtype_block_elems(t);
+    for (int i = 0; i < n * bytes; i++)
         p[i] = (uint8_t)rnd();
-    for (int b = 0; b < nb; b++) {
+    for (int b = 0; b < n; b++) {
         uint8_t *blk = p + b * bytes;
-        uint16_t s = (uint16_t)(0x2400 | (rnd() & 0x3ff) | (rnd() & 1) << 15);
-        memcpy(blk, &s, 2);
-        if (t == LPX_DT_Q4_1) {
-            s = (uint16_t)(0x2400 | (rnd() & 0x3ff) | (rnd() & 1) << 15);
-            memcpy(blk + 2, &s, 2);
-        }
+        uint16_t s[2];
+        for (int k = 0; k < 2; k++)
+            s[k] = (uint16_t)(0x2400 | (rnd() & 0x3ff) | (rnd() & 1) << 15);
+        memcpy(blk + (t == LPX_DT_Q6_K ? 208 : 0), s,
+               t == LPX_DT_Q8_0 || t == LPX_DT_Q4_0 || t == LPX_DT_Q6_K ? 2 : 4);
         if (t == LPX_DT_Q8_0 && extreme)
             for (int j = 0; j < 32; j++)
                 blk[2 + j] = rnd() & 1 ? 0x80 : 0x7f;
+        if ((t == LPX_DT_Q4_K || t == LPX_DT_Q5_K) && extreme) memset(blk + 4, 0xff, 12);
+        if (t == LPX_DT_Q6_K && extreme)
+            for (int j = 0; j < 16; j++)
+                blk[192 + j] = rnd() & 1 ? 0x80 : 0x7f;
     }
 }
 
@@ -69,11 +73,12 @@ static void test_quantize(const cpu_qkernels *k, const cpu_qkernels *ref) {
 
 /* |got - float64 reference| relative to sum |w * x| over every row tried. */
 static double dot_error(const cpu_qkernels *k, lpx_dtype t, bool extreme) {
-    static uint8_t row[MAXB * 34 + 1];
+    static uint8_t row[MAXB * 34 + 1]; /* the largest row: Q8_0 */
     static lpx_blk_q8 xq[MAXB];
     float x[N], w[N];
     double worst = 0;
-    for (int nb = 1; nb <= MAXB; nb += 3) {
+    const int step = lpx_dtype_block_elems(t) / LPX_QK; /* 8 for K-quants */
+    for (int nb = step; nb <= MAXB; nb += step == 1 ? 3 : step) {
         for (int i = 0; i < nb * LPX_QK; i++)
             x[i] = extreme ? (rnd() & 1 ? 1.0f : -1.0f) : rndf();
         k->quantize(x, xq, nb * LPX_QK);
@@ -93,7 +98,8 @@ static double dot_error(const cpu_qkernels *k, lpx_dtype t, bool extreme) {
 }
 
 static void test_dots(const cpu_qkernels *k, const cpu_qkernels *ref) {
-    const lpx_dtype types[] = {LPX_DT_Q8_0, LPX_DT_Q4_0, LPX_DT_Q4_1};
+    const lpx_dtype types[] = {LPX_DT_Q8_0, LPX_DT_Q4_0, LPX_DT_Q4_1,
+                               LPX_DT_Q4_K, LPX_DT_Q5_K, LPX_DT_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         lpx_dtype t = types[i];
         CHECK(k->dot[t] != NULL);

@@ -134,6 +134,11 @@ HOT void cpu_dequantize(lpx_dtype t, const void *src, float *dst, int64_t n) {
     case LPX_DT_Q4_1:
         dequantize_blocks(LPX_DT_Q4_1, s, dst, n);
         return;
+    case LPX_DT_Q4_K: /* the exact mode and embedding rows only: the scalar decoder */
+    case LPX_DT_Q5_K:
+    case LPX_DT_Q6_K:
+        lpx_dequantize_row(t, src, dst, n);
+        return;
     case LPX_DT_COUNT:
         break;
     }

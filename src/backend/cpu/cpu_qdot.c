@@ -64,6 +64,60 @@ static float dot_q4_1_c(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
     return acc;
 }
 
+/* K-quants: each 32-element sub-block (two 16-element halves in Q6_K) meets
+ * one activation block; nb counts activation blocks (8 per super-block). */
+static float dot_q45_k_c(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb, bool five) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb / 8; i++, w += five ? LPX_Q5_K_BYTES : LPX_Q4_K_BYTES, x += 8) {
+        const float d = rd_f16(w), dmin = rd_f16(w + 2);
+        const uint8_t *qh = w + 16, *q = w + (five ? 48 : 16);
+        uint8_t sc[8], m[8];
+        lpx_blk_k4_scales(w + 4, sc, m);
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *qs = q + 32 * (j / 2);
+            int s = 0;
+            for (int l = 0; l < LPX_QK; l++) {
+                int v = (j & 1 ? qs[l] >> 4 : qs[l] & 15) + (five ? ((qh[l] >> j) & 1) << 4 : 0);
+                s += v * x[j].q[l];
+            }
+            acc += d * (float)sc[j] * x[j].d * (float)s - dmin * (float)m[j] * x[j].s;
+        }
+    }
+    return acc;
+}
+
+static float dot_q4_k_c(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    return dot_q45_k_c(w, x, nb, false);
+}
+
+static float dot_q5_k_c(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    return dot_q45_k_c(w, x, nb, true);
+}
+
+/* Element 32 k + l of a 128-element half: the low (k < 2) or high nibble of
+ * ql[l + 32 (k & 1)], bits 2k, 2k+1 of qh[l] on top, minus 32; scales
+ * sc[2k] and sc[2k + 1] for its two 16-element halves. */
+static float dot_q6_k_c(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb / 8; i++, w += LPX_Q6_K_BYTES) {
+        const float d = rd_f16(w + 208);
+        for (int h = 0; h < 2; h++) {
+            const uint8_t *ql = w + 64 * h, *qh = w + 128 + 32 * h;
+            const int8_t *sc = (const int8_t *)(w + 192 + 8 * h);
+            for (int k = 0; k < 4; k++, x++) {
+                int s[2] = {0, 0};
+                for (int l = 0; l < LPX_QK; l++) {
+                    int lo = ql[l + 32 * (k & 1)];
+                    int v = ((k < 2 ? lo & 15 : lo >> 4) | ((qh[l] >> (2 * k)) & 3) << 4) - 32;
+                    s[l / 16] += v * x->q[l];
+                }
+                acc += d * x->d * (float)(sc[2 * k] * s[0] + sc[2 * k + 1] * s[1]);
+            }
+        }
+    }
+    return acc;
+}
+
 /* ---- AVX2 ---------------------------------------------------------------- */
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -197,6 +251,84 @@ AVX2 static float dot_q4_1_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t n
     return hsum_avx2(_mm256_add_ps(a0, a1)) + _mm_cvtss_f32(_mm_movehdup_ps(m));
 }
 
+/* Q4_K, Q5_K: a pair of sub-blocks per 32 bytes of nibbles; Q5_K's fifth
+ * bits come from qh, bit 2p (2p + 1) of each byte for pair p's low (high)
+ * sub-block, shifted down 2 per pair. The mins go through the block sums. */
+AVX2 static inline float dot_q45_k_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb,
+                                        bool five) {
+    const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    float mins = 0.0f;
+    for (int64_t i = 0; i < nb / 8; i++, w += five ? LPX_Q5_K_BYTES : LPX_Q4_K_BYTES, x += 8) {
+        const float d = f16_avx2(w), dmin = f16_avx2(w + 2);
+        const uint8_t *q = w + (five ? 48 : 16);
+        uint8_t sc[8], m[8];
+        lpx_blk_k4_scales(w + 4, sc, m);
+        __m256i hb = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {
+            __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * p));
+            __m256i lo = _mm256_and_si256(raw, m4);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            if (five) {
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
+                hb = _mm256_srli_epi16(hb, 2);
+            }
+            const lpx_blk_q8 *x0 = x + 2 * p, *x1 = x0 + 1;
+            a0 =
+                _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * p] * x0->d),
+                                madd_u8i8_avx2(lo, _mm256_loadu_si256((const __m256i *)x0->q)), a0);
+            a1 =
+                _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * p + 1] * x1->d),
+                                madd_u8i8_avx2(hi, _mm256_loadu_si256((const __m256i *)x1->q)), a1);
+            mins += dmin * ((float)m[2 * p] * x0->s + (float)m[2 * p + 1] * x1->s);
+        }
+    }
+    return hsum_avx2(_mm256_add_ps(a0, a1)) - mins;
+}
+
+AVX2 static float dot_q4_k_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    return dot_q45_k_avx2(w, x, nb, false);
+}
+
+AVX2 static float dot_q5_k_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    return dot_q45_k_avx2(w, x, nb, true);
+}
+
+/* Q6_K: per activation block the 6-bit values as signed bytes (sign trick),
+ * pair sums scaled by the two 16-element scales in one madd. */
+AVX2 static float dot_q6_k_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
+    const __m256i m4 = _mm256_set1_epi8(15), b45 = _mm256_set1_epi8(0x30),
+                  off = _mm256_set1_epi8(32);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb / 8; i++, w += LPX_Q6_K_BYTES) {
+        const float d = f16_avx2(w + 208);
+        for (int h = 0; h < 2; h++) {
+            const __m256i ql[2] = {_mm256_loadu_si256((const __m256i *)(w + 64 * h)),
+                                   _mm256_loadu_si256((const __m256i *)(w + 64 * h + 32))};
+            __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
+            const int8_t *sc = (const int8_t *)(w + 192 + 8 * h);
+            for (int k = 0; k < 4; k++, x++) {
+                __m256i lo = k < 2 ? _mm256_and_si256(ql[k & 1], m4)
+                                   : _mm256_and_si256(_mm256_srli_epi16(ql[k & 1], 4), m4);
+                __m256i v = _mm256_sub_epi8(
+                    _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), b45)), off);
+                qh = _mm256_srli_epi16(qh, 2);
+                __m256i xq = _mm256_loadu_si256((const __m256i *)x->q);
+                __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xq, v));
+                __m256i s16 =
+                    _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
+                __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, s16));
+                if (k & 1)
+                    a1 = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d), p, a1);
+                else
+                    a0 = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d), p, a0);
+            }
+        }
+    }
+    return hsum_avx2(_mm256_add_ps(a0, a1));
+}
+
 static bool has_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
@@ -221,6 +353,9 @@ bool cpu_qkernels_init(cpu_qkernels *k, const char *isa) {
         k->dot[LPX_DT_Q8_0] = dot_q8_0_avx2;
         k->dot[LPX_DT_Q4_0] = dot_q4_0_avx2;
         k->dot[LPX_DT_Q4_1] = dot_q4_1_avx2;
+        k->dot[LPX_DT_Q4_K] = dot_q4_k_avx2;
+        k->dot[LPX_DT_Q5_K] = dot_q5_k_avx2;
+        k->dot[LPX_DT_Q6_K] = dot_q6_k_avx2;
         return true;
     }
 #endif
@@ -229,5 +364,8 @@ bool cpu_qkernels_init(cpu_qkernels *k, const char *isa) {
     k->dot[LPX_DT_Q8_0] = dot_q8_0_c;
     k->dot[LPX_DT_Q4_0] = dot_q4_0_c;
     k->dot[LPX_DT_Q4_1] = dot_q4_1_c;
+    k->dot[LPX_DT_Q4_K] = dot_q4_k_c;
+    k->dot[LPX_DT_Q5_K] = dot_q5_k_c;
+    k->dot[LPX_DT_Q6_K] = dot_q6_k_c;
     return true;
 }
