@@ -4,7 +4,8 @@
  * each weight type's dot equals a float64 reference over the dequantized
  * weights (lpx_dequantize_row) and dequantized activations, for rows of odd
  * block counts at odd addresses, including the extremes (-128 weights, +-127
- * activations); the SIMD dots equal the plain C ones to float rounding. */
+ * activations); the SIMD dots equal the plain C ones to float rounding; the
+ * four-token dots give each token the single dot's bits. */
 #include "backend/cpu/cpu_qdot.h"
 #include "test.h"
 
@@ -121,6 +122,24 @@ static void test_dots(const cpu_qkernels *k, const cpu_qkernels *ref) {
         rnd_row(t, row, MAXB, false);
         float a = k->dot[t](row, xq, MAXB), b = ref->dot[t](row, xq, MAXB);
         CHECK(fabsf(a - b) <= 1e-5f * (fabsf(b) + 1.0f));
+        /* four tokens at once: each the single dot's bits, for odd block counts too */
+        if (k->dot4[t]) {
+            static lpx_blk_q8 x4[4 * MAXB];
+            for (int nb = 5; nb <= MAXB / 2; nb += 6) { /* two tokens of x fit */
+                for (int j = 0; j < 2 * nb * LPX_QK; j++)
+                    x[j] = rndf();
+                for (int tok = 0; tok < 4; tok++)
+                    k->quantize(x + (tok % 2) * nb * LPX_QK, x4 + tok * nb, nb * LPX_QK);
+                float four[4];
+                k->dot4[t](row, x4, nb, four);
+                bool same = true;
+                for (int tok = 0; tok < 4; tok++) {
+                    float one = k->dot[t](row, x4 + tok * nb, nb);
+                    same &= !memcmp(&one, &four[tok], sizeof one);
+                }
+                CHECK(same);
+            }
+        }
     }
     CHECK(k->dot[LPX_DT_F32] == NULL && k->dot[LPX_DT_BF16] == NULL);
 }

@@ -389,16 +389,31 @@ static void qmatmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
         if (begin >= first + rows) continue;
         const size_t row_bytes = job->w->nbytes / (size_t)rows;
         const cpu_qdot_fn dot = c->qk->dot[job->w->type];
-        for (; begin < end && begin < first + rows; begin++) {
-            const int64_t r = begin - first;
-            const uint8_t *w = (const uint8_t *)job->w->data + (size_t)r * row_bytes;
-            const float b = job->bias ? job->bias[r] : 0.0f;
-            for (int64_t t = 0; t < c->n_tok; t++) {
-                float *y = &job->y[t * job->ldy + r];
-                float d = dot(w, c->xq + t * nb, nb) + b;
-                *y = job->accumulate ? *y + d : d;
+        const cpu_qdot4_fn dot4 = c->qk->dot4[job->w->type];
+        const uint8_t *data = job->w->data;
+        const lpx_blk_q8 *xq = c->xq;
+        const float *bias = job->bias;
+        float *y = job->y;
+        const int64_t n_tok = c->n_tok, ldy = job->ldy,
+                      stop = end < first + rows ? end : first + rows;
+        const bool accumulate = job->accumulate;
+        for (int64_t r = begin - first; r < stop - first; r++) {
+            const uint8_t *w = data + (size_t)r * row_bytes;
+            const float b = bias ? bias[r] : 0.0f;
+            int64_t t = 0;
+            float d[4];
+            for (; dot4 && t + 4 <= n_tok; t += 4) {
+                dot4(w, xq + t * nb, nb, d);
+                for (int k = 0; k < 4; k++)
+                    y[(t + k) * ldy + r] =
+                        accumulate ? y[(t + k) * ldy + r] + (d[k] + b) : d[k] + b;
+            }
+            for (; t < n_tok; t++) {
+                float v = dot(w, xq + t * nb, nb) + b;
+                y[t * ldy + r] = accumulate ? y[t * ldy + r] + v : v;
             }
         }
+        begin = stop;
     }
 }
 

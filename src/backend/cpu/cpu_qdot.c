@@ -190,66 +190,84 @@ AVX2 static void quantize_avx2(const float *x, lpx_blk_q8 *out, int64_t n) {
     }
 }
 
-/* One block of each type added into acc (and the Q4_1 offset into mins). */
-AVX2 static inline __m256 q8_0_block_avx2(const uint8_t *w, const lpx_blk_q8 *x, __m256 acc) {
-    __m256i q = _mm256_loadu_si256((const __m256i *)(w + 2));
-    __m256 p = madd_i8i8_avx2(q, _mm256_loadu_si256((const __m256i *)x->q));
-    return _mm256_fmadd_ps(_mm256_set1_ps(f16_avx2(w) * x->d), p, acc);
-}
-
-AVX2 static inline __m256 q4_0_block_avx2(const uint8_t *w, const lpx_blk_q8 *x, __m256 acc) {
-    __m256i q = _mm256_sub_epi8(nibbles_avx2(w + 2), _mm256_set1_epi8(8));
-    __m256 p = madd_i8i8_avx2(q, _mm256_loadu_si256((const __m256i *)x->q));
-    return _mm256_fmadd_ps(_mm256_set1_ps(f16_avx2(w) * x->d), p, acc);
-}
-
-/* d and m are converted together: (d, m) * (x.d, x.s) = (scale, offset). */
-AVX2 static inline __m256 q4_1_block_avx2(const uint8_t *w, const lpx_blk_q8 *x, __m256 acc,
-                                          __m128 *mins) {
-    int32_t dm;
-    memcpy(&dm, w, 4);
-    __m128 f = _mm_mul_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(dm)),
-                          _mm_castpd_ps(_mm_load_sd((const double *)&x->d)));
-    *mins = _mm_add_ps(*mins, f);
-    __m256 p = madd_u8i8_avx2(nibbles_avx2(w + 4), _mm256_loadu_si256((const __m256i *)x->q));
-    return _mm256_fmadd_ps(_mm256_broadcastss_ps(f), p, acc);
-}
-
-/* Two accumulators, over even and odd blocks, hide the FMA latency. */
-AVX2 static float dot_q8_0_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2, w += 2 * LPX_Q8_0_BYTES) {
-        a0 = q8_0_block_avx2(w, x + b, a0);
-        a1 = q8_0_block_avx2(w + LPX_Q8_0_BYTES, x + b + 1, a1);
+/* One weight block of a 32-block type against nt tokens' activation blocks
+ * (x, x + ldx, ...): the weights are unpacked once and used for every token;
+ * acc[k] and mins[k] (Q4_1's offsets, lane 1) are token k's. Per token the
+ * operations are the same whatever nt is, so one token alone and four at
+ * once give the same bits (batch invariance). */
+#define NT_MAX 4
+AVX2 static inline __attribute__((always_inline)) void
+block_avx2(const lpx_dtype t, const uint8_t *w, const lpx_blk_q8 *x, int64_t ldx, const int nt,
+           __m256 *acc, __m128 *mins) {
+    if (t == LPX_DT_Q4_1) {
+        int32_t dm;
+        memcpy(&dm, w, 4);
+        const __m128 dmf = _mm_cvtph_ps(_mm_cvtsi32_si128(dm)); /* (d, m) */
+        const __m256i q = nibbles_avx2(w + 4);
+#pragma GCC unroll 4
+        for (int k = 0; k < nt; k++) {
+            const lpx_blk_q8 *xk = x + k * ldx;
+            /* (d, m) * (x.d, x.s) = (scale, offset) */
+            __m128 f = _mm_mul_ps(dmf, _mm_castpd_ps(_mm_load_sd((const double *)&xk->d)));
+            mins[k] = _mm_add_ps(mins[k], f);
+            __m256 p = madd_u8i8_avx2(q, _mm256_loadu_si256((const __m256i *)xk->q));
+            acc[k] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f), p, acc[k]);
+        }
+        return;
     }
-    if (b < nb) a0 = q8_0_block_avx2(w, x + b, a0);
-    return hsum_avx2(_mm256_add_ps(a0, a1));
+    const float d = f16_avx2(w);
+    const __m256i q = t == LPX_DT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(w + 2))
+                                       : _mm256_sub_epi8(nibbles_avx2(w + 2), _mm256_set1_epi8(8));
+#pragma GCC unroll 4
+    for (int k = 0; k < nt; k++) {
+        const lpx_blk_q8 *xk = x + k * ldx;
+        __m256 p = madd_i8i8_avx2(q, _mm256_loadu_si256((const __m256i *)xk->q));
+        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * xk->d), p, acc[k]);
+    }
 }
 
-AVX2 static float dot_q4_0_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2, w += 2 * LPX_Q4_0_BYTES) {
-        a0 = q4_0_block_avx2(w, x + b, a0);
-        a1 = q4_0_block_avx2(w + LPX_Q4_0_BYTES, x + b + 1, a1);
+/* out[k] = the row's dot with token k's nb activation blocks (x + k * nb).
+ * Two accumulators per token, over even and odd blocks, hide the FMA latency. */
+AVX2 static inline __attribute__((always_inline)) void dotn_avx2(const lpx_dtype t,
+                                                                 const uint8_t *w,
+                                                                 const lpx_blk_q8 *x, int64_t nb,
+                                                                 const int nt, float *out) {
+    const int bytes = t == LPX_DT_Q8_0   ? LPX_Q8_0_BYTES
+                      : t == LPX_DT_Q4_1 ? LPX_Q4_1_BYTES
+                                         : LPX_Q4_0_BYTES;
+    __m256 a0[NT_MAX], a1[NT_MAX];
+    __m128 m[NT_MAX];
+#pragma GCC unroll 4
+    for (int k = 0; k < nt; k++) {
+        a0[k] = a1[k] = _mm256_setzero_ps();
+        m[k] = _mm_setzero_ps();
     }
-    if (b < nb) a0 = q4_0_block_avx2(w, x + b, a0);
-    return hsum_avx2(_mm256_add_ps(a0, a1));
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2, w += 2 * bytes) {
+        block_avx2(t, w, x + b, nb, nt, a0, m);
+        block_avx2(t, w + bytes, x + b + 1, nb, nt, a1, m);
+    }
+    if (b < nb) block_avx2(t, w, x + b, nb, nt, a0, m);
+#pragma GCC unroll 4
+    for (int k = 0; k < nt; k++) {
+        out[k] = hsum_avx2(_mm256_add_ps(a0[k], a1[k]));
+        if (t == LPX_DT_Q4_1) out[k] += _mm_cvtss_f32(_mm_movehdup_ps(m[k]));
+    }
 }
 
-AVX2 static float dot_q4_1_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    __m128 m0 = _mm_setzero_ps(), m1 = _mm_setzero_ps(); /* lane 1: the offsets */
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2, w += 2 * LPX_Q4_1_BYTES) {
-        a0 = q4_1_block_avx2(w, x + b, a0, &m0);
-        a1 = q4_1_block_avx2(w + LPX_Q4_1_BYTES, x + b + 1, a1, &m1);
+#define DOTS_AVX2(name, T)                                                                         \
+    AVX2 static float dot_##name##_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {       \
+        float out;                                                                                 \
+        dotn_avx2(T, w, x, nb, 1, &out);                                                           \
+        return out;                                                                                \
+    }                                                                                              \
+    AVX2 static void dot4_##name##_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb,         \
+                                        float out[4]) {                                            \
+        dotn_avx2(T, w, x, nb, 4, out);                                                            \
     }
-    if (b < nb) a0 = q4_1_block_avx2(w, x + b, a0, &m0);
-    __m128 m = _mm_add_ps(m0, m1);
-    return hsum_avx2(_mm256_add_ps(a0, a1)) + _mm_cvtss_f32(_mm_movehdup_ps(m));
-}
+DOTS_AVX2(q8_0, LPX_DT_Q8_0)
+DOTS_AVX2(q4_0, LPX_DT_Q4_0)
+DOTS_AVX2(q4_1, LPX_DT_Q4_1)
 
 /* Q4_K, Q5_K: a pair of sub-blocks per 32 bytes of nibbles; Q5_K's fifth
  * bits come from qh, bit 2p (2p + 1) of each byte for pair p's low (high)
@@ -353,6 +371,9 @@ bool cpu_qkernels_init(cpu_qkernels *k, const char *isa) {
         k->dot[LPX_DT_Q8_0] = dot_q8_0_avx2;
         k->dot[LPX_DT_Q4_0] = dot_q4_0_avx2;
         k->dot[LPX_DT_Q4_1] = dot_q4_1_avx2;
+        k->dot4[LPX_DT_Q8_0] = dot4_q8_0_avx2;
+        k->dot4[LPX_DT_Q4_0] = dot4_q4_0_avx2;
+        k->dot4[LPX_DT_Q4_1] = dot4_q4_1_avx2;
         k->dot[LPX_DT_Q4_K] = dot_q4_k_avx2;
         k->dot[LPX_DT_Q5_K] = dot_q5_k_avx2;
         k->dot[LPX_DT_Q6_K] = dot_q6_k_avx2;
