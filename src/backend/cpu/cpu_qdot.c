@@ -121,6 +121,7 @@ static float dot_q6_k_c(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
 /* ---- AVX2 ---------------------------------------------------------------- */
 
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define HAVE_AVX2 1
@@ -347,10 +348,13 @@ AVX2 static float dot_q6_k_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t n
     return hsum_avx2(_mm256_add_ps(a0, a1));
 }
 
+/* AVX2 and FMA as libgcc/compiler-rt see them (which checks that the OS saves
+ * the AVX state); F16C from cpuid itself (clang's builtin does not know it). */
 static bool has_avx2(void) {
+    unsigned a, b, c, d;
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+           __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
 #else
 #define HAVE_AVX2 0
