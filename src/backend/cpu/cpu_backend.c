@@ -587,9 +587,9 @@ static lpx_status forward_sample(lpx_backend *base, const lpx_batch *bt, const l
     for (int32_t i = 0; i < bt->n_logits; i++) {
         const lpx_sample_row *r = &sb->rows[i];
         const bool pen = lpx_sampling_penalized(&r->p);
-        tokens[i] =
-            lpx_sample(&b->sampler, &r->p, r->seed, r->index, b->sample_logits + (size_t)i * V,
-                       pen ? sb->seen + r->seen_start : NULL, pen ? r->n_seen : 0, NULL, NULL);
+        tokens[i] = lpx_sample(&b->sampler, &r->p, r->seed, r->index,
+                               b->sample_logits + (size_t)i * V, pen ? sb->seen + r->seen_start : NULL,
+                               pen ? r->n_seen : 0, NULL, NULL);
     }
     return LPX_OK;
 }
