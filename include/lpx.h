@@ -58,7 +58,7 @@ typedef struct lpx_model_info {
     int64_t decode_bytes_per_step;   /* bytes read per decode step at batch 1 */
     int64_t kv_bytes_per_token;      /* K+V of every layer, at the KV dtype */
     int64_t dtype_params[16];        /* parameter count per lpx_dtype */
-    int32_t n_dequantized_at_load;   /* tensors converted at load (e.g. Q4_K) */
+    int32_t n_dequantized_at_load;   /* tensors converted at load: 0 since K-quants stay blocks */
     int64_t dtype_bytes[16];         /* weight bytes per lpx_dtype */
 } lpx_model_info;
 

@@ -1,11 +1,13 @@
-/* The developer strings of the CUDA backend, read from the environment in one place:
- * LPX_CUDA_TUNE (overrides of the measured tuning) and LPX_CUDA_TRACE (tracing);
+/* The developer strings of the backends, read from the environment in one place:
+ * LPX_CUDA_TUNE (overrides of the measured tuning) and LPX_CUDA_TRACE (tracing)
+ * for the CUDA backend, LPX_CPU_TUNE (kernel choice) for the CPU backend;
  * docs/dev.md lists their keys. The library reads no environment. */
 #ifndef LPX_CLI_DEV_ENV_H
 #define LPX_CLI_DEV_ENV_H
 
-/* Each is the variable's value when it is set and non-empty, else NULL (the CPU
- * backend refuses non-empty strings, so unset ones are never passed). */
-void lpx_cli_dev_env(const char **tune, const char **trace);
+/* The strings for a device ("cuda", "cuda:N"; anything else is the CPU): each
+ * the variable's value when it is set and non-empty, else NULL (the CPU
+ * backend has no tracing: its trace is always NULL). */
+void lpx_cli_dev_env(const char *device, const char **tune, const char **trace);
 
 #endif

@@ -115,7 +115,7 @@ int cmd_bench(int argc, char **argv) {
     o.n_threads = ea.eo.n_threads;
     o.step_ahead = ea.eo.step_ahead;
     o.device_sampling = ea.eo.device_sampling;
-    lpx_cli_dev_env(&o.tune, &o.trace);
+    lpx_cli_dev_env(o.device, &o.tune, &o.trace);
     bench_engine_result r;
     lpx_status st = bench_engine_run(&o, &r);
     if (st == LPX_OK) {

@@ -137,7 +137,7 @@ static void print_text(const lpx_model *m, const lpx_model_info *in) {
                    human((double)in->dtype_bytes[t], b1, sizeof b1));
     printf("\n");
     if (in->n_dequantized_at_load)
-        printf("converted at load   %d tensors (K-quants dequantized to F32)\n",
+        printf("converted at load   %d tensors\n",
                in->n_dequantized_at_load);
     else
         printf("converted at load   none\n");

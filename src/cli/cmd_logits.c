@@ -207,7 +207,7 @@ int cmd_logits(int argc, char **argv) {
                           .n_blocks = (int32_t)n_blocks,
                           .max_batch_tokens = (int32_t)max_step,
                           .max_seqs = n_seqs};
-    lpx_cli_dev_env(&o.tune, &o.trace);
+    lpx_cli_dev_env(device, &o.tune, &o.trace);
     r.tokens = malloc((size_t)max_step * sizeof(int32_t));
     r.positions = malloc((size_t)max_step * sizeof(int32_t));
     r.rows = malloc((size_t)max_step * sizeof(int32_t));

@@ -86,7 +86,7 @@ bool lpx_engine_args_check(const lpx_engine_args *e, const char *cmd) {
 }
 
 void lpx_engine_args_env(lpx_engine_args *e) {
-    lpx_cli_dev_env(&e->eo.dev_tune, &e->eo.dev_trace);
+    lpx_cli_dev_env(e->eo.device, &e->eo.dev_tune, &e->eo.dev_trace);
     lpx_cli_sigbus_model(e->model);
 }
 

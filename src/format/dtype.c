@@ -1,6 +1,7 @@
 /* Element types of weights: sizes, names and conversion to float. Block
- * layouts follow ggml (ggml-common.h), little-endian, possibly unaligned. */
+ * layouts: src/format/blocks.h (ggml's ggml-common.h). */
 #include "format/ggml.h"
+#include "format/blocks.h"
 #include "format/dtype.h"
 
 #include "base/checked.h"
@@ -11,9 +12,15 @@ static const struct {
     const char *name;
     int block_elems, block_bytes;
 } dtypes[LPX_DT_COUNT] = {
-    [LPX_DT_F32] = {"F32", 1, 4},     [LPX_DT_F16] = {"F16", 1, 2},
-    [LPX_DT_BF16] = {"BF16", 1, 2},   [LPX_DT_Q8_0] = {"Q8_0", 32, 34},
-    [LPX_DT_Q4_0] = {"Q4_0", 32, 18}, [LPX_DT_Q4_1] = {"Q4_1", 32, 20},
+    [LPX_DT_F32] = {"F32", 1, 4},
+    [LPX_DT_F16] = {"F16", 1, 2},
+    [LPX_DT_BF16] = {"BF16", 1, 2},
+    [LPX_DT_Q8_0] = {"Q8_0", 32, 34},
+    [LPX_DT_Q4_0] = {"Q4_0", 32, 18},
+    [LPX_DT_Q4_1] = {"Q4_1", 32, 20},
+    [LPX_DT_Q4_K] = {"Q4_K", LPX_QK_K, LPX_Q4_K_BYTES},
+    [LPX_DT_Q5_K] = {"Q5_K", LPX_QK_K, LPX_Q5_K_BYTES},
+    [LPX_DT_Q6_K] = {"Q6_K", LPX_QK_K, LPX_Q6_K_BYTES},
 };
 
 static bool dtype_ok(lpx_dtype t) {
@@ -67,6 +74,45 @@ static uint16_t rd16(const uint8_t *p) {
     return (uint16_t)(p[0] | p[1] << 8);
 }
 
+/* Q4_K (qh NULL) and Q5_K super-blocks. */
+static void deq_q45_k(const uint8_t *x, float *y, int64_t nb, bool five) {
+    for (int64_t i = 0; i < nb; i++, x += five ? LPX_Q5_K_BYTES : LPX_Q4_K_BYTES) {
+        float d = lpx_f16_to_f32(rd16(x)), dmin = lpx_f16_to_f32(rd16(x + 2));
+        const uint8_t *qh = five ? x + 16 : NULL, *q = x + (five ? 48 : 16);
+        uint8_t sc[8], m[8];
+        lpx_blk_k4_scales(x + 4, sc, m);
+        for (int j = 0; j < 8; j++, y += 32) {
+            const uint8_t *qs = q + 32 * (j / 2);
+            float dj = d * sc[j], mj = dmin * m[j];
+            for (int l = 0; l < 32; l++) {
+                int v = (j & 1 ? qs[l] >> 4 : qs[l] & 0xf) + (qh ? ((qh[l] >> j) & 1) << 4 : 0);
+                y[l] = dj * (float)v - mj;
+            }
+        }
+    }
+}
+
+static void deq_q6_k(const uint8_t *x, float *y, int64_t nb) {
+    for (int64_t i = 0; i < nb; i++, x += LPX_Q6_K_BYTES) {
+        float d = lpx_f16_to_f32(rd16(x + 208));
+        const uint8_t *ql = x, *qh = x + 128;
+        const int8_t *sc = (const int8_t *)(x + 192);
+        for (int n = 0; n < 256; n += 128, y += 128, ql += 64, qh += 32, sc += 8) {
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = d * sc[is] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+        }
+    }
+}
+
 void lpx_dequantize_row(lpx_dtype t, const void *src, float *dst, int64_t n) {
     const uint8_t *p = src;
     switch (t) {
@@ -105,6 +151,13 @@ void lpx_dequantize_row(lpx_dtype t, const void *src, float *dst, int64_t n) {
                 dst[j + 16] = d * (float)(p[4 + j] >> 4) + m;
             }
         }
+        break;
+    case LPX_DT_Q4_K:
+    case LPX_DT_Q5_K:
+        deq_q45_k(p, dst, n / LPX_QK_K, t == LPX_DT_Q5_K);
+        break;
+    case LPX_DT_Q6_K:
+        deq_q6_k(p, dst, n / LPX_QK_K);
         break;
     case LPX_DT_COUNT:
         break;

@@ -1,8 +1,8 @@
 /* Element types of weight tensors (plain and ggml block layouts) and the tensor
  * record every container format (GGUF, safetensors) fills and every loader reads.
- * Block layouts follow ggml (ggml-common.h), little-endian, possibly unaligned.
- * Quantized block types (Q8_0, Q4_0, Q4_1) pack blocks of 32 along a row; rows
- * never share a block. */
+ * Block layouts: src/format/blocks.h. Quantized block types pack blocks of 32
+ * (Q8_0, Q4_0, Q4_1) or super-blocks of 256 (Q4_K, Q5_K, Q6_K) along a row;
+ * rows never share a block. */
 #ifndef LPX_FORMAT_DTYPE_H
 #define LPX_FORMAT_DTYPE_H
 
@@ -17,7 +17,10 @@ typedef enum lpx_dtype {
     LPX_DT_Q8_0 = 3, /* block of 32: f16 scale d, int8 q[32]; x = d*q          (34 bytes) */
     LPX_DT_Q4_0 = 4, /* block of 32: f16 d, 16 bytes of nibbles; x = d*(q-8)   (18 bytes) */
     LPX_DT_Q4_1 = 5, /* block of 32: f16 d, f16 m, 16 bytes; x = d*q + m        (20 bytes) */
-    LPX_DT_COUNT = 6,
+    LPX_DT_Q4_K = 6, /* super-block of 256: 8 x 32 with 6-bit scales and mins  (144 bytes) */
+    LPX_DT_Q5_K = 7, /* as Q4_K with a fifth bit per weight                    (176 bytes) */
+    LPX_DT_Q6_K = 8, /* super-block of 256: 16 x 16 with int8 scales, 6 bits   (210 bytes) */
+    LPX_DT_COUNT = 9,
 } lpx_dtype;
 
 const char *lpx_dtype_name(lpx_dtype t);
@@ -42,6 +45,8 @@ typedef struct lpx_tensor {
 static inline int64_t lpx_tensor_rows(const lpx_tensor *t) {
     return t->n_dims == 1 ? 1 : t->shape[0];
 }
-static inline int64_t lpx_tensor_cols(const lpx_tensor *t) { return t->shape[t->n_dims - 1]; }
+static inline int64_t lpx_tensor_cols(const lpx_tensor *t) {
+    return t->shape[t->n_dims - 1];
+}
 
 #endif

@@ -1,5 +1,5 @@
 /* A model from a GGUF file: hyperparameters from general.architecture and the
- * <arch>.* keys, tensors kept in their blocks or converted at load, chat
+ * <arch>.* keys, tensors kept in their blocks (every supported type), chat
  * template and special token ids from tokenizer.* metadata. */
 #include "format/ggml.h"
 #include "model/loader.h"
@@ -179,30 +179,6 @@ static lpx_status rope_from_freqs(const hp *h, lpx_config *c, const lpx_tensor *
     return LPX_OK;
 }
 
-/* Converts a K-quant tensor to an F32 buffer owned by the model. */
-static lpx_status dequantize_at_load(lpx_model *m, const char *path, uint32_t type, const void *src,
-                                     lpx_tensor *t) {
-    int64_t cols = lpx_tensor_cols(t), rows = 1;
-    for (int d = 0; d < t->n_dims - 1; d++)
-        rows *= t->shape[d]; /* fits: checked by the reader */
-    const lpx_ggml_type_info *ti = lpx_ggml_type(type);
-    size_t bytes, src_row = (size_t)(cols / ti->block_elems) * (size_t)ti->block_bytes;
-    if (!lpx_mul_size((size_t)rows * (size_t)cols, sizeof(float), &bytes))
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: F32 size overflows", path, t->name);
-    float *dst = lpx_store_alloc(m->impl, bytes); /* (rows, cols) */
-    if (!dst)
-        return lpx_errorf(LPX_ERR_NOMEM, "%s: tensor %s: cannot allocate %zu bytes to convert %s",
-                          path, t->name, bytes, ti->name);
-    for (int64_t r = 0; r < rows; r++)
-        lpx_ggml_dequantize_row(type, (const uint8_t *)src + (size_t)r * src_row,
-                                dst + (size_t)r * (size_t)cols, cols);
-    t->type = LPX_DT_F32;
-    t->data = dst;
-    t->nbytes = bytes;
-    m->n_dequantized_at_load++;
-    return LPX_OK;
-}
-
 static lpx_status load_tensors(lpx_model *m, const lpx_gguf *g, const char *path) {
     int64_t n = lpx_gguf_n_tensors(g);
     m->tensors = calloc((size_t)(n ? n : 1), sizeof *m->tensors);
@@ -220,12 +196,10 @@ static lpx_status load_tensors(lpx_model *m, const lpx_gguf *g, const char *path
         if (ti->lpx_type >= 0) {
             t->type = (lpx_dtype)ti->lpx_type;
             t->data = data;
-        } else if (ti->dequant_at_load) {
-            LPX_TRY(dequantize_at_load(m, path, type, data, t));
         } else {
             return lpx_errorf(LPX_ERR_UNSUPPORTED,
                               "%s: tensor %s has type %s, which lpx does not support (F32, F16, "
-                              "BF16, Q8_0, Q4_0, Q4_1; Q4_K, Q5_K, Q6_K converted at load)",
+                              "BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)",
                               path, t->name, ti->name);
         }
     }

@@ -448,7 +448,7 @@ lpx_status lpx_model_info_get(const lpx_model *m, lpx_model_info *out) {
     out->qkv_bias = c->qkv_bias;
     out->qk_norm = c->qk_norm;
     out->has_chat_template = m->chat_template != NULL;
-    out->n_dequantized_at_load = m->n_dequantized_at_load;
+    out->n_dequantized_at_load = 0; /* every supported type is kept as stored */
 
     /* A decode step reads one embedding row, every layer and the whole lm_head. */
     const lpx_tensor *e = m->w.tok_embd;

@@ -100,7 +100,6 @@ struct lpx_model {
     lpx_weights w;
     lpx_tensor *tensors;      /* all tensors of the file(s) */
     int64_t n_tensors;
-    int32_t n_dequantized_at_load;
     struct lpx_tokenizer *tok;
     char *chat_template;      /* NUL-terminated, or NULL */
     lpx_gen_defaults gen;

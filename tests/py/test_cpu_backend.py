@@ -10,6 +10,7 @@ about 7x that, while any real defect (a wrong RoPE frequency, a missing bias, a
 mask off by one) moves logits by O(1).
 """
 import json
+import os
 import pathlib
 import subprocess
 
@@ -130,3 +131,36 @@ def test_bad_arguments(lpx_bin):
                            capture_output=True, text=True)
         assert r.returncode == 2, (opt, value, r.stderr)
         assert r.stderr.startswith(f"lpx logits: {opt}: expected ") and f"(got '{value}')" in r.stderr
+
+
+@pytest.mark.parametrize("gguf", ["tiny-llama.gguf", "tiny-qwen3.gguf"])
+def test_integer_kernels_agree_with_exact_mode(lpx_bin, tmp_path, gguf):
+    """Block-quantized GGUF files (tiny-qwen3: Q8_0 attention, Q4_K/Q5_K/Q6_K
+    FFN; tiny-llama: the 32-blocks) through the integer kernels, AVX2 and plain
+    C, against the exact mode (fp32 activations over the same blocks, whose
+    decoding tests/unit/test_model_dtype.c checks against gguf-py), in prefill
+    and in decode: within the integer kernels' tolerance (docs/backend.md),
+    and the two implementations within float rounding of each other."""
+    model = str(ROOT / "tests/fixtures/model" / gguf)
+    ids = "1,2,3,4,5,6,7,8,9,10,11,12"
+    got = {}
+    for tune in ("act=f32", "isa=avx2", "isa=c"):
+        for mode in ("prefill", "decode"):
+            out = tmp_path / f"{tune}-{mode}.f32"
+            r = subprocess.run([lpx_bin, "logits", "-m", model, "--ids", ids, "--mode", mode,
+                                "-o", str(out)], capture_output=True, text=True,
+                               env={**os.environ, "LPX_CPU_TUNE": tune})
+            if tune == "isa=avx2" and "this CPU lacks it" in r.stderr:
+                continue
+            assert r.returncode == 0, r.stderr
+            got[tune, mode] = np.fromfile(out, dtype="<f4").astype(np.float64)
+    exact = got["act=f32", "prefill"]
+    top = np.abs(exact).max()
+    for (tune, mode), g in got.items():
+        assert np.array_equal(g, got[tune, "prefill"]), (tune, mode)  # batch invariance
+        if tune == "act=f32":
+            continue
+        err, rms = np.abs(g - exact).max(), np.sqrt(((g - exact) ** 2).mean())
+        assert err <= 0.05 * top and rms <= 0.015 * top, (tune, err, rms, top)
+    if ("isa=avx2", "prefill") in got:
+        assert np.abs(got["isa=avx2", "prefill"] - got["isa=c", "prefill"]).max() <= 1e-3 * top

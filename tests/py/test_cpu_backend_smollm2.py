@@ -3,47 +3,79 @@ block-quantized weights, tied embeddings) against transformers, which
 dequantizes the same GGUF to float32 (references: tests/fixtures/smollm2/,
 made by scripts/make-fixtures.py smollm2, run in float64).
 
-Tolerance (docs/backend.md): the first generated step's full logits within
-REL_TOL * max|logit|; greedy continuations identical, except that a first
-divergence is accepted at a near-tie, where the reference's top-2 gap is under
-twice that tolerance (none in the committed prompts: the smallest gap is 0.016).
+Tolerance (docs/backend.md), per kernel set:
+- exact (LPX_CPU_TUNE=act=f32, fp32 activations): the first generated step's
+  full logits within REL_TOL * max|logit|; greedy continuations identical,
+  except that a first divergence is accepted at a near-tie, where the
+  reference's top-2 gap is under twice that tolerance (none in the committed
+  prompts: the smallest gap is 0.016).
+- the default integer kernels (activations quantized to int8 per block of 32,
+  AVX2 or plain C): max abs error within Q8_REL_TOL * max|logit| and RMS error
+  within Q8_RMS_TOL * max|logit|, the same top token, and greedy continuations
+  identical up to a first divergence at a reference top-2 gap under twice the
+  max tolerance. int8 rounding of the inputs of 210 products moves SmolLM2's
+  logits by 0.19-0.21 RMS, 0.74-0.77 at most (3.9% of 19.8); it is what
+  llama.cpp's q8 path does too.
 """
 import json
+import os
 import pathlib
 import subprocess
 
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests/fixtures/smollm2"
 REL_TOL = 2e-5
+Q8_REL_TOL = 0.05
+Q8_RMS_TOL = 0.015
+KERNELS = {"exact": "act=f32", "q8": "", "q8-c": "isa=c"}
 
 
-def test_first_logits_match_transformers(lpx_bin, smollm2, tmp_path):
+def run_env(tune):
+    env = {k: v for k, v in os.environ.items() if k != "LPX_CPU_TUNE"}
+    if tune:
+        env["LPX_CPU_TUNE"] = tune
+    return env
+
+
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_first_logits_match_transformers(lpx_bin, smollm2, tmp_path, kernels):
     doc = json.loads((FIX / "greedy.json").read_text())
     ids = doc["prompts"][doc["first_logits"]["prompt"]]["ids"]
     out = tmp_path / "logits.f32"
     r = subprocess.run([lpx_bin, "logits", "-m", smollm2, "--ids", ",".join(map(str, ids)),
-                        "-o", str(out)], capture_output=True, text=True)
+                        "-o", str(out)], capture_output=True, text=True,
+                       env=run_env(KERNELS[kernels]))
     assert r.returncode == 0, r.stderr
     got = np.fromfile(out, dtype="<f4").reshape(len(ids), -1)[doc["first_logits"]["position"]]
     ref = np.fromfile(FIX / doc["first_logits"]["file"], dtype="<f4").astype(np.float64)
     err = np.abs(got - ref).max()
-    assert err <= REL_TOL * np.abs(ref).max(), f"max abs error {err:.3g}"
+    top = np.abs(ref).max()
+    if kernels == "exact":
+        assert err <= REL_TOL * top, f"max abs error {err:.3g}"
+    else:
+        rms = np.sqrt(((got - ref) ** 2).mean())
+        assert err <= Q8_REL_TOL * top and rms <= Q8_RMS_TOL * top, \
+            f"max abs error {err:.3g}, rms {rms:.3g}"
+        assert got.argmax() == ref.argmax()
 
 
-def test_greedy_matches_transformers(lpx_bin, smollm2):
+@pytest.mark.parametrize("kernels", KERNELS)
+def test_greedy_matches_transformers(lpx_bin, smollm2, kernels):
     """All prompts decode together in one batch, so this also covers batched
     decode of sequences of different lengths on a real model."""
     doc = json.loads((FIX / "greedy.json").read_text())
     cmd = [lpx_bin, "logits", "-m", smollm2, "--greedy", "32"]
     for p in doc["prompts"]:
         cmd += ["--ids", ",".join(map(str, p["ids"]))]
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=run_env(KERNELS[kernels]))
     assert r.returncode == 0, r.stderr
     lines = r.stdout.split()
     assert len(lines) == len(doc["prompts"])
-    tie_tol = 2 * REL_TOL * 20.0  # SmolLM2's logits reach about 20 in magnitude
+    # SmolLM2's logits reach about 20 in magnitude
+    tie_tol = 2 * (REL_TOL if kernels == "exact" else Q8_REL_TOL) * 20.0
     for p, line in zip(doc["prompts"], lines):
         got = [int(x) for x in line.split(",")]
         diverge = next((i for i, (a, b) in enumerate(zip(got, p["greedy"])) if a != b), None)

@@ -12,7 +12,7 @@ from safetensors import safe_open
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests/fixtures/model"
-KEPT = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1"}
+KEPT = {"F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"}
 
 
 def inspect(lpx_bin, path, *extra):
@@ -97,9 +97,10 @@ def test_tiny_gguf(lpx_bin, arch):
     check_against(got, gguf_expected(path))
     assert got["rope"]["interleaved"] == (arch == "llama")
     assert got["qkv_bias"] == (arch == "qwen2") and got["qk_norm"] == (arch == "qwen3")
-    if arch == "qwen3":  # ffn weights are Q4_K/Q5_K/Q6_K: converted at load
-        assert got["n_dequantized_at_load"] == 6
-        assert "converted at load   6 tensors" in inspect(lpx_bin, path).stdout
+    if arch == "qwen3":  # ffn weights are Q4_K/Q5_K/Q6_K: kept as blocks
+        assert got["n_dequantized_at_load"] == 0
+        assert {"Q4_K", "Q5_K", "Q6_K"} <= set(got["dtype_params"])
+        assert "converted at load   none" in inspect(lpx_bin, path).stdout
     if arch == "llama":
         assert got["rope"]["scaling"] == "linear" and got["rope"]["factor"] == 2.0
 

@@ -121,17 +121,19 @@ def test_help_lists_user_commands_before_developer_tools(lpx_bin):
 
 
 def test_developer_strings_reach_the_backend_only_when_set(lpx_bin, smollm2):
-    """LPX_CUDA_TUNE / LPX_CUDA_TRACE are read by the CLI (src/cli/cli_dev_env.c) and passed
-    when non-empty; the CPU backend refuses them, so a set one is an error there."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("LPX_CUDA_T")}
+    """The developer strings are read by the CLI (src/cli/cli_dev_env.c) and passed when
+    non-empty, for the device they belong to: LPX_CPU_TUNE to the CPU backend, which
+    refuses an unknown key; LPX_CUDA_TUNE / LPX_CUDA_TRACE only to the CUDA backend."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("LPX_CUDA_T") and k != "LPX_CPU_TUNE"}
     cmds = [["run", "-m", smollm2, "-p", "hi", "-n", "1", "--device", "cpu"],
             ["bench", "-m", smollm2, "-p", "0", "-n", "1", "-b", "1", "-r", "1", "--device", "cpu"],
             ["logits", "-m", smollm2, "--ids", "1,2", "--device", "cpu"]]
     for words in cmds:
-        for var in ("LPX_CUDA_TUNE", "LPX_CUDA_TRACE"):
-            r = subprocess.run([lpx_bin, *words], capture_output=True, text=True, timeout=300,
-                               env={**base, var: "x"})
-            assert r.returncode != 0 and "the CPU backend has neither" in r.stderr, (words, r.stderr)
         r = subprocess.run([lpx_bin, *words], capture_output=True, text=True, timeout=300,
-                           env={**base, "LPX_CUDA_TUNE": "", "LPX_CUDA_TRACE": ""})
+                           env={**base, "LPX_CPU_TUNE": "x"})
+        assert r.returncode != 0 and "cpu tune: 'x'" in r.stderr, (words, r.stderr)
+        r = subprocess.run([lpx_bin, *words], capture_output=True, text=True, timeout=300,
+                           env={**base, "LPX_CPU_TUNE": "isa=c,act=f32", "LPX_CUDA_TUNE": "x",
+                                "LPX_CUDA_TRACE": "x"})
         assert r.returncode == 0, (words, r.stderr)

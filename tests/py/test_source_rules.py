@@ -18,7 +18,7 @@ RANK = {"base": 0, "telemetry": 1, "format": 2, "template": 3, "tokenizer": 4, "
         "server": 9, "batch": 9, "bench": 9, "doctor": 9, "cli": 10}
 
 # Where src/ may read the environment: the CLI (API keys, the developer strings
-# LPX_CUDA_TUNE/LPX_CUDA_TRACE), telemetry's NVML/CUDA library test seams, and doctor's
+# LPX_CUDA_TUNE/LPX_CUDA_TRACE/LPX_CPU_TUNE), telemetry's NVML/CUDA library test seams, and doctor's
 # container detection (the environment it diagnoses).
 GETENV_ALLOWED = {"src/telemetry/telemetry.c", "src/doctor/doctor.c"}
 

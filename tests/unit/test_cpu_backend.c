@@ -58,10 +58,19 @@ static uint8_t *rnd_tensor_data(lpx_dtype t, int64_t rows, int64_t cols, size_t 
             s = rnd_scale();
             memcpy(p + off + 2, &s, 2);
             /* fall through */
+        case LPX_DT_Q4_K:
+        case LPX_DT_Q5_K:
+            s = rnd_scale();
+            memcpy(p + off + 2, &s, 2);
+            /* fall through */
         case LPX_DT_Q8_0:
         case LPX_DT_Q4_0:
             s = rnd_scale();
             memcpy(p + off, &s, 2);
+            break;
+        case LPX_DT_Q6_K:
+            s = rnd_scale();
+            memcpy(p + off + 208, &s, 2);
             break;
         case LPX_DT_COUNT:
             break;
@@ -100,9 +109,15 @@ static void test_dequantize(void) {
     CHECK(a[7] == 1.0f && a[2] == 0x1p-24f && isinf(a[5]) && a[6] < 0);
 }
 
-static void test_matmul(lpx_threadpool *pool) {
-    enum { ROWS = 37, COLS = 96, NT = 5 };
+/* Products of every dtype against float64: with fp32 activations (qk NULL)
+ * to fp32 rounding; with the integer dots of `qk` the block types to fp32
+ * rounding of the quantized activations, and within the quantization step of
+ * the exact product. */
+static void test_matmul(lpx_threadpool *pool, const cpu_qkernels *qk) {
+    enum { ROWS = 37, COLS = 256, NT = 5 }; /* COLS: one K-quant super-block */
     float x[NT][COLS], y[NT][ROWS], bias[ROWS], rowbuf[2 * CPU_MATMUL_ROWBUF(COLS)], w[COLS];
+    lpx_blk_q8 xq[NT][COLS / LPX_QK];
+    const cpu_matmul_env env = {pool, qk, rowbuf, CPU_MATMUL_ROWBUF(COLS), &xq[0][0]};
     for (int t = 0; t < NT; t++)
         for (int c = 0; c < COLS; c++)
             x[t][c] = rndf();
@@ -111,29 +126,37 @@ static void test_matmul(lpx_threadpool *pool) {
     for (int type = 0; type < LPX_DT_COUNT; type++) {
         lpx_tensor W;
         mk(&W, "w", (lpx_dtype)type, ROWS, COLS);
+        const bool integer = qk && qk->dot[type];
         for (int acc = 0; acc < 2; acc++) {
             for (int t = 0; t < NT; t++)
                 for (int r = 0; r < ROWS; r++)
                     y[t][r] = acc ? 1.0f : NAN;
             cpu_matmul_job job = {&W, bias, &y[0][0], ROWS, acc};
-            cpu_matmul(pool, &job, 1, &x[0][0], COLS, NT, rowbuf, CPU_MATMUL_ROWBUF(COLS));
-            double worst = 0;
+            cpu_matmul(&env, &job, 1, &x[0][0], COLS, NT);
+            double worst = 0, worst_exact = 0;
             size_t row_bytes = W.nbytes / ROWS;
             for (int r = 0; r < ROWS; r++) {
                 lpx_dequantize_row(W.type, (const uint8_t *)W.data + r * row_bytes, w, COLS);
                 for (int t = 0; t < NT; t++) {
-                    double ref = bias[r] + (acc ? 1.0 : 0.0), mag = fabs(bias[r]);
+                    double ref = bias[r] + (acc ? 1.0 : 0.0), mag = fabs(bias[r]), exact = ref;
                     for (int c = 0; c < COLS; c++) {
-                        ref += (double)w[c] * x[t][c];
+                        const lpx_blk_q8 *q = &xq[t][c / LPX_QK];
+                        double xv = integer ? (double)q->d * q->q[c % LPX_QK] : x[t][c];
+                        ref += (double)w[c] * xv;
+                        exact += (double)w[c] * x[t][c];
                         mag += fabs((double)w[c] * x[t][c]);
                     }
                     double e = fabs(y[t][r] - ref) / (mag + 1e-30);
                     if (!(e <= worst)) worst = e; /* NaN makes it fail */
+                    e = fabs(y[t][r] - exact) / (mag + 1e-30);
+                    if (!(e <= worst_exact)) worst_exact = e;
                 }
             }
-            CHECK(worst < 1e-6);
+            /* x in [-1, 1] quantizes with steps of at most 1/127 */
+            CHECK(worst < 1e-6 && worst_exact < (integer ? 0.5 / 127 : 1e-6));
             if (!(worst < 1e-6))
-                fprintf(stderr, "matmul %s: relative error %g\n", lpx_dtype_name(W.type), worst);
+                fprintf(stderr, "matmul %s (%s): relative error %g\n", lpx_dtype_name(W.type),
+                        integer ? qk->isa : "fp32", worst);
         }
         if (type == LPX_DT_F32) {
             /* F32 weights at an odd address (a file may place them so) give the same result. */
@@ -144,8 +167,8 @@ static void test_matmul(lpx_threadpool *pool) {
             W2.data = odd + 1;
             cpu_matmul_job j1 = {&W, NULL, &y[0][0], ROWS, false},
                            j2 = {&W2, NULL, &y2[0][0], ROWS, false};
-            cpu_matmul(pool, &j1, 1, &x[0][0], COLS, NT, rowbuf, CPU_MATMUL_ROWBUF(COLS));
-            cpu_matmul(pool, &j2, 1, &x[0][0], COLS, NT, rowbuf, CPU_MATMUL_ROWBUF(COLS));
+            cpu_matmul(&env, &j1, 1, &x[0][0], COLS, NT);
+            cpu_matmul(&env, &j2, 1, &x[0][0], COLS, NT);
             CHECK(!memcmp(y, y2, sizeof y));
             free(odd);
         }
@@ -268,7 +291,8 @@ static bool same(int n_seqs_to_check) {
     return true;
 }
 
-static void test_invariance(bool features) {
+/* tune: the kernels (docs/dev.md, LPX_CPU_TUNE): each keeps every bit invariant. */
+static void test_invariance(bool features, const char *tune) {
     toy y;
     toy_init(&y, features);
     for (int s = 0; s < NSEQ; s++)
@@ -278,7 +302,8 @@ static void test_invariance(bool features) {
                           .block_size = BS,
                           .n_blocks = NBLK,
                           .max_batch_tokens = 40,
-                          .max_seqs = NSEQ};
+                          .max_seqs = NSEQ,
+                          .tune = tune};
     lpx_backend *b = NULL;
     CHECK(lpx_cpu_backend_ops.create(&y.m, &o, &b) == LPX_OK);
     if (!b) {
@@ -423,6 +448,26 @@ static void test_threadpool(lpx_threadpool *pool) {
         }
 }
 
+static void test_tune(void) {
+    toy y;
+    toy_init(&y, false);
+    lpx_backend_opts o = {.n_threads = 1, .n_blocks = 4, .max_batch_tokens = 4, .max_seqs = 1};
+    const char *bad[] = {"isa=sse9", "act=f16", "isa=c,,act=q8", "x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        lpx_backend *b = NULL;
+        o.tune = bad[i];
+        CHECK(lpx_cpu_backend_ops.create(&y.m, &o, &b) == LPX_ERR_INVALID_ARG && !b);
+    }
+    lpx_backend *b = NULL;
+    o.tune = "isa=c,act=q8";
+    CHECK(lpx_cpu_backend_ops.create(&y.m, &o, &b) == LPX_OK);
+    if (b) b->ops->destroy(b);
+    o.tune = NULL;
+    o.trace = "timing";
+    CHECK(lpx_cpu_backend_ops.create(&y.m, &o, &b) == LPX_ERR_INVALID_ARG);
+    toy_free(&y);
+}
+
 static void test_select(void) {
     const lpx_backend_ops *ops;
     int ord;
@@ -441,10 +486,18 @@ int main(void) {
     CHECK(lpx_threadpool_create(2, &pool) == LPX_OK);
     test_threadpool(pool);
     test_dequantize();
-    test_matmul(pool);
+    test_matmul(pool, NULL);
+    const char *isas[] = {"c", "avx2"};
+    for (int i = 0; i < 2; i++) {
+        cpu_qkernels qk;
+        if (cpu_qkernels_init(&qk, isas[i])) test_matmul(pool, &qk);
+    }
     lpx_threadpool_destroy(pool);
-    test_invariance(false);
-    test_invariance(true);
+    test_invariance(false, NULL);
+    test_invariance(true, NULL);
+    test_invariance(true, "isa=c");
+    test_invariance(true, "act=f32");
+    test_tune();
     test_select();
     TEST_DONE();
 }

@@ -1,6 +1,6 @@
 /* Dequantization against gguf-py's dequantize (fixtures written by
- * scripts/make-model-fixtures.py): F16, BF16, Q8_0, Q4_0, Q4_1 kept types
- * and the Q4_K/Q5_K/Q6_K types converted at load. */
+ * scripts/make-model-fixtures.py): every type lpx keeps as stored (F16, BF16,
+ * Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K). */
 #include "format/ggml.h"
 #include "model/model.h"
 #include "test.h"
@@ -33,7 +33,7 @@ static double compare(const float *got, const float *ref, size_t n) {
     return worst;
 }
 
-static void check_type(const char *name, uint32_t ggml_id, int lpx_type) {
+static void check_type(const char *name, uint32_t ggml_id, lpx_dtype lpx_type) {
     size_t nraw = 0, nref = 0;
     unsigned char *raw = slurp(name, "bin", &nraw);
     float *ref = slurp(name, "f32", &nref);
@@ -41,18 +41,14 @@ static void check_type(const char *name, uint32_t ggml_id, int lpx_type) {
     if (!raw || !ref) return;
     int64_t n = (int64_t)(nref / 4), rows = 4, cols = n / rows;
     const lpx_ggml_type_info *ti = lpx_ggml_type(ggml_id);
-    CHECK(ti && !strcmp(ti->name, name));
+    CHECK(ti && !strcmp(ti->name, name) && ti->lpx_type == (int)lpx_type);
     size_t row_bytes = (size_t)(cols / ti->block_elems * ti->block_bytes);
     CHECK(row_bytes * (size_t)rows == nraw);
     float *got = calloc((size_t)n, sizeof *got);
     for (int64_t r = 0; r < rows; r++) {
-        if (lpx_type >= 0) {
-            size_t rb = 0;
-            CHECK(lpx_dtype_row_bytes((lpx_dtype)lpx_type, cols, &rb) && rb == row_bytes);
-            lpx_dequantize_row((lpx_dtype)lpx_type, raw + r * row_bytes, got + r * cols, cols);
-        } else {
-            lpx_ggml_dequantize_row(ggml_id, raw + r * row_bytes, got + r * cols, cols);
-        }
+        size_t rb = 0;
+        CHECK(lpx_dtype_row_bytes(lpx_type, cols, &rb) && rb == row_bytes);
+        lpx_dequantize_row(lpx_type, raw + r * row_bytes, got + r * cols, cols);
     }
     double err = compare(got, ref, (size_t)n);
     printf("%-5s max rel err %.3g\n", name, err);
@@ -68,9 +64,9 @@ int main(void) {
     check_type("Q8_0", 8, LPX_DT_Q8_0);
     check_type("Q4_0", 2, LPX_DT_Q4_0);
     check_type("Q4_1", 3, LPX_DT_Q4_1);
-    check_type("Q4_K", 12, -1);
-    check_type("Q5_K", 13, -1);
-    check_type("Q6_K", 14, -1);
+    check_type("Q4_K", 12, LPX_DT_Q4_K);
+    check_type("Q5_K", 13, LPX_DT_Q5_K);
+    check_type("Q6_K", 14, LPX_DT_Q6_K);
 
     size_t rb;
     CHECK(!lpx_dtype_row_bytes(LPX_DT_Q4_0, 33, &rb));       /* not whole blocks */

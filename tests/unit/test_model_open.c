@@ -38,9 +38,9 @@ static void check_gguf_llama(void) {
     CHECK(m->gen.n_eos == 1 && m->gen.eos_ids[0] == 259 && m->gen.bos_id == 258);
     CHECK(m->gen.temperature < 0 && m->gen.top_k < 0);
     CHECK(m->chat_template && strstr(m->chat_template, "<|im_start|>assistant"));
-    CHECK(m->n_dequantized_at_load == 0);
     lpx_model_info info;
     CHECK(lpx_model_info_get(m, &info) == LPX_OK);
+    CHECK(info.n_dequantized_at_load == 0);
     CHECK(!strcmp(info.arch, "llama") && !strcmp(info.format, "gguf"));
     CHECK(info.kv_bytes_per_token == 2 * 2 * 2 * 16 * 2);
     int64_t embd = (int64_t)m->w.tok_embd->nbytes;
@@ -78,14 +78,18 @@ static void check_gguf_qwen(void) {
     if (m) {
         CHECK(m->cfg.qk_norm && m->cfg.head_dim == 32 && m->cfg.d_model == 256);
         CHECK(m->w.layers[1].q_norm && m->w.layers[1].q_norm->shape[0] == 32);
-        CHECK(m->n_dequantized_at_load == 6);
-        const lpx_tensor *t = m->w.layers[0].w_down; /* Q6_K in the file */
-        CHECK(t->type == LPX_DT_F32 && t->nbytes == 256 * 512 * 4 && t->shape[1] == 512);
-        const float *x = t->data;
+        const lpx_tensor *t = m->w.layers[0].w_down; /* Q6_K in the file: kept as blocks */
+        CHECK(t->type == LPX_DT_Q6_K && t->nbytes == 256 * 512 / 256 * 210 && t->shape[1] == 512);
+        CHECK(m->w.layers[0].w_gate->type == LPX_DT_Q4_K);
+        float x[512];
+        lpx_dequantize_row(t->type, t->data, x, 512);
         double sum = 0;
-        for (int i = 0; i < 256 * 512; i++)
+        for (int i = 0; i < 512; i++)
             sum += fabs(x[i]);
         CHECK(sum > 0 && isfinite(sum));
+        lpx_model_info info;
+        lpx_model_info_get(m, &info);
+        CHECK(info.n_dequantized_at_load == 0);
         lpx_model_close(m);
     }
 }

@@ -1,8 +1,11 @@
 /* The CPU backend: the reference implementation of the backend interface.
  *
- * fp32 arithmetic, weights used in place from the model file (dequantized a row
- * at a time inside the products), a paged fp32 KV cache, and a thread pool that
- * splits every product over its output rows and attention over (token, head).
+ * Weights used in place from the model file: products over block types are
+ * integer dot products against activations quantized to int8 per block of 32
+ * (cpu_qdot.h; the kernels, AVX2 or plain C, picked per instance at create),
+ * plain F32/F16/BF16 weights are dequantized a row at a time; everything else
+ * is fp32, with a paged fp32 KV cache and a thread pool that splits every
+ * product over its output rows and attention over (token, head).
  *
  * KV memory: n_blocks contiguous blocks; block b holds, for every layer, K then V
  * of its block_size slots:
@@ -16,6 +19,7 @@
 #include "sample/sampler.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +33,9 @@ typedef struct cpu_backend {
     lpx_backend base; /* first: the engine holds an lpx_backend * */
     lpx_threadpool *pool;
     int n_threads;
+    cpu_qkernels qk;       /* the integer dots of this instance */
+    bool exact;            /* tune act=f32: fp32 activations in every product */
+    cpu_matmul_env env;    /* pool, kernels and scratch of every product */
     int64_t q_dim, kv_dim; /* n_heads * head_dim, n_kv_heads * head_dim */
     int64_t ctx_cap;       /* n_blocks * block_size: the longest possible context */
     int64_t block_floats;  /* floats in one KV block */
@@ -48,6 +55,7 @@ typedef struct cpu_backend {
     float *gate, *up;           /* [T][d_ff] */
     float *rope_cos, *rope_sin; /* [T][head_dim / 2] */
     float *rowbuf;    /* [n_threads][CPU_MATMUL_ROWBUF(max cols)] dequantized weight rows */
+    lpx_blk_q8 *xq;   /* [T][max cols / 32] a product's input, quantized */
     float *scores;    /* [n_threads][ctx_cap] attention weights */
     int32_t *tok_seq; /* [T] sequence index of each token */
 
@@ -212,6 +220,7 @@ static void cpu_destroy(lpx_backend *base) {
     free(b->rope_cos);
     free(b->rope_sin);
     free(b->rowbuf);
+    free(b->xq);
     free(b->scores);
     free(b->tok_seq);
     lpx_sampler_free(&b->sampler);
@@ -277,6 +286,13 @@ static lpx_status cpu_create_into(cpu_backend *b, const lpx_model *m) {
     LPX_TRY(alloc_floats(b, &b->rope_cos, T * (hd / 2), "rope"));
     LPX_TRY(alloc_floats(b, &b->rope_sin, T * (hd / 2), "rope"));
     LPX_TRY(alloc_floats(b, &b->rowbuf, b->n_threads * CPU_MATMUL_ROWBUF(max_cols), "row buffers"));
+    size_t xq_bytes; /* T is at most INT32_MAX, max_cols / 32 too */
+    if (!lpx_mul_size((size_t)T * (size_t)(max_cols / LPX_QK), sizeof *b->xq, &xq_bytes) ||
+        !(b->xq = calloc(xq_bytes ? xq_bytes : 1, 1)))
+        return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: quantized inputs: cannot allocate");
+    b->bytes += xq_bytes;
+    b->env = (cpu_matmul_env){b->pool, b->exact ? NULL : &b->qk, b->rowbuf,
+                              CPU_MATMUL_ROWBUF(max_cols), b->xq};
     int64_t score_floats;
     if (!lpx_mul_i64(b->ctx_cap, b->n_threads, &score_floats))
         return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: attention scratch overflows");
@@ -290,14 +306,39 @@ static lpx_status cpu_create_into(cpu_backend *b, const lpx_model *m) {
     return LPX_OK;
 }
 
+/* The CPU backend's developer tuning (docs/dev.md): comma-separated isa=avx2|c
+ * (the integer dot kernels; default: the best the CPU runs) and act=q8|f32
+ * (f32: fp32 activations in every product, the exact mode the transformers
+ * references are checked in). */
+static lpx_status parse_tune(const char *tune, char isa[8], bool *exact) {
+    for (const char *p = tune; p && *p;) {
+        size_t n = strcspn(p, ",");
+#define ITEM(s) (n == sizeof s - 1 && !strncmp(p, s, n))
+        if (ITEM("isa=c") || ITEM("isa=avx2"))
+            snprintf(isa, 8, "%.*s", (int)n - 4, p + 4);
+        else if (ITEM("act=q8") || ITEM("act=f32"))
+            *exact = ITEM("act=f32");
+        else
+            return lpx_errorf(LPX_ERR_INVALID_ARG,
+                              "cpu tune: '%.*s': expected isa=avx2|c or act=q8|f32 (docs/dev.md)",
+                              (int)(n > 40 ? 40 : n), p);
+#undef ITEM
+        p += n + (p[n] == ',');
+    }
+    return LPX_OK;
+}
+
 static lpx_status cpu_create(const lpx_model *m, const lpx_backend_opts *o, lpx_backend **out) {
     *out = NULL;
     lpx_backend_opts opts = *o;
-    if ((o->tune && o->tune[0]) || (o->trace && o->trace[0]))
+    if (o->trace && o->trace[0])
         return lpx_errorf(LPX_ERR_INVALID_ARG,
-                          "cpu backend: developer tuning \"%s\" / tracing \"%s\": the CPU backend "
-                          "has neither (docs/dev.md)",
-                          o->tune ? o->tune : "", o->trace ? o->trace : "");
+                          "cpu backend: developer tracing \"%s\": the CPU backend has none "
+                          "(docs/dev.md)",
+                          o->trace);
+    char isa[8] = "";
+    bool exact = false;
+    LPX_TRY(parse_tune(o->tune, isa, &exact));
     opts.tune = opts.trace = NULL; /* not kept: read at create only */
     if (opts.block_size == 0) opts.block_size = 16;
     if (opts.block_size < 0 || opts.n_blocks <= 0 || opts.max_batch_tokens <= 0 ||
@@ -311,6 +352,11 @@ static lpx_status cpu_create(const lpx_model *m, const lpx_backend_opts *o, lpx_
     b->base.ops = &lpx_cpu_backend_ops;
     b->base.model = m;
     b->base.opts = opts;
+    b->exact = exact;
+    if (!cpu_qkernels_init(&b->qk, isa)) {
+        free(b);
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "cpu tune: isa=%s: this CPU lacks it", isa);
+    }
     lpx_status s = cpu_create_into(b, m);
     if (s != LPX_OK) {
         cpu_destroy(&b->base);
@@ -429,10 +475,7 @@ static void attention_items(void *arg, int64_t begin, int64_t end, int thread) {
 
 static void matmul(cpu_backend *b, const cpu_matmul_job *jobs, int n_jobs, const float *x,
                    int64_t ldx, int64_t n_tok) {
-    const lpx_config *c = &b->base.model->cfg;
-    int64_t wide = c->d_model > b->q_dim ? c->d_model : b->q_dim;
-    cpu_matmul(b->pool, jobs, n_jobs, x, ldx, n_tok, b->rowbuf,
-               CPU_MATMUL_ROWBUF(wide > c->d_ff ? wide : c->d_ff));
+    cpu_matmul(&b->env, jobs, n_jobs, x, ldx, n_tok);
 }
 
 static void layer_forward(cpu_backend *b, const lpx_batch *bt, int l) {

@@ -134,6 +134,11 @@ HOT void cpu_dequantize(lpx_dtype t, const void *src, float *dst, int64_t n) {
     case LPX_DT_Q4_1:
         dequantize_blocks(LPX_DT_Q4_1, s, dst, n);
         return;
+    case LPX_DT_Q4_K: /* the exact mode and embedding rows only: the scalar decoder */
+    case LPX_DT_Q5_K:
+    case LPX_DT_Q6_K:
+        lpx_dequantize_row(t, src, dst, n);
+        return;
     case LPX_DT_COUNT:
         break;
     }
@@ -357,15 +362,83 @@ HOT static void matmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
     }
 }
 
-void cpu_matmul(lpx_threadpool *pool, const cpu_matmul_job *jobs, int n_jobs, const float *x,
-                int64_t ldx, int64_t n_tok, float *rowbuf, int64_t rowbuf_stride) {
+/* The integer path: x quantized per token, then each (row, token) one call
+ * of the row type's dot. Tokens inside rows, so a row is read from memory once
+ * per product and from L1 for the other tokens. */
+typedef struct qmatmul_ctx {
+    const cpu_matmul_job *jobs;
+    const cpu_qkernels *qk;
+    const float *x;
+    int64_t ldx, n_tok, cols;
+    lpx_blk_q8 *xq; /* [n_tok][cols / 32] */
+} qmatmul_ctx;
+
+static void quantize_tokens(void *arg, int64_t begin, int64_t end, int thread) {
+    const qmatmul_ctx *c = arg;
+    for (int64_t t = begin; t < end; t++)
+        c->qk->quantize(c->x + t * c->ldx, c->xq + t * (c->cols / LPX_QK), c->cols);
+}
+
+static void qmatmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
+    const qmatmul_ctx *c = arg;
+    const int64_t nb = c->cols / LPX_QK;
+    int64_t first = 0; /* first global row of *job */
+    for (const cpu_matmul_job *job = c->jobs; begin < end;
+         first += lpx_tensor_rows(job->w), job++) {
+        const int64_t rows = lpx_tensor_rows(job->w);
+        if (begin >= first + rows) continue;
+        const size_t row_bytes = job->w->nbytes / (size_t)rows;
+        const cpu_qdot_fn dot = c->qk->dot[job->w->type];
+        const cpu_qdot4_fn dot4 = c->qk->dot4[job->w->type];
+        const uint8_t *data = job->w->data;
+        const lpx_blk_q8 *xq = c->xq;
+        const float *bias = job->bias;
+        float *y = job->y;
+        const int64_t n_tok = c->n_tok, ldy = job->ldy,
+                      stop = end < first + rows ? end : first + rows;
+        const bool accumulate = job->accumulate;
+        for (int64_t r = begin - first; r < stop - first; r++) {
+            const uint8_t *w = data + (size_t)r * row_bytes;
+            const float b = bias ? bias[r] : 0.0f;
+            int64_t t = 0;
+            float d[4];
+            for (; dot4 && t + 4 <= n_tok; t += 4) {
+                dot4(w, xq + t * nb, nb, d);
+                for (int k = 0; k < 4; k++)
+                    y[(t + k) * ldy + r] =
+                        accumulate ? y[(t + k) * ldy + r] + (d[k] + b) : d[k] + b;
+            }
+            for (; t < n_tok; t++) {
+                float v = dot(w, xq + t * nb, nb) + b;
+                y[t * ldy + r] = accumulate ? y[t * ldy + r] + v : v;
+            }
+        }
+        begin = stop;
+    }
+}
+
+void cpu_matmul(const cpu_matmul_env *e, const cpu_matmul_job *jobs, int n_jobs, const float *x,
+                int64_t ldx, int64_t n_tok) {
     int64_t rows = 0;
-    for (int j = 0; j < n_jobs; j++)
+    bool integer = e->qk != NULL;
+    for (int j = 0; j < n_jobs; j++) {
         rows += lpx_tensor_rows(jobs[j].w);
-    matmul_ctx c = {jobs, n_jobs, x, ldx, n_tok, lpx_tensor_cols(jobs[0].w), rowbuf, rowbuf_stride};
+        integer = integer && e->qk->dot[jobs[j].w->type];
+    }
+    const int64_t cols = lpx_tensor_cols(jobs[0].w);
+    const int threads = lpx_threadpool_size(e->pool);
+    if (integer) {
+        qmatmul_ctx c = {jobs, e->qk, x, ldx, n_tok, cols, e->xq};
+        lpx_parallel_for(e->pool, n_tok, 1, quantize_tokens, &c);
+        /* ~8 chunks per thread balance the load at one atomic per chunk */
+        int64_t grain = rows / (8 * threads);
+        lpx_parallel_for(e->pool, rows, grain < 4 ? 4 : grain, qmatmul_rows, &c);
+        return;
+    }
+    matmul_ctx c = {jobs, n_jobs, x, ldx, n_tok, cols, e->rowbuf, e->rowbuf_stride};
     /* ~16 chunks per thread balance the load; chunks are whole tiles. */
-    int64_t grain = rows / (16 * lpx_threadpool_size(pool)) / TILE_R * TILE_R;
-    lpx_parallel_for(pool, rows, grain < TILE_R ? TILE_R : grain, matmul_rows, &c);
+    int64_t grain = rows / (16 * threads) / TILE_R * TILE_R;
+    lpx_parallel_for(e->pool, rows, grain < TILE_R ? TILE_R : grain, matmul_rows, &c);
 }
 
 void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {

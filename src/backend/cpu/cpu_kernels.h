@@ -1,13 +1,18 @@
-/* Numeric kernels of the CPU backend: fp32 arithmetic over weights kept in
- * their stored type (F32/F16/BF16/Q8_0/Q4_0/Q4_1), dequantized a row at a time.
+/* Numeric kernels of the CPU backend over weights kept in their stored type.
+ * Products over block types run as integer dot products against activations
+ * quantized to int8 per block (cpu_qdot.h); with fp32 activations (the exact
+ * mode, and plain F32/F16/BF16 weights) rows are dequantized to fp32 a few at a
+ * time.
  *
  * Batch invariance: every output element is computed by the same code in the
  * same order whatever else is in the batch (a row of a product is one dot
- * product of the dequantized weight row with one token's activations), so a
- * token's logits are bit-identical alone, in a batch, in prefill or in decode. */
+ * product of the weight row with one token's activations, quantized per token),
+ * so a token's logits are bit-identical alone, in a batch, in prefill or in
+ * decode. */
 #ifndef LPX_BACKEND_CPU_KERNELS_H
 #define LPX_BACKEND_CPU_KERNELS_H
 
+#include "backend/cpu/cpu_qdot.h"
 #include "base/threadpool.h"
 #include "model/model.h"
 
@@ -32,12 +37,21 @@ typedef struct cpu_matmul_job {
     bool accumulate;
 } cpu_matmul_job;
 
-/* Runs up to 4 products that share their input x [n_tok][ldx] (same cols) as
- * one parallel loop over all their rows. rowbuf: per-thread scratch, thread i
- * at rowbuf + i * rowbuf_stride, rowbuf_stride >= CPU_MATMUL_ROWBUF(cols). */
+/* What a product needs besides its operands: threads, kernels, scratch. */
 #define CPU_MATMUL_ROWBUF(cols) (4 * (cols))
-void cpu_matmul(lpx_threadpool *pool, const cpu_matmul_job *jobs, int n_jobs, const float *x,
-                int64_t ldx, int64_t n_tok, float *rowbuf, int64_t rowbuf_stride);
+typedef struct cpu_matmul_env {
+    lpx_threadpool *pool;
+    const cpu_qkernels *qk; /* integer dots for block types; NULL: fp32 activations only */
+    float *rowbuf;          /* [threads][rowbuf_stride >= CPU_MATMUL_ROWBUF(cols)] */
+    int64_t rowbuf_stride;
+    lpx_blk_q8 *xq; /* [n_tok][cols / 32] x quantized (with qk) */
+} cpu_matmul_env;
+
+/* Runs up to 4 products that share their input x [n_tok][ldx] (same cols) as
+ * one parallel loop over all their rows. When every matrix has an integer dot
+ * in e->qk, x is quantized once and all rows use it; otherwise fp32. */
+void cpu_matmul(const cpu_matmul_env *e, const cpu_matmul_job *jobs, int n_jobs, const float *x,
+                int64_t ldx, int64_t n_tok);
 
 /* out[i] = x[i] / sqrt(mean(x^2) + eps) * w[i], i < n (out may alias x). */
 void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
