@@ -122,6 +122,15 @@ static lpx_engine_stats run(const lpx_model *m, bool caching, int64_t kv_bytes, 
     return st;
 }
 
+static int count_differ(const out *a, const out *b, const int *order, int n) {
+    int d = 0;
+    for (int i = 0; i < n; i++) {
+        int k = order[i];
+        d += a[k].n != b[k].n || memcmp(a[k].ids, b[k].ids, GEN * sizeof(int32_t)) != 0;
+    }
+    return d;
+}
+
 static int same_all(const out *a, const out *b, const int *order, int n) {
     int ok = 1;
     for (int i = 0; i < n; i++) {
@@ -178,20 +187,27 @@ int main(void) {
     CHECK(s_tight.n_preemptions > 0 && s_tight.prefix_cache_hits > 0);
     CHECK(s_tight.kv_blocks_cached <= TIGHT);
 
-    /* Seeded sampling (with a repetition penalty): the same tokens too, in the same
-     * pool; on the CPU backend, which is bitwise batch-invariant, also in the tight
-     * pool (its preemptions and 4-token blocks change how the steps are batched: on
-     * the GPU that moves logits in the last bits, as batching does without the
-     * cache, and a draw at temperature 1 may then differ). */
+    /* Seeded sampling (with a repetition penalty): on the CPU backend, which is
+     * bitwise batch-invariant, the same tokens with the cache on and off, in the
+     * same pool and in the tight one (its preemptions and 4-token blocks change how
+     * the steps are batched). */
     lpx_sampling_params sp = {
         .temperature = 1.0f, .top_p = 0.95f, .repetition_penalty = 1.1f, .seed = 77};
     static out s_off_out[N_REQ], s_on_out[N_REQ], s_tight_out[N_REQ];
     run(m, false, 0, BS, &sp, order, N_REQ, false, s_off_out);
     run(m, true, 0, BS, &sp, order, N_REQ, false, s_on_out);
-    CHECK(same_all(s_off_out, s_on_out, order, N_REQ));
     if (!strcmp(device, "cpu")) {
+        CHECK(same_all(s_off_out, s_on_out, order, N_REQ));
         run(m, true, TIGHT * 4 * bpt, 4, &sp, order, N_REQ, false, s_tight_out);
         CHECK(same_all(s_off_out, s_tight_out, order, N_REQ));
+    } else {
+        /* Reported, not asserted: a cached prefix's K/V were computed in another
+         * request's batch, and the GPU's prefill GEMMs are not bitwise
+         * batch-invariant (gpu-check: batched vs alone rel-L2 ~4e-4), so a draw at
+         * temperature 1 can part ways; greedy is asserted above. On the H200
+         * (2026-12-01) 11 of 12 requests were equal. */
+        printf("seeded, same pool: %d of %d requests equal with the cache on and off\n",
+               N_REQ - count_differ(s_off_out, s_on_out, order, N_REQ), N_REQ);
     }
 
     /* One request, then one sharing its 4-block prefix: the second computes its
