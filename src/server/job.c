@@ -140,6 +140,7 @@ static void on_event(const lpx_event *ev, void *user) {
         c->t_last_token = now;
         c->n_output_tokens = ev->index + 1;
     }
+    if (ev->finish != LPX_FINISH_NONE) c->n_cached_tokens = ev->n_cached_tokens;
     if (j->stream) {
         lpx_oa_stream_event(j, c, ev);
     } else {

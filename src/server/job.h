@@ -36,6 +36,7 @@ typedef struct lpx_job_choice {
     lpx_finish_reason finish;
     char *error; /* LPX_FINISH_ERROR: the engine's message */
     int32_t n_output_tokens;
+    int32_t n_cached_tokens; /* set on the finish: prompt tokens the prefix cache gave */
     double t_last_token; /* ms, for inter-token latency */
     lpx_strbuf text;     /* non-streaming: the output so far */
     /* Non-streaming logprobs, one entry per output token. */

@@ -136,15 +136,27 @@ static void comp_lp_add(const lpx_job *j, comp_lp *c, int32_t id, float lp,
 
 /* ---- streaming ----------------------------------------------------------- */
 
-/* The request's token counts so far (every prompt once, every choice). */
+/* The request's token counts so far (every prompt once, every choice). A prompt's
+ * cached tokens (OpenAI's prompt_tokens_details.cached_tokens) are those none of its
+ * choices computed: the fewest any finished choice took from the prefix cache. */
 static cJSON *usage(const lpx_job *j) {
-    int64_t completion = 0;
+    int64_t completion = 0, cached = 0;
     for (int32_t i = 0; i < j->n; i++)
         completion += j->ch[i].n_output_tokens;
+    for (int32_t i = 0; i < j->n; i++) {
+        if (i > 0 && j->ch[i].prompt == j->ch[i - 1].prompt) continue; /* prompt-major */
+        int64_t least = -1;
+        for (int32_t k = i; k < j->n && j->ch[k].prompt == j->ch[i].prompt; k++)
+            if (j->ch[k].done && (least < 0 || j->ch[k].n_cached_tokens < least))
+                least = j->ch[k].n_cached_tokens;
+        cached += least > 0 ? least : 0;
+    }
     cJSON *u = cJSON_CreateObject();
     cJSON_AddNumberToObject(u, "prompt_tokens", j->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(j->n_prompt + completion));
+    cJSON *d = cJSON_AddObjectToObject(u, "prompt_tokens_details");
+    if (d) cJSON_AddNumberToObject(d, "cached_tokens", (double)cached);
     return u;
 }
 

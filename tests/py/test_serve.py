@@ -346,6 +346,9 @@ def test_prefix_cache(srv, client):
     # every full block but the one with the last token, which is always computed
     assert after[h] - mid[h] == (n - 1) // 16 * 16
     assert after["lpx:kv_cache_blocks_cached"] >= (n - 1) // 16
+    # OpenAI's usage field says the same per request
+    assert a.usage.prompt_tokens_details.cached_tokens == mid[h] - before[h]
+    assert b.usage.prompt_tokens_details.cached_tokens == (n - 1) // 16 * 16
 
 
 def test_request_log_lines(srv, client):
