@@ -63,8 +63,11 @@ static void backend_level(const lpx_model *m, const char *device) {
         return;
     }
     const int bs = 16, maxb = 2, V = m->cfg.vocab_size;
-    lpx_backend_opts o = {.device = ordinal, .block_size = bs, .n_blocks = NSEQ * maxb,
-                          .max_batch_tokens = NSEQ * PROMPT, .max_seqs = NSEQ};
+    lpx_backend_opts o = {.device = ordinal,
+                          .block_size = bs,
+                          .n_blocks = NSEQ * maxb,
+                          .max_batch_tokens = NSEQ * PROMPT,
+                          .max_seqs = NSEQ};
     lpx_backend *be;
     if (ops->create(m, &o, &be) != LPX_OK) {
         fprintf(stderr, "%s\n", lpx_last_error());
@@ -128,7 +131,8 @@ static void backend_level(const lpx_model *m, const char *device) {
                                        .n_seen = n_seen[s]};
         lpx_sample_batch sb = {srow, seen, n_all};
         CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .logits = logits}) == LPX_OK);
-        CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .sample = &sb, .tokens = got}) == LPX_OK);
+        CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .sample = &sb, .tokens = got}) ==
+              LPX_OK);
         for (int s = 0; s < NSEQ; s++) {
             memcpy(work, logits + (size_t)s * V, (size_t)V * sizeof *work);
             const bool pen = lpx_sampling_penalized(&srow[s].p);
@@ -143,8 +147,8 @@ static void backend_level(const lpx_model *m, const char *device) {
             }
         }
     }
-    printf("%s steps with sample vs host sampler: %d/%d rows equal\n", device, compared - mismatches,
-           compared);
+    printf("%s steps with sample vs host sampler: %d/%d rows equal\n", device,
+           compared - mismatches, compared);
     CHECK(mismatches == 0);
     /* Cost (printed, not checked): all rows greedy, then all rows top_p. */
     for (int k = 0; k < 2; k++) {
@@ -153,7 +157,8 @@ static void backend_level(const lpx_model *m, const char *device) {
         lpx_sample_batch sb = {srow, seen, n_all};
         double t0 = now_ms();
         for (int i = 0; i < 5; i++)
-            CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .sample = &sb, .tokens = got}) == LPX_OK);
+            CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .sample = &sb, .tokens = got}) ==
+                  LPX_OK);
         double t1 = now_ms();
         for (int i = 0; i < 5; i++)
             CHECK(lpx_backend_run(be, &(lpx_step){.batch = &dec, .logits = logits}) == LPX_OK);
@@ -170,8 +175,11 @@ static void backend_level(const lpx_model *m, const char *device) {
  * 16 slots: room for AHEAD more tokens). */
 static lpx_backend *prefilled(const lpx_model *m, const lpx_backend_ops *ops, int ordinal,
                               int32_t *table) {
-    lpx_backend_opts o = {.device = ordinal, .block_size = 16, .n_blocks = NSEQ * 2,
-                          .max_batch_tokens = NSEQ * PROMPT, .max_seqs = NSEQ};
+    lpx_backend_opts o = {.device = ordinal,
+                          .block_size = 16,
+                          .n_blocks = NSEQ * 2,
+                          .max_batch_tokens = NSEQ * PROMPT,
+                          .max_seqs = NSEQ};
     lpx_backend *be;
     if (ops->create(m, &o, &be) != LPX_OK) {
         fprintf(stderr, "%s\n", lpx_last_error());
@@ -233,9 +241,8 @@ static void step_ahead(const lpx_model *m, const char *device) {
     lpx_sample_row srow[AHEAD][NSEQ];
     for (int k = 0; k < AHEAD; k++)
         for (int s = 0; s < NSEQ; s++)
-            srow[k][s] = (lpx_sample_row){.p = settings[sets[(s + k / 4) % 7]],
-                                          .seed = 77u + (uint64_t)s,
-                                          .index = k};
+            srow[k][s] = (lpx_sample_row){
+                .p = settings[sets[(s + k / 4) % 7]], .seed = 77u + (uint64_t)s, .index = k};
     int32_t table[NSEQ * 2], want[AHEAD][NSEQ], got[AHEAD][NSEQ];
     dstep d;
     /* reference: each step waited for, the host feeding each step's tokens to the next */
@@ -245,7 +252,8 @@ static void step_ahead(const lpx_model *m, const char *device) {
     for (int k = 0; k < AHEAD; k++) {
         dstep_make(&d, k, k ? want[k - 1] : NULL, table);
         lpx_sample_batch sb = {srow[k], NULL, 0};
-        CHECK(lpx_backend_run(be, &(lpx_step){.batch = &d.b, .sample = &sb, .tokens = want[k]}) == LPX_OK);
+        CHECK(lpx_backend_run(be, &(lpx_step){.batch = &d.b, .sample = &sb, .tokens = want[k]}) ==
+              LPX_OK);
     }
     ops->destroy(be);
     /* one step ahead: step k+1 begun before step k ends, fed on the device */
@@ -253,12 +261,13 @@ static void step_ahead(const lpx_model *m, const char *device) {
     CHECK(be != NULL);
     if (!be) return;
     int32_t feed[NSEQ];
-    for (int s = 0; s < NSEQ; s++) feed[s] = s;
+    for (int s = 0; s < NSEQ; s++)
+        feed[s] = s;
     for (int k = 0; k < AHEAD; k++) {
         dstep_make(&d, k, NULL, table); /* ids ignored where fed (k > 0) */
         lpx_sample_batch sb = {srow[k], NULL, 0};
-        const lpx_step st = {.batch = &d.b, .sample = &sb, .feed = k ? feed : NULL,
-                             .tokens = got[k]};
+        const lpx_step st = {
+            .batch = &d.b, .sample = &sb, .feed = k ? feed : NULL, .tokens = got[k]};
         CHECK(ops->step_begin(be, &st) == LPX_OK);
         if (k) CHECK(ops->step_end(be) == LPX_OK);
     }
@@ -268,11 +277,11 @@ static void step_ahead(const lpx_model *m, const char *device) {
         for (int s = 0; s < NSEQ; s++) {
             equal += want[k][s] == got[k][s];
             if (want[k][s] != got[k][s])
-                fprintf(stderr, "step %d row %d: waited %d, step ahead %d\n", k, s,
-                        want[k][s], got[k][s]);
+                fprintf(stderr, "step %d row %d: waited %d, step ahead %d\n", k, s, want[k][s],
+                        got[k][s]);
         }
-    printf("%s one step ahead vs each step waited for: %d/%d tokens equal\n", device,
-           equal, AHEAD * NSEQ);
+    printf("%s one step ahead vs each step waited for: %d/%d tokens equal\n", device, equal,
+           AHEAD * NSEQ);
     CHECK(equal == AHEAD * NSEQ);
     ops->destroy(be);
 }

@@ -74,8 +74,8 @@ static const int fwd[NSEQ] = {0, 1, 2, 3}, rev[NSEQ] = {3, 2, 1, 0};
 /* Begins st's step with sample, its tokens to out. */
 static lpx_status begin(const lpx_backend_ops *ops, lpx_backend *be, const step *st,
                         const int32_t *feed, int32_t *out) {
-    return ops->step_begin(be, &(lpx_step){.batch = &st->b, .sample = &st->sb, .feed = feed,
-                                            .tokens = out});
+    return ops->step_begin(
+        be, &(lpx_step){.batch = &st->b, .sample = &st->sb, .feed = feed, .tokens = out});
 }
 
 /* ref[k][s]: the token step k draws for sequence s, each step waited for. */
@@ -83,7 +83,8 @@ static void reference(const lpx_backend_ops *ops, lpx_backend *be, int32_t ref[S
     step st;
     for (int k = 0; k <= STEPS; k++) {
         make_step(&st, k, fwd, k ? ref[k - 1] : NULL);
-        CHECK(lpx_backend_run(be, &(lpx_step){.batch = &st.b, .sample = &st.sb, .tokens = ref[k]}) == LPX_OK);
+        CHECK(lpx_backend_run(
+                  be, &(lpx_step){.batch = &st.b, .sample = &st.sb, .tokens = ref[k]}) == LPX_OK);
     }
 }
 
@@ -187,11 +188,13 @@ int main(void) {
     int ordinal;
     CHECK(lpx_backend_select(device, &ops, &ordinal) == LPX_OK);
     CHECK(ops != NULL);
-    lpx_backend_opts o = {.device = ordinal, .block_size = BS, .n_blocks = NSEQ * MAXB,
-                          .max_batch_tokens = NSEQ * PROMPT, .max_seqs = NSEQ};
+    lpx_backend_opts o = {.device = ordinal,
+                          .block_size = BS,
+                          .n_blocks = NSEQ * MAXB,
+                          .max_batch_tokens = NSEQ * PROMPT,
+                          .max_seqs = NSEQ};
     lpx_backend *be = NULL;
-    if (ops && ops->create(m, &o, &be) != LPX_OK)
-        fprintf(stderr, "%s\n", lpx_last_error());
+    if (ops && ops->create(m, &o, &be) != LPX_OK) fprintf(stderr, "%s\n", lpx_last_error());
     if (be) {
         /* Feed before any step_begin. */
         step st;
