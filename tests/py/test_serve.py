@@ -206,7 +206,8 @@ ERRORS = [
 @pytest.mark.parametrize("path,body,status,etype", ERRORS)
 def test_error(srv, path, body, status, etype):
     kw = {"content": body} if isinstance(body, bytes) else {"json": body}
-    r = httpx.post(srv.url + path, headers=srv.headers(), timeout=60, **kw)
+    h = {**srv.headers(), "Content-Type": "application/json"}
+    r = httpx.post(srv.url + path, headers=h, timeout=60, **kw)
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert err["type"] == etype and err["message"]
@@ -305,7 +306,7 @@ def test_idle_connections_do_not_starve_others(srv, client):
 
 def test_metrics_parse(srv, client):
     complete(client, max_tokens=2)
-    fams = {f.name: f for f in text_string_to_metric_families(httpx.get(srv.url + "/metrics").text)}
+    fams = {f.name: f for f in text_string_to_metric_families(srv.get("/metrics").text)}
     for name in ["lpx:time_to_first_token_seconds", "lpx:inter_token_latency_seconds",
                  "lpx:e2e_request_latency_seconds", "lpx:request_queue_time_seconds"]:
         assert fams[name].type == "histogram"
