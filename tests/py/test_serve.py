@@ -262,7 +262,7 @@ def test_disconnect_non_streaming_frees_everything(srv):
     body = json.dumps({"prompt": PROMPT, "max_tokens": 400, "ignore_eos": True}).encode()
     host, port = srv.url[7:].split(":")
     with socket.create_connection((host, int(port))) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                   b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: " +
                   str(len(body)).encode() + b"\r\n\r\n" + body)
         end = time.monotonic() + 30
@@ -295,7 +295,7 @@ def test_idle_connections_do_not_starve_others(srv, client):
     host, port = srv.url[7:].split(":")
     idle = [socket.create_connection((host, int(port))) for _ in range(64)]
     half = idle[0]
-    half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{")
     try:
         assert complete(client, max_tokens=1).usage.completion_tokens == 1
         assert httpx.get(srv.url + "/health").status_code == 200
