@@ -162,7 +162,8 @@ int cmd_serve(int argc, char **argv) {
     lpx_server *s = NULL;
     lpx_status st = lpx_server_start(&so, &s);
     if (st == LPX_OK)
-        fprintf(stderr, "lpx serve: loading %s (port %d bound: /health answers 503 until ready)\n",
+        fprintf(stderr,
+                "lpx serve: loading %s (port %d bound: /health answers 503 until ready)\n",
                 model, lpx_server_port(s));
     if (st == LPX_OK) st = lpx_model_open(model, &m);
     if (st == LPX_OK) st = lpx_engine_create(m, eo, &e);

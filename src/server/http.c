@@ -492,8 +492,8 @@ static enum MHD_Result do_options(conn_ctx *c, struct MHD_Connection *conn) {
     if (!r) return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST, OPTIONS");
     if (cors_origin(c->s, conn)) {
-        const char *h =
-            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+        const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                    "Access-Control-Request-Headers");
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
         MHD_add_response_header(r, "Access-Control-Allow-Headers",
                                 h ? h : "Authorization, Content-Type");
@@ -517,12 +517,14 @@ static bool host_ok(const lpx_server *s, struct MHD_Connection *conn) {
 
 /* A page of another site may send requests (a form POST needs no preflight):
  * its Origin is refused unless --allowed-origins names it. Same-origin calls
- * (the UI: Origin is http://HOST) and clients that send no Origin pass. */
+ * (the UI: Origin is http://HOST, or https://HOST behind a TLS proxy) and
+ * clients that send no Origin pass. */
 static bool origin_ok(const lpx_server *s, struct MHD_Connection *conn) {
     const char *o = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
     if (!o || cors_origin(s, conn)) return true;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
-    return h && !strncasecmp(o, "http://", 7) && !strcasecmp(o + 7, h);
+    size_t skip = !strncasecmp(o, "http://", 7) ? 7 : !strncasecmp(o, "https://", 8) ? 8 : 0;
+    return h && skip && !strcasecmp(o + skip, h);
 }
 
 /* A browser sends text/plain, form and multipart bodies cross-origin without a

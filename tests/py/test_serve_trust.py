@@ -147,6 +147,10 @@ def test_same_origin_and_no_origin_pass(srv):
     st, out = raw(srv, "POST", "/v1/completions", BODY,
                   {"Host": f"localhost:{port(srv)}", "Origin": f"http://localhost:{port(srv)}", **JSON})
     assert st == 200, out
+    # Behind a TLS proxy that passes the Host on.
+    st, out = raw(srv, "POST", "/v1/completions", BODY,
+                  {"Host": "localhost", "Origin": "https://localhost", **JSON})
+    assert st == 200, out
     assert raw(srv, "POST", "/v1/completions", BODY, JSON)[0] == 200
 
 
