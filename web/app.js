@@ -228,7 +228,7 @@ function gpuCards(ms) {
 
 async function poll() {
   try {
-    const r = await fetch("/metrics");
+    const r = await fetch("/metrics", { headers: headers() });
     const ms = parseMetrics(await r.text());
     const now = performance.now();
     const gen = first(ms, "lpx:generation_tokens_total");

@@ -4,12 +4,15 @@
 #include "lpx.h"
 #include "server/server.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* The web UI, embedded at build time (generated from web/ by scripts/embed-web.cmake). */
 extern const lpx_web_asset lpx_web_assets[];
@@ -26,10 +29,18 @@ static void usage(FILE *f) {
             "  --host ADDR             address to bind (default 127.0.0.1: this machine only)\n"
             "  --port N                port, 0 to 65535 (default 8080; 0 picks a free one)\n"
             "  --served-model-name NAME  model id clients use (default: the model file's name)\n"
-            "  --api-key KEY           require 'Authorization: Bearer KEY' (or env LPX_API_KEY)\n"
+            "  --api-key KEY           require 'Authorization: Bearer KEY' on the API and\n"
+            "                          /metrics (or env LPX_API_KEY; /health stays open)\n"
+            "  --api-key-file PATH     the key from a file (not in the process list): one line,\n"
+            "                          not empty, not readable by others\n"
+            "  --metrics-public        /metrics without the key (scrapers on a private network)\n"
+            "  --allowed-hosts LIST    Host names accepted besides localhost, 127.0.0.1, [::1]\n"
+            "                          (comma-separated, or '*'; default: those only when bound\n"
+            "                          to loopback, any when bound elsewhere)\n"
             "  --allowed-origins LIST  CORS: web origins (comma-separated, e.g.\n"
             "                          https://app.example) or '*' whose pages may call the API\n"
-            "                          (default: none; the UI at / needs none)\n"
+            "                          (default: none; the UI at / needs none). Requests with\n"
+            "                          another Origin are refused (403)\n"
             "  --max-num-seqs N        sequences decoded together, 1 to 4096 (default: engine's)\n"
             "  --gpu-memory-utilization F  fraction of GPU memory for weights + KV, 0.01 to 1\n"
             "                          (cuda, default 0.9)\n"
@@ -37,7 +48,7 @@ static void usage(FILE *f) {
             "  --request-timeout S     end requests running longer than S seconds with 504,\n"
             "                          0.001 to 1e7 (default: none)\n"
             "  --shutdown-timeout S    on SIGTERM, wait up to S seconds for requests, 0 to 1e7\n"
-            "                          (default 30)\n"
+            "                          (default 30); a second SIGTERM/SIGINT exits at once\n"
             "  -h, --help              this help\n\n"
             "A number must be the whole value (no trailing text) and in its range; anything\n"
             "else, like an unknown option, is a usage error (exit 2) before the model is loaded.\n",
@@ -57,8 +68,44 @@ static void default_name(const char *path, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)len, path + b);
 }
 
+/* The key from --api-key-file, so it is not in the process list: the first
+ * line, trailing CR/LF stripped. An empty key or a file others can read is
+ * refused. Returns a malloc'd key, NULL after printing why. */
+static char *read_key_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    struct stat st;
+    if (!f || fstat(fileno(f), &st) != 0) {
+        fprintf(stderr, "lpx serve: --api-key-file %s: %s\n", path, strerror(errno));
+        if (f) fclose(f);
+        return NULL;
+    }
+    char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    buf[strcspn(buf, "\r\n")] = '\0';
+    const char *why = st.st_mode & (S_IROTH | S_IWOTH) ? "readable by other users (chmod 600 it)"
+                      : !buf[0]                        ? "empty"
+                                                       : NULL;
+    if (why) {
+        fprintf(stderr, "lpx serve: --api-key-file %s: %s\n", path, why);
+        return NULL;
+    }
+    return strdup(buf);
+}
+
+/* After the first SIGTERM/SIGINT the drain runs; a second one ends the
+ * process at once, as an impatient operator (or uvicorn's Ctrl-C twice) expects. */
+static void *second_signal(void *arg) {
+    int sig = 0;
+    sigwait((sigset_t *)arg, &sig);
+    fprintf(stderr, "lpx serve: second %s: exiting now without draining\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    _exit(1);
+}
+
 int cmd_serve(int argc, char **argv) {
-    const char *name = NULL, *api_key = getenv("LPX_API_KEY");
+    const char *name = NULL, *api_key = getenv("LPX_API_KEY"), *key_file = NULL;
     lpx_server_opts so = {.host = "127.0.0.1", .port = 8080};
     lpx_engine_args ea;
     lpx_engine_args_init(&ea);
@@ -71,6 +118,9 @@ int cmd_serve(int argc, char **argv) {
             !lpx_opts_i32(&a, "--port", 0, 65535, &port) &&
             !lpx_opts_str(&a, "--served-model-name", &name) &&
             !lpx_opts_str(&a, "--api-key", &api_key) &&
+            !lpx_opts_str(&a, "--api-key-file", &key_file) &&
+            !(lpx_opts_flag(&a, "--metrics-public") && (so.metrics_public = true)) &&
+            !lpx_opts_str(&a, "--allowed-hosts", &so.allowed_hosts) &&
             !lpx_opts_str(&a, "--allowed-origins", &so.allowed_origins) &&
             !lpx_opts_i32(&a, "--max-num-seqs", 1, 4096, &eo->max_num_seqs) &&
             !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1.0, &gpu_util) &&
@@ -85,6 +135,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "lpx serve: -m MODEL is required (see lpx serve --help)\n");
         return 2;
     }
+    char *file_key = key_file ? read_key_file(key_file) : NULL;
+    if (key_file && !file_key) return 2;
+    if (file_key) api_key = file_key;
     lpx_engine_args_env(&ea);
     so.port = port;
     eo->gpu_memory_utilization = (float)gpu_util;
@@ -121,6 +174,7 @@ int cmd_serve(int argc, char **argv) {
         lpx_server_stop(s);
         lpx_engine_destroy(e);
         lpx_model_close(m);
+        free(file_key);
         return st == LPX_ERR_INVALID_ARG ? 2 : 1;
     }
     lpx_engine_stats es;
@@ -133,13 +187,16 @@ int cmd_serve(int argc, char **argv) {
 
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "lpx serve: %s: draining (up to %g s)\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-            shutdown_timeout);
+    fprintf(stderr, "lpx serve: %s: draining (up to %g s; send it again to exit now)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM", shutdown_timeout);
+    pthread_t watcher;
+    if (pthread_create(&watcher, NULL, second_signal, &sigs) == 0) pthread_detach(watcher);
     lpx_server_drain(s, shutdown_timeout);
     lpx_server_stop(s);
     lpx_engine_stop(e);
     lpx_engine_destroy(e);
     lpx_model_close(m);
     fprintf(stderr, "lpx serve: stopped\n");
+    free(file_key);
     return 0;
 }

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,6 +51,7 @@ struct lpx_server {
     lpx_metrics metrics;
     pthread_mutex_t mu;
     lpx_job *jobs; /* in flight, linked through job->prev/next */
+    bool loopback; /* bound to a loopback address: only loopback Host names by default */
     atomic_bool ready, draining;
     atomic_int inflight; /* engine requests submitted and not finished */
     lpx_telemetry *tel;  /* GPU gauges; NULL when there is no usable NVML */
@@ -63,7 +65,7 @@ typedef struct conn_ctx {
     unsigned long long rid;
     double t0;
     char method[16];
-    char url[96];
+    char url[256];
     lpx_strbuf body;
     bool too_large;
     int status;
@@ -73,23 +75,30 @@ typedef struct conn_ctx {
 
 /* ---- responses -------------------------------------------------------------- */
 
+/* Whether the comma-separated list names s (n bytes); "*" names anything
+ * (then *star is set). */
+static bool in_list(const char *list, const char *s, size_t n, bool icase, bool *star) {
+    *star = false;
+    for (const char *p = list; p && *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        size_t len = strcspn(p, ", ");
+        if (len == 1 && *p == '*') return (*star = true);
+        if (len && len == n && !(icase ? strncasecmp(p, s, n) : strncmp(p, s, n))) return true;
+        p += len;
+    }
+    return false;
+}
+
 /* The Origin header of a cross-origin request, when --allowed-origins lets it
  * call: the origin itself, or "*" for any. NULL: no CORS headers, so a
  * browser keeps the answer from the page (the UI's own origin needs none). */
 static const char *cors_origin(const lpx_server *s, struct MHD_Connection *conn) {
-    const char *list = s->o.allowed_origins;
     const char *origin = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
-    if (!list || !origin) return NULL;
-    size_t n = strlen(origin);
-    for (const char *p = list; *p;) {
-        while (*p == ' ' || *p == ',')
-            p++;
-        size_t len = strcspn(p, ", ");
-        if (len == 1 && *p == '*') return "*";
-        if (len && len == n && !strncmp(p, origin, n)) return origin;
-        p += len;
-    }
-    return NULL;
+    bool star;
+    if (!origin || !in_list(s->o.allowed_origins, origin, strlen(origin), false, &star))
+        return NULL;
+    return star ? "*" : origin;
 }
 
 static enum MHD_Result send_response(conn_ctx *c, struct MHD_Connection *conn, int status,
@@ -291,8 +300,9 @@ static enum MHD_Result do_metrics(conn_ctx *c, struct MHD_Connection *conn) {
 static bool model_ok(const lpx_server *s, const lpx_srv_params *p, lpx_srv_error *e) {
     if (!p->model || !strcmp(p->model, s->model_name)) return true;
     return lpx_srv_fail(e, 404, "not_found_error", "model_not_found", "model",
-                        "the model '%.200s' does not exist: this server serves '%.200s'", p->model,
-                        s->model_name);
+                        "the model '%.*s' does not exist: this server serves '%.*s'",
+                        lpx_srv_utf8_prefix(p->model, 200), p->model,
+                        lpx_srv_utf8_prefix(s->model_name, 200), s->model_name);
 }
 
 static enum MHD_Result do_tokenize(conn_ctx *c, struct MHD_Connection *conn, lpx_srv_kind kind) {
@@ -434,6 +444,13 @@ static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx
     return send_body(c, conn, 200, lpx_oa_response(j, lpx_now_ms() - c->t0), "application/json");
 }
 
+static enum MHD_Result no_route(conn_ctx *c, struct MHD_Connection *conn, const char *url) {
+    lpx_srv_error e;
+    lpx_srv_fail(&e, 404, "not_found_error", "not_found", NULL, "no route %.*s",
+                 lpx_srv_utf8_prefix(url, 200), url);
+    return send_error(c, conn, &e);
+}
+
 static enum MHD_Result do_asset(conn_ctx *c, struct MHD_Connection *conn, const char *url) {
     /* Browsers ask for /favicon.ico on their own: the UI's icon is an SVG. */
     const char *path = !strcmp(url, "/")              ? "index.html"
@@ -446,7 +463,7 @@ static enum MHD_Result do_asset(conn_ctx *c, struct MHD_Connection *conn, const 
             if (r) MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
             return send_response(c, conn, 200, r, a->content_type);
         }
-    return fail(c, conn, 404, "not_found_error", "not_found", "no route %.200s", url);
+    return no_route(c, conn, url);
 }
 
 typedef enum route_kind { R_GET, R_POST } route_kind;
@@ -485,8 +502,46 @@ static enum MHD_Result do_options(conn_ctx *c, struct MHD_Connection *conn) {
     return send_response(c, conn, 204, r, NULL);
 }
 
+/* DNS rebinding: a page of evil.example whose name turns into 127.0.0.1 sends
+ * "Host: evil.example". A server bound to loopback answers only the loopback
+ * names and --allowed-hosts; one bound elsewhere any Host unless the list is
+ * given. A request without Host (HTTP/1.0) comes from no browser. */
+static bool host_ok(const lpx_server *s, struct MHD_Connection *conn) {
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    if (!h || (!s->loopback && !s->o.allowed_hosts)) return true;
+    size_t n = h[0] == '[' ? strcspn(h, "]") + (strchr(h, ']') ? 1 : 0) : strcspn(h, ":");
+    bool star;
+    return in_list("localhost,127.0.0.1,[::1]", h, n, true, &star) ||
+           in_list(s->o.allowed_hosts, h, n, true, &star);
+}
+
+/* A page of another site may send requests (a form POST needs no preflight):
+ * its Origin is refused unless --allowed-origins names it. Same-origin calls
+ * (the UI: Origin is http://HOST, or https://HOST behind a TLS proxy) and
+ * clients that send no Origin pass. */
+static bool origin_ok(const lpx_server *s, struct MHD_Connection *conn) {
+    const char *o = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin");
+    if (!o || cors_origin(s, conn)) return true;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    size_t skip = !strncasecmp(o, "http://", 7) ? 7 : !strncasecmp(o, "https://", 8) ? 8 : 0;
+    return h && skip && !strcasecmp(o + skip, h);
+}
+
+/* A browser sends text/plain, form and multipart bodies cross-origin without a
+ * preflight; application/json always asks first. */
+static bool json_body(struct MHD_Connection *conn) {
+    const char *t =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    return t && !strncasecmp(t, "application/json", 16) &&
+           (t[16] == '\0' || t[16] == ';' || t[16] == ' ');
+}
+
 static enum MHD_Result route(conn_ctx *c, struct MHD_Connection *conn, const char *url,
                              const char *method) {
+    if (!host_ok(c->s, conn))
+        return fail(c, conn, 400, "invalid_request_error", "host_not_allowed", "%s",
+                    "the Host header names no host this server answers to (a loopback name, "
+                    "or one of --allowed-hosts)");
     if (!strcmp(method, "OPTIONS")) return do_options(c, conn);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
@@ -495,13 +550,21 @@ static enum MHD_Result route(conn_ctx *c, struct MHD_Connection *conn, const cha
         if ((r->method == R_GET && !get) || (r->method == R_POST && !post))
             return fail(c, conn, 405, "invalid_request_error", "method_not_allowed",
                         "method %s is not allowed here", method);
-        if (r->auth && !authorized(c->s, conn))
+        bool health = r->method == R_GET && r->what == 1;
+        bool metrics = r->method == R_GET && r->what == 2;
+        if (!health && !origin_ok(c->s, conn))
+            return fail(c, conn, 403, "invalid_request_error", "origin_not_allowed", "%s",
+                        "requests from this web origin are not allowed (see --allowed-origins)");
+        if ((r->auth || (metrics && !c->s->o.metrics_public)) && !authorized(c->s, conn))
             return fail(c, conn, 401, "authentication_error", "invalid_api_key", "%s",
                         "a valid API key is required: send 'Authorization: Bearer <key>'");
         if (r->auth && !atomic_load(&c->s->ready))
             return fail(c, conn, 503, "service_unavailable", "loading", "%s",
                         "the model is still loading: retry shortly");
         if (r->method == R_POST) {
+            if (!json_body(conn))
+                return fail(c, conn, 415, "invalid_request_error", "unsupported_media_type", "%s",
+                            "the request body must be sent as 'Content-Type: application/json'");
             if (c->too_large) {
                 lpx_srv_error e;
                 lpx_srv_fail(&e, 413, "invalid_request_error", "request_too_large", NULL,
@@ -517,7 +580,7 @@ static enum MHD_Result route(conn_ctx *c, struct MHD_Connection *conn, const cha
                               : do_metrics(c, conn);
     }
     if (get) return do_asset(c, conn, url);
-    return fail(c, conn, 404, "not_found_error", "not_found", "no route %.200s", url);
+    return no_route(c, conn, url);
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const char *url,
@@ -563,6 +626,26 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
     return route(c, conn, url, method);
 }
 
+/* Client text in a log line: control bytes, backslashes and invalid UTF-8 as
+ * \xHH, so a request can forge no line and send no terminal escape. */
+static void log_escape(const char *in, char *out, size_t cap) {
+    const unsigned char *p = (const unsigned char *)in;
+    size_t n = strlen(in), o = 0;
+    for (size_t i = 0; i < n && o + 5 < cap;) {
+        size_t k = p[i] >= 0x80 ? lpx_srv_utf8_seq(p + i, n - i) : 0;
+        if (k && o + k < cap) {
+            memcpy(out + o, p + i, k);
+            o += k;
+            i += k;
+        } else if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\') {
+            out[o++] = (char)p[i++];
+        } else {
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02X", p[i++]);
+        }
+    }
+    out[o] = '\0';
+}
+
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
     lpx_server *s = cls;
@@ -582,8 +665,11 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         jobs_remove(s, j);
         lpx_job_unref(j);
     }
-    fprintf(stderr, "lpx serve: req %llu %s %s %d prompt=%d gen=%d %.1fms%s\n", c->rid, c->method,
-            c->url, c->status, prompt, gen, lpx_now_ms() - c->t0,
+    char method[sizeof c->method * 4], url[sizeof c->url * 4];
+    log_escape(c->method, method, sizeof method);
+    log_escape(c->url, url, sizeof url);
+    fprintf(stderr, "lpx serve: req %llu %s %s %d prompt=%d gen=%d %.1fms%s\n", c->rid, method, url,
+            c->status, prompt, gen, lpx_now_ms() - c->t0,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
     free(c->body.p);
     free(c);
@@ -613,6 +699,8 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     if (!s) return lpx_errorf(LPX_ERR_NOMEM, "server: out of memory");
     s->o = *o;
     if (!s->o.host) s->o.host = "127.0.0.1";
+    s->loopback = !strncmp(s->o.host, "127.", 4) || !strcmp(s->o.host, "::1") ||
+                  !strcasecmp(s->o.host, "localhost");
     if (s->o.max_queue <= 0) s->o.max_queue = 1024;
     if (!s->o.max_body_bytes) s->o.max_body_bytes = 4u << 20;
     s->model_name = strdup(o->served_model_name ? o->served_model_name : "lpx");

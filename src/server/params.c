@@ -11,6 +11,55 @@
 
 #define BAD "invalid_request_error"
 
+size_t lpx_srv_utf8_seq(const unsigned char *p, size_t n) {
+    if (!n) return 0;
+    if (p[0] < 0x80) return 1;
+    size_t len = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
+                 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
+                 : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
+                                                : 0;
+    if (!len || len > n) return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    /* Overlong 3/4-byte forms, UTF-16 surrogates, past U+10FFFF. */
+    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
+        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
+        return 0;
+    return len;
+}
+
+int lpx_srv_utf8_prefix(const char *s, size_t max) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strnlen(s, max + 4), i = 0;
+    while (i < n && i < max) {
+        size_t k = lpx_srv_utf8_seq(p + i, n - i);
+        if (!k) k = 1; /* an invalid byte is one "character" (lpx_srv_fail replaces it) */
+        if (i + k > max) break;
+        i += k;
+    }
+    return (int)i;
+}
+
+/* Rewrites s (a buffer of cap bytes) as valid UTF-8, U+FFFD for each invalid
+ * byte; what no longer fits is dropped at a character boundary. */
+static void utf8_fix(char *s, size_t cap) {
+    char tmp[sizeof((lpx_srv_error *)0)->message];
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s), o = 0;
+    if (cap > sizeof tmp) cap = sizeof tmp;
+    for (size_t i = 0; i < n;) {
+        size_t k = lpx_srv_utf8_seq(p + i, n - i);
+        const char *piece = k ? s + i : "\xEF\xBF\xBD";
+        size_t len = k ? k : 3;
+        if (o + len >= cap) break;
+        memcpy(tmp + o, piece, len);
+        o += len;
+        i += k ? k : 1;
+    }
+    memcpy(s, tmp, o);
+    s[o] = '\0';
+}
+
 bool lpx_srv_fail(lpx_srv_error *e, int status, const char *type, const char *code,
                   const char *param, const char *fmt, ...) {
     e->status = status;
@@ -21,6 +70,8 @@ bool lpx_srv_fail(lpx_srv_error *e, int status, const char *type, const char *co
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    utf8_fix(e->param, sizeof e->param);
+    utf8_fix(e->message, sizeof e->message);
     return false;
 }
 
@@ -590,15 +641,43 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
     return true;
 }
 
+/* A \u0000 escape: a backslash preceded by an even run of backslashes (not
+ * itself escaped), then u0000. */
+static bool has_nul_escape(const char *s, size_t n) {
+    for (size_t i = 0; i + 6 <= n; i++) {
+        if (s[i] != '\\' || memcmp(s + i + 1, "u0000", 5)) continue;
+        size_t run = 0;
+        while (run < i && s[i - 1 - run] == '\\')
+            run++;
+        if (run % 2 == 0) return true;
+    }
+    return false;
+}
+
 bool lpx_srv_parse(lpx_srv_kind kind, const char *body, size_t len, const lpx_gen_defaults *gen,
                    lpx_srv_params *p, lpx_srv_error *err) {
     memset(p, 0, sizeof *p);
     lpx_request_init(&p->req);
     p->kind = kind;
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    /* cJSON would take a NUL (raw, or escaped as \u0000) as the end of the
+     * string and silently drop the rest, and it ignores text after the value:
+     * each would run a request other than the one sent. */
+    const char *end = NULL;
+    bool nul = (len && memchr(body, 0, len)) || has_nul_escape(body, len);
+    cJSON *root = nul ? NULL : cJSON_ParseWithLengthOpts(body, len, &end, false);
+    while (root && end < body + len && strchr(" \t\r\n", *end))
+        end++;
     bool ok;
-    if (!root)
+    if (nul)
+        ok = lpx_srv_fail(err, 400, BAD, NULL, NULL,
+                          "the request body contains a NUL character (\\u0000), which lpx "
+                          "cannot carry in a string");
+    else if (!root)
         ok = lpx_srv_fail(err, 400, BAD, NULL, NULL, "the request body is not valid JSON");
+    else if (end != body + len)
+        ok = lpx_srv_fail(err, 400, BAD, NULL, NULL,
+                          "the request body has text after the JSON value (at byte %zu)",
+                          (size_t)(end - body));
     else if (!cJSON_IsObject(root))
         ok = lpx_srv_fail(err, 400, BAD, NULL, NULL, "the request body must be a JSON object");
     else

@@ -27,7 +27,16 @@ typedef struct lpx_srv_error {
     char message[512];
 } lpx_srv_error;
 
-/* Fills e and returns false, so validators can `return srv_fail(...)`. */
+/* The length of the valid UTF-8 sequence at p (n bytes left), 0 when the
+ * bytes there are not one (overlong, surrogate, past U+10FFFF, cut short). */
+size_t lpx_srv_utf8_seq(const unsigned char *p, size_t n);
+/* The longest prefix of s of at most max bytes that does not cut a character:
+ * for "%.*s" where "%.200s" could end in half a character. */
+int lpx_srv_utf8_prefix(const char *s, size_t max);
+
+/* Fills e and returns false, so validators can `return srv_fail(...)`. The
+ * message and param are made valid UTF-8 (client text in them may not be):
+ * an invalid byte becomes U+FFFD, so strict JSON clients can decode it. */
 bool lpx_srv_fail(lpx_srv_error *e, int status, const char *type, const char *code,
                   const char *param, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 

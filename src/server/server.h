@@ -13,6 +13,7 @@
 
 #include "lpx.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,9 @@ typedef struct lpx_server_opts {
     const lpx_web_asset *assets;   /* NULL-path-terminated, or NULL */
     const char *allowed_origins;   /* CORS: comma-separated origins ("https://a.example") or
                                       "*"; NULL: none (only the UI's own origin can call) */
+    const char *allowed_hosts;     /* comma-separated Host names accepted besides the loopback
+                                      ones; NULL: any Host unless bound to a loopback address */
+    bool metrics_public;           /* /metrics without the API key */
 } lpx_server_opts;
 
 typedef struct lpx_server lpx_server;

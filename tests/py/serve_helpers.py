@@ -49,7 +49,7 @@ class Server:
         """{name: value} of the unlabelled-by-gpu samples of /metrics."""
         from prometheus_client.parser import text_string_to_metric_families
         out = {}
-        for fam in text_string_to_metric_families(httpx.get(self.url + "/metrics").text):
+        for fam in text_string_to_metric_families(self.get("/metrics").text):
             for s in fam.samples:
                 out.setdefault(s.name, s.value)
         return out

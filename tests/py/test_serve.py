@@ -206,7 +206,8 @@ ERRORS = [
 @pytest.mark.parametrize("path,body,status,etype", ERRORS)
 def test_error(srv, path, body, status, etype):
     kw = {"content": body} if isinstance(body, bytes) else {"json": body}
-    r = httpx.post(srv.url + path, headers=srv.headers(), timeout=60, **kw)
+    h = {**srv.headers(), "Content-Type": "application/json"}
+    r = httpx.post(srv.url + path, headers=h, timeout=60, **kw)
     assert r.status_code == status, r.text
     err = r.json()["error"]
     assert err["type"] == etype and err["message"]
@@ -261,7 +262,7 @@ def test_disconnect_non_streaming_frees_everything(srv):
     body = json.dumps({"prompt": PROMPT, "max_tokens": 400, "ignore_eos": True}).encode()
     host, port = srv.url[7:].split(":")
     with socket.create_connection((host, int(port))) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                   b"Authorization: Bearer " + KEY.encode() + b"\r\nContent-Length: " +
                   str(len(body)).encode() + b"\r\n\r\n" + body)
         end = time.monotonic() + 30
@@ -294,7 +295,7 @@ def test_idle_connections_do_not_starve_others(srv, client):
     host, port = srv.url[7:].split(":")
     idle = [socket.create_connection((host, int(port))) for _ in range(64)]
     half = idle[0]
-    half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    half.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{")
     try:
         assert complete(client, max_tokens=1).usage.completion_tokens == 1
         assert httpx.get(srv.url + "/health").status_code == 200
@@ -305,7 +306,7 @@ def test_idle_connections_do_not_starve_others(srv, client):
 
 def test_metrics_parse(srv, client):
     complete(client, max_tokens=2)
-    fams = {f.name: f for f in text_string_to_metric_families(httpx.get(srv.url + "/metrics").text)}
+    fams = {f.name: f for f in text_string_to_metric_families(srv.get("/metrics").text)}
     for name in ["lpx:time_to_first_token_seconds", "lpx:inter_token_latency_seconds",
                  "lpx:e2e_request_latency_seconds", "lpx:request_queue_time_seconds"]:
         assert fams[name].type == "histogram"

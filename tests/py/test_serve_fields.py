@@ -219,9 +219,10 @@ def test_continuous_usage_stats(client):
 
 
 def test_no_cors_by_default(srv):
+    # A foreign origin is refused outright (test_serve_trust.py), and gets no CORS headers.
     r = httpx.post(srv.url + "/v1/completions", json={"prompt": PROMPT, "max_tokens": 1},
                    headers={"Origin": "http://evil.example"})
-    assert r.status_code == 200 and "access-control-allow-origin" not in r.headers
+    assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
     r = httpx.options(srv.url + "/v1/completions",
                       headers={"Origin": "http://evil.example",
                                "Access-Control-Request-Method": "POST"})
