@@ -35,6 +35,7 @@ typedef struct lpx_server_opts {
     const lpx_web_asset *assets;   /* NULL-path-terminated, or NULL */
     const char *allowed_origins;   /* CORS: comma-separated origins ("https://a.example") or
                                       "*"; NULL: none (only the UI's own origin can call) */
+    bool metrics_compat_vllm;      /* /metrics also under vLLM's gauge names (docs/deploy.md) */
 } lpx_server_opts;
 
 typedef struct lpx_server lpx_server;
