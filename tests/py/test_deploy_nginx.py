@@ -61,7 +61,9 @@ def nginx_bin():
     return path
 
 
-def test_sigkill_one_replica_nonstreaming_all_succeed(tmp_path, nginx_bin, lpx_bin, smollm2):
+@pytest.fixture
+def lb(tmp_path, nginx_bin, lpx_bin, smollm2):
+    """(nginx's URL, the three replicas) with nginx answering /health."""
     replicas = [Server(lpx_bin, smollm2, "-t", "1") for _ in range(3)]
     nginx = None
     try:
@@ -80,50 +82,98 @@ def test_sigkill_one_replica_nonstreaming_all_succeed(tmp_path, nginx_bin, lpx_b
                 pass
             assert nginx.poll() is None and time.monotonic() < end, nginx.stderr.read()
             time.sleep(0.05)
-        victim = replicas[0]
-        killed = threading.Event()
-
-        def kill_when_busy():
-            # kill while the victim holds requests, so some are cut mid-decode
-            while victim.metrics()["lpx:num_requests_running"] == 0:
-                time.sleep(0.01)
-            victim.proc.send_signal(signal.SIGKILL)
-            victim.proc.wait(10)
-            killed.set()
-
-        def one(i):
-            body = {"model": "smollm2", "prompt": f"Item {i}:", "max_tokens": 24,
-                    "ignore_eos": True}
-            return httpx.post(url + "/v1/completions", json=body, timeout=120)
-
-        threading.Thread(target=kill_when_busy, daemon=True).start()
-        with ThreadPoolExecutor(CONCURRENCY) as pool:
-            rs = list(pool.map(one, range(N_REQUESTS)))
-        assert killed.wait(1), "the victim never ran a request"
-        assert [r.status_code for r in rs] == [200] * N_REQUESTS, [r.text for r in rs]
-        assert all(r.json()["choices"][0]["finish_reason"] == "length" for r in rs)
-        # nginx's log: the replicas each completion tried, the last one answered it
-        answered, retried = {}, 0
-        for line in (tmp_path / "access.log").read_text().splitlines():
-            status, uri, addrs = re.fullmatch(r'(\d+) "([^"]*)" "([^"]*)"', line).groups()
-            if uri != "/v1/completions":
-                continue
-            assert status == "200", line
-            tried = addrs.split(", ")
-            retried += len(tried) > 1
-            answered[tried[-1]] = answered.get(tried[-1], 0) + 1
-        assert sum(answered.values()) == N_REQUESTS
-        assert retried >= 1  # at least the requests cut on the victim went on elsewhere
-        for s in replicas[1:]:
-            text = httpx.get(s.url + "/metrics").text
-            done = {r: float(v) for r, v in re.findall(
-                r'^lpx:request_success_total\{finished_reason="(\w+)",[^}]*\} (\S+)$', text,
-                re.M)}
-            assert done == {"stop": 0, "length": answered.get(s.url[7:], 0), "abort": 0,
-                            "error": 0}, (s.url, answered)
+        yield url, replicas
     finally:
         if nginx and nginx.poll() is None:
             nginx.send_signal(signal.SIGQUIT)
             nginx.wait(10)
         for s in replicas:
             s.stop()
+
+
+def test_sigkill_one_replica_nonstreaming_all_succeed(tmp_path, lb):
+    url, replicas = lb
+    victim = replicas[0]
+    killed = threading.Event()
+
+    def kill_when_busy():
+        # kill while the victim holds requests, so some are cut mid-decode
+        while victim.metrics()["lpx:num_requests_running"] == 0:
+            time.sleep(0.01)
+        victim.proc.send_signal(signal.SIGKILL)
+        victim.proc.wait(10)
+        killed.set()
+
+    def one(i):
+        body = {"model": "smollm2", "prompt": f"Item {i}:", "max_tokens": 24,
+                "ignore_eos": True}
+        return httpx.post(url + "/v1/completions", json=body, timeout=120)
+
+    threading.Thread(target=kill_when_busy, daemon=True).start()
+    with ThreadPoolExecutor(CONCURRENCY) as pool:
+        rs = list(pool.map(one, range(N_REQUESTS)))
+    assert killed.wait(1), "the victim never ran a request"
+    assert [r.status_code for r in rs] == [200] * N_REQUESTS, [r.text for r in rs]
+    assert all(r.json()["choices"][0]["finish_reason"] == "length" for r in rs)
+    # nginx's log: the replicas each completion tried, the last one answered it
+    answered, retried = {}, 0
+    for line in (tmp_path / "access.log").read_text().splitlines():
+        status, uri, addrs = re.fullmatch(r'(\d+) "([^"]*)" "([^"]*)"', line).groups()
+        if uri != "/v1/completions":
+            continue
+        assert status == "200", line
+        tried = addrs.split(", ")
+        retried += len(tried) > 1
+        answered[tried[-1]] = answered.get(tried[-1], 0) + 1
+    assert sum(answered.values()) == N_REQUESTS
+    assert retried >= 1  # at least the requests cut on the victim went on elsewhere
+    for s in replicas[1:]:
+        text = httpx.get(s.url + "/metrics").text
+        done = {r: float(v) for r, v in re.findall(
+            r'^lpx:request_success_total\{finished_reason="(\w+)",[^}]*\} (\S+)$', text,
+            re.M)}
+        assert done == {"stop": 0, "length": answered.get(s.url[7:], 0), "abort": 0,
+                        "error": 0}, (s.url, answered)
+
+
+def test_sigkill_cuts_its_streams_with_an_error_others_finish(lb):
+    url, replicas = lb
+    victim = replicas[0]
+    outcome = {}
+
+    def stream(i, started):
+        body = {"model": "smollm2", "prompt": f"Story {i}:", "max_tokens": 200,
+                "ignore_eos": True, "stream": True}
+        try:
+            with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
+                assert r.status_code == 200
+                last = None
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        started.set()
+                        last = line
+                outcome[i] = "done" if last == "data: [DONE]" else "cut"
+        except httpx.TransportError as e:
+            outcome[i] = type(e).__name__
+        finally:
+            started.set()
+
+    # one stream at a time until the victim runs one: least_conn spreads them, and each
+    # has sent its first event, so nginx can no longer retry it elsewhere
+    ts = []
+    while victim.metrics()["lpx:num_requests_running"] == 0:
+        assert len(ts) < 6, "no stream reached the victim"
+        started = threading.Event()
+        ts.append(threading.Thread(target=stream, args=(len(ts), started)))
+        ts[-1].start()
+        assert started.wait(60)
+        time.sleep(0.1)
+    on_victim = victim.metrics()["lpx:num_requests_running"]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    for t in ts:
+        t.join(120)
+    errors = [o for o in outcome.values() if o != "done"]
+    assert len(outcome) == len(ts) and len(errors) == on_victim, outcome
+    # the client sees the cut: the chunked body ends without its last chunk
+    assert set(errors) <= {"RemoteProtocolError", "ReadError", "cut"}, outcome
