@@ -177,3 +177,48 @@ def test_sigkill_cuts_its_streams_with_an_error_others_finish(lb):
     assert len(outcome) == len(ts) and len(errors) == on_victim, outcome
     # the client sees the cut: the chunked body ends without its last chunk
     assert set(errors) <= {"RemoteProtocolError", "ReadError", "cut"}, outcome
+
+
+def test_rolling_restart_under_load_fails_nothing(tmp_path, lb, lpx_bin, smollm2):
+    """Each replica in turn: SIGTERM (drain: in-flight requests finish, new ones get 503,
+    which nginx retries elsewhere), then a new process on the same port."""
+    url, replicas = lb
+    conf = (ROOT / "deploy/nginx/lpx-upstream.conf").read_text()
+    fail_timeout = max(float(t) for t in re.findall(r"fail_timeout=(\d+)s", conf))
+    statuses, stop = [], threading.Event()
+
+    def load(w):
+        i = 0
+        while not stop.is_set():
+            body = {"model": "smollm2", "prompt": f"Load {w} {i}:", "max_tokens": 8,
+                    "ignore_eos": True}
+            try:
+                statuses.append(httpx.post(url + "/v1/completions", json=body,
+                                           timeout=120).status_code)
+            except httpx.TransportError as e:
+                statuses.append(type(e).__name__)
+            i += 1
+
+    workers = [threading.Thread(target=load, args=(w,)) for w in range(4)]
+    for t in workers:
+        t.start()
+    try:
+        for k in range(len(replicas)):
+            old = replicas[k]
+            port = old.url.rsplit(":", 1)[1]
+            n = len(statuses)
+            while len(statuses) < n + 4:  # the load reaches this replica's turn
+                time.sleep(0.05)
+            old.proc.send_signal(signal.SIGTERM)
+            assert old.proc.wait(60) == 0, "".join(old.log)
+            # a later --port wins over the helper's --port 0
+            replicas[k] = Server(lpx_bin, smollm2, "-t", "1", "--port", port)
+            assert replicas[k].url == old.url
+            # ready, and past nginx's window for the failures its drain and load caused
+            time.sleep(fail_timeout + 0.5)
+    finally:
+        stop.set()
+        for t in workers:
+            t.join(120)
+    assert statuses and set(statuses) == {200}, ({s: statuses.count(s) for s in set(statuses)},
+                                                 (tmp_path / "error.log").read_text()[-3000:])
