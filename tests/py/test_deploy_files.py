@@ -181,3 +181,14 @@ def test_slurm_array_then_merge(tmp_path, lpx_bin, smollm2):
     a, m = log.read_text().splitlines()
     assert a.startswith("--parsable --array=0-3 ") and a.endswith(f"{inp} {out} {smollm2}")
     assert m.startswith("--parsable --dependency=afterany:4711 ") and m.endswith(f"{out} 4")
+
+
+def test_image_user_matches_the_pods():
+    text = (DEPLOY / "Dockerfile").read_text()
+    uid, gid = re.search(r"^USER (\d+):(\d+)$", text, re.M).groups()
+    assert f"--uid {uid} --gid {gid}" in text and f"--gid {gid} lpx" in text
+    for name in ("serve.yaml", "batch-job.yaml", "batch-merge.yaml"):
+        for d in docs(name):
+            if d["kind"] in ("Deployment", "Job"):
+                sc = d["spec"]["template"]["spec"]["securityContext"]
+                assert (str(sc["runAsUser"]), str(sc["runAsGroup"])) == (uid, gid), name
