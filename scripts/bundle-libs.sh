@@ -6,7 +6,8 @@ build="${1:-build}"
 mkdir -p "$build/lib"
 for lib in libcjson.so.1 libmicrohttpd.so.12 libutf8proc.so.2 libpcre2-8.so.0; do
     src=$(ldd "$build/lpx" | awk -v l="$lib" '$1==l {print $3}')
-    [ -n "$src" ] && cp -L "$src" "$build/lib/$lib"
+    # a second run finds the copy itself through the $ORIGIN/lib rpath
+    [ -n "$src" ] && ! [ "$src" -ef "$build/lib/$lib" ] && cp -L "$src" "$build/lib/$lib"
 done
 # libmicrohttpd pulls GnuTLS in Debian; carry its closure too when not on Ubuntu's base.
 for dep in $(ldd "$build/lib/libmicrohttpd.so.12" 2>/dev/null | awk '/=>/ {print $3}'); do

@@ -5,10 +5,12 @@ set -euo pipefail
 
 APT_PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
           libmicrohttpd-dev libcjson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev
-          python3 python3-pip curl unzip chromium chromium-driver)
+          python3 python3-pip curl unzip chromium chromium-driver
+          nginx-light)
 # Python packages used by tests and fixture tools (never by lpx itself).
 PIP_PKGS=(pytest tokenizers==0.23.3 transformers==5.24.0 jinja2==3.1.6 numpy gguf==0.19.0 safetensors==0.8.0 openai
-          prometheus-client==0.26.0 selenium==4.38.0 httpx==0.28.1)
+          prometheus-client==0.26.0 selenium==4.38.0 httpx==0.28.1
+          kubernetes-validate==1.37.0 PyYAML)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -49,6 +49,7 @@ static void usage(FILE *f) {
             "                          0.001 to 1e7 (default: none)\n"
             "  --shutdown-timeout S    on SIGTERM, wait up to S seconds for requests, 0 to 1e7\n"
             "                          (default 30); a second SIGTERM/SIGINT exits at once\n"
+            "  --metrics-compat vllm   /metrics also under vLLM's queue and KV gauge names\n"
             "  -h, --help              this help\n\n"
             "A number must be the whole value (no trailing text) and in its range; anything\n"
             "else, like an unknown option, is a usage error (exit 2) before the model is loaded.\n",
@@ -104,6 +105,13 @@ static void *second_signal(void *arg) {
     _exit(1);
 }
 
+static bool compat_opt(lpx_opts *a, lpx_server_opts *so) {
+    const char *v;
+    if (!lpx_opts_str(a, "--metrics-compat", &v)) return false;
+    so->metrics_compat_vllm = strcmp(v, "vllm") == 0;
+    return so->metrics_compat_vllm || lpx_opts_bad(a, "vllm");
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *name = NULL, *api_key = getenv("LPX_API_KEY"), *key_file = NULL;
     lpx_server_opts so = {.host = "127.0.0.1", .port = 8080};
@@ -126,7 +134,8 @@ int cmd_serve(int argc, char **argv) {
             !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1.0, &gpu_util) &&
             !lpx_opts_i32(&a, "--max-queue", 1, 1 << 20, &so.max_queue) &&
             !lpx_opts_num(&a, "--request-timeout", 0.001, 1e7, &so.request_timeout_s) &&
-            !lpx_opts_num(&a, "--shutdown-timeout", 0, 1e7, &shutdown_timeout))
+            !lpx_opts_num(&a, "--shutdown-timeout", 0, 1e7, &shutdown_timeout) &&
+            !compat_opt(&a, &so))
             lpx_opts_unknown(&a);
     }
     if (a.help || a.bad) return lpx_opts_exit(&a, usage);

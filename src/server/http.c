@@ -710,6 +710,7 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     atomic_init(&s->inflight, 0);
     atomic_init(&s->next_rid, 1);
     lpx_metrics_init(&s->metrics);
+    s->metrics.compat_vllm = o->metrics_compat_vllm;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->tel_mu, NULL);
     /* GPU gauges when NVML answers; a machine without a GPU just has none. */

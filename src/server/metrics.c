@@ -79,13 +79,24 @@ static void put(buf *b, const char *fmt, ...) {
     }
 }
 
+static void header_in(buf *b, const char *ns, const char *name, const char *type,
+                      const char *help) {
+    put(b, "# HELP %s:%s %s\n# TYPE %s:%s %s\n", ns, name, help, ns, name, type);
+}
+
 static void header(buf *b, const char *name, const char *type, const char *help) {
-    put(b, "# HELP lpx:%s %s\n# TYPE lpx:%s %s\n", name, help, name, type);
+    header_in(b, "lpx", name, type, help);
+}
+
+/* ns: "lpx", or "vllm" for the names --metrics-compat vllm adds (docs/deploy.md). */
+static void gauge_in(buf *b, const char *ns, const char *name, const char *help, const char *model,
+                     double v) {
+    header_in(b, ns, name, "gauge", help);
+    put(b, "%s:%s{model_name=\"%s\"} %.17g\n", ns, name, model, v);
 }
 
 static void gauge(buf *b, const char *name, const char *help, const char *model, double v) {
-    header(b, name, "gauge", help);
-    put(b, "lpx:%s{model_name=\"%s\"} %.17g\n", name, model, v);
+    gauge_in(b, "lpx", name, help, model, v);
 }
 
 /* The text format names a counter's family with its _total suffix. */
@@ -171,12 +182,18 @@ char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char 
         return NULL;
     }
     b.p[0] = '\0';
-    gauge(&b, "num_requests_running", "Requests in the running batch.", model,
-          (double)st->n_running);
-    gauge(&b, "num_requests_waiting", "Requests waiting for a batch slot.", model,
-          (double)st->n_waiting);
-    gauge(&b, "kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).", model,
-          st->kv_blocks_total > 0 ? (double)st->kv_blocks_used / st->kv_blocks_total : 0.0);
+    /* The Gateway API Inference Extension's endpoint pickers scrape these three under vLLM's
+     * names by default; the compat names carry the same values. */
+    double kv_use = st->kv_blocks_total > 0 ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
+    for (int compat = 0; compat <= (m->compat_vllm ? 1 : 0); compat++) {
+        const char *ns = compat ? "vllm" : "lpx";
+        gauge_in(&b, ns, "num_requests_running", "Requests in the running batch.", model,
+                 (double)st->n_running);
+        gauge_in(&b, ns, "num_requests_waiting", "Requests waiting for a batch slot.", model,
+                 (double)st->n_waiting);
+        gauge_in(&b, ns, "kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).",
+                 model, kv_use);
+    }
     counter(&b, "prompt_tokens", "Prompt tokens of admitted requests.", model,
             (double)st->prompt_tokens);
     counter(&b, "generation_tokens", "Generated tokens.", model, (double)st->generated_tokens);

@@ -26,6 +26,8 @@ typedef struct lpx_metrics {
     lpx_histogram ttft, itl, e2e, queue; /* seconds */
     uint64_t success[5];                 /* by lpx_finish_reason */
     uint64_t http[6];                    /* responses by status class 1xx..5xx ([0] unused) */
+    bool compat_vllm; /* also render vllm:num_requests_* and vllm:kv_cache_usage_perc; set
+                         before the server starts, read-only after */
 } lpx_metrics;
 
 void lpx_metrics_init(lpx_metrics *m);

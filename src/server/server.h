@@ -39,6 +39,7 @@ typedef struct lpx_server_opts {
     const char *allowed_hosts;     /* comma-separated Host names accepted besides the loopback
                                       ones; NULL: any Host unless bound to a loopback address */
     bool metrics_public;           /* /metrics without the API key */
+    bool metrics_compat_vllm;      /* /metrics also under vLLM's gauge names (docs/deploy.md) */
 } lpx_server_opts;
 
 typedef struct lpx_server lpx_server;
