@@ -1,6 +1,7 @@
 /* Requests in, events out: submit/cancel from any thread, one stepping thread
  * that schedules (scheduler.c), runs the backend, samples and stops. */
 #include "engine/engine_impl.h"
+#include "model/prompt.h"
 
 #include "base/checked.h"
 #include "base/error.h"
@@ -189,36 +190,8 @@ static lpx_status prompt_ids(const lpx_engine *e, const lpx_request *r, int32_t 
         *n = r->n_prompt_ids;
         return LPX_OK;
     }
-    const lpx_tokenizer *t = e->model->tok;
-    if (!t) return lpx_errorf(LPX_ERR_UNSUPPORTED, "request: the model has no tokenizer");
-    char *rendered = NULL;
-    const char *text = r->prompt_text;
-    bool add_special = true;
-    if (r->messages) {
-        LPX_TRY(lpx_chat_render(e->model, r->messages, r->n_messages, true, -1, &rendered));
-        text = rendered;
-        add_special = false; /* the template writes BOS itself, as transformers assumes */
-    }
-    size_t len = strlen(text), cap = len + 16, need = 0;
-    lpx_status st = LPX_OK;
-    for (int attempt = 0; attempt < 2; attempt++) {
-        free(*ids);
-        if (!(*ids = malloc(cap * sizeof **ids))) {
-            st = lpx_errorf(LPX_ERR_NOMEM, "request: out of memory");
-            break;
-        }
-        st = lpx_tokenize(t, text, len, add_special, true, *ids, cap, &need);
-        if (st != LPX_OK || need <= cap) break;
-        cap = need;
-    }
-    lpx_free(rendered);
-    if (st != LPX_OK) {
-        free(*ids);
-        *ids = NULL;
-        return st;
-    }
-    *n = need;
-    return LPX_OK;
+    /* text or messages: the tokenization every front end uses (model/prompt.h) */
+    return lpx_prompt_ids(e->model, r->prompt_text, r->messages, r->n_messages, 0, ids, n);
 }
 
 static uint64_t fresh_seed(uint64_t id) {
