@@ -28,6 +28,9 @@ static void usage(FILE *f) {
                "  --mode MODE           prefill: all ids in one step (default);\n"
                "                        decode: one id per step through the KV cache\n"
                "  --chunk N[,N...]      ids per step for each sequence (overrides --mode)\n"
+               "  --tail N              only each sequence's last N positions: fed one id a\n"
+               "                        step (decode at depth), the ids before them in steps\n"
+               "                        of --chunk (default all); the file holds N rows a sequence\n"
                "  --block-size N        KV block size in tokens (default 16)\n"
                "  -t, --threads N       CPU threads, 1 to 4096 (default: all cores)\n"
                "  -o, --output FILE     write the logits there (raw little-endian float32)\n"
@@ -51,6 +54,9 @@ static double now_s(clockid_t clock) {
 typedef struct seq {
     int32_t *ids; /* prompt ids, then generated ones: [n_ids + n_greedy] */
     int32_t n_ids, chunk, done, *blocks;
+    int32_t keep; /* first position whose logits are kept, and fed one a step (--tail) */
+    bool tail;
+    int32_t fed;  /* ids the last step fed */
 } seq;
 
 typedef struct run {
@@ -69,13 +75,18 @@ static lpx_status step(run *r, int32_t upto_greedy, int32_t *n_fed) {
     for (int32_t s = 0; s < r->n_seqs; s++) {
         seq *q = &r->seqs[s];
         int32_t end = q->n_ids + upto_greedy, take = end - q->done;
+        q->fed = 0;
         if (take <= 0) continue;
-        if (take > q->chunk) take = q->chunk;
+        /* --tail: the ids before keep in chunks, those from it one a step */
+        const int32_t most = q->tail && q->done >= q->keep ? 1 : q->chunk;
+        if (q->done < q->keep && take > q->keep - q->done) take = q->keep - q->done;
+        if (take > most) take = most;
+        q->fed = take;
         r->seq_start[ns] = n;
         for (int32_t i = 0; i < take; i++, n++) {
             r->tokens[n] = q->ids[q->done + i];
             r->positions[n] = q->done + i;
-            r->rows[nl++] = n;
+            if (q->done + i >= q->keep) r->rows[nl++] = n;
         }
         r->seq_len[ns] = q->done + take;
         memcpy(r->table + (int64_t)ns * r->max_blocks, q->blocks,
@@ -109,7 +120,7 @@ int cmd_logits(int argc, char **argv) {
                *chunk_arg = NULL;
     const char *ids_arg[MAX_SEQS];
     int32_t chunks[MAX_SEQS], n_chunks = 0;
-    int32_t n_seqs = 0, n_greedy = 0, threads = 0, block_size = 16;
+    int32_t n_seqs = 0, n_greedy = 0, threads = 0, block_size = 16, tail = 0;
     bool timing = false;
     lpx_opts a = {.cmd = "logits", .argc = argc, .argv = argv};
     while (lpx_opts_next(&a)) {
@@ -128,7 +139,8 @@ int cmd_logits(int argc, char **argv) {
                    !lpx_opts_str(&a, "-o|--output", &out_path) &&
                    !lpx_opts_i32(&a, "--block-size", 1, 1000000, &block_size) &&
                    !lpx_opts_i32(&a, LPX_OPT_THREADS, 1, 4096, &threads) &&
-                   !lpx_opts_i32(&a, "--greedy", 0, 1000000, &n_greedy))
+                   !lpx_opts_i32(&a, "--greedy", 0, 1000000, &n_greedy) &&
+                   !lpx_opts_i32(&a, "--tail", 1, INT32_MAX, &tail))
             lpx_opts_unknown(&a);
     }
     if (a.help || a.bad) return lpx_opts_exit(&a, usage);
@@ -174,6 +186,9 @@ int cmd_logits(int argc, char **argv) {
         q->chunk = n_chunks                  ? chunks[n_chunks == 1 ? 0 : s]
                    : !strcmp(mode, "decode") ? 1
                                              : q->n_ids;
+        q->keep = tail && tail < q->n_ids ? q->n_ids - tail : 0;
+        q->tail = tail > 0;
+        if (tail && !n_chunks) q->chunk = q->n_ids;
         total_ids += q->n_ids;
         max_step += q->chunk < q->n_ids ? q->chunk : q->n_ids;
     }
@@ -214,7 +229,8 @@ int cmd_logits(int argc, char **argv) {
     r.seq_start = malloc(((size_t)n_seqs + 1) * sizeof(int32_t));
     r.seq_len = malloc((size_t)n_seqs * sizeof(int32_t));
     r.table = malloc((size_t)n_blocks * sizeof(int32_t));
-    r.logits = malloc((size_t)max_step * (size_t)r.vocab * sizeof(float));
+    /* --tail: a step keeps one row a sequence at most */
+    r.logits = malloc((size_t)(tail ? n_seqs : max_step) * (size_t)r.vocab * sizeof(float));
     if (!r.tokens || !r.positions || !r.rows || !r.seq_start || !r.seq_len || !r.table || !r.logits)
         goto oom;
     if (ops->create(m, &o, &r.b) != LPX_OK) {
@@ -244,24 +260,27 @@ int cmd_logits(int argc, char **argv) {
         int64_t before = 0;
         for (int s = 0; s < n_seqs; s++) {
             seq *q = &r.seqs[s];
-            int32_t take = q->n_ids - q->done < q->chunk ? q->n_ids - q->done : q->chunk;
-            if (take > 0 && out) {
-                if (fseek(out, (long)((before + q->done) * r.vocab * (int64_t)sizeof(float)),
+            /* what step() fed this sequence, and of it the rows kept */
+            const int32_t take = q->fed;
+            const int32_t from = q->done > q->keep ? q->done : q->keep;
+            const int32_t kept = q->done + take > from ? q->done + take - from : 0;
+            if (kept > 0 && out) {
+                if (fseek(out, (long)((before + from - q->keep) * r.vocab * (int64_t)sizeof(float)),
                           SEEK_SET) ||
                     fwrite(r.logits + (int64_t)row * r.vocab, sizeof(float),
-                           (size_t)take * (size_t)r.vocab, out) != (size_t)take * (size_t)r.vocab) {
+                           (size_t)kept * (size_t)r.vocab, out) != (size_t)kept * (size_t)r.vocab) {
                     fprintf(stderr, "lpx logits: writing %s: %s\n", out_path, strerror(errno));
                     goto done;
                 }
             }
             if (take > 0) {
                 q->done += take;
-                row += take;
+                row += kept;
                 /* The greedy continuation starts from the last prompt position. */
                 if (q->done == q->n_ids && n_greedy)
                     q->ids[q->n_ids] = argmax(r.logits + (int64_t)(row - 1) * r.vocab, r.vocab);
             }
-            before += q->n_ids;
+            before += q->n_ids - q->keep;
         }
     }
     double t1 = now_s(CLOCK_MONOTONIC), c1 = now_s(CLOCK_PROCESS_CPUTIME_ID);

@@ -49,6 +49,7 @@ static void check_defaults(const cuda_tuning *t) {
     CHECK(t->mv_solo_smem == 115457);
     CHECK(t->graphs && t->pdl);
     CHECK(t->skip == 0);
+    CHECK(t->qa_ctx == CT_QA_CTX_DEFAULT && t->attn_keys == CT_ATTN_KEYS_DEFAULT);
 }
 
 static void test_defaults(void) {
@@ -107,6 +108,9 @@ static void test_keys(void) {
     CHECK(!resolve(&qwen3_06b, f, "graphs=0").graphs);
     CHECK(!resolve(&qwen3_06b, f, "pdl=0").pdl);
     CHECK(resolve(&qwen3_06b, f, "skip=attn+o").skip == (SK_ATTN | SK_O));
+    CHECK(resolve(&qwen3_06b, f, "qa_ctx=0").qa_ctx == 0);
+    CHECK(resolve(&qwen3_06b, f, "qa_ctx=8192").qa_ctx == 8192);
+    CHECK(resolve(&qwen3_06b, f, "attn_keys=512").attn_keys == 512);
     CHECK(resolve(&qwen3_06b, f, "skip=embed+qkv+rope+attn+o+gu+down+head+sample").skip == 511);
     const cuda_tuning all = resolve(
         &qwen3_06b, f, "qa=0,mv_small=1,early=od,late=-,pace=2,solo=g,graphs=0,pdl=0,skip=attn+o");
@@ -142,6 +146,8 @@ static void test_errors(void) {
     check_bad("pdl=", false, "pdl");
     check_bad("skip=attn+foo", false, "foo");
     check_bad("skip=", false, "skip");
+    check_bad("qa_ctx=-1", false, "qa_ctx=-1");
+    check_bad("attn_keys=16", false, "attn_keys=16");
     check_bad("LPX_CUDA_QA=0", false, "LPX_CUDA_QA");
     check_bad("nope", true, "nope");
     check_bad("timing=1", true, "timing=1");

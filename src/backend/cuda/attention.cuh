@@ -10,12 +10,14 @@
 #ifndef LPX_BACKEND_CUDA_ATTENTION_CUH
 #define LPX_BACKEND_CUDA_ATTENTION_CUH
 
+#include "attn_plan.h"
 #include "common.cuh"
 
 #include <cuda_pipeline.h>
 
 #define ATTN_MAX_GROUP 8  /* query heads per KV head */
-#define ATTN_MAX_SPLITS 16
+/* int32s before the items of a step's plan (its item count first) */
+#define AP_HDR 8
 
 typedef struct kv_geom {
     int n_heads, n_kv, head_dim, block_size, n_layers;
@@ -84,8 +86,8 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
 #define AD_TRACE 13
 
 /* Shared memory of attn_decode_kernel<HD, RM, TPK>. vs holds the tile's value rows,
- * and at the end each warp's partial outputs (acc, 8*TPK*RM*HD floats, at most half
- * of vs). */
+ * at the end of an item each warp's partial outputs (acc, 8*TPK*RM*HD floats, at
+ * most half of vs), and in the combine the splits' maxima and sums (mls). */
 template <int HD, int RM, int TPK> struct ad_smem {
     alignas(16) float qs[RM][HD];      /* queries after norm and RoPE, times scale·log2 e */
     alignas(16) bf16 kcur[HD];         /* the token's own key and value, as cached */
@@ -93,37 +95,39 @@ template <int HD, int RM, int TPK> struct ad_smem {
     alignas(16) union {
         bf16 vs[AD_KEYS][HD];
         float acc[8 * TPK][RM][HD];
+        float mls[AP_MAX_SPLITS][RM][2];
     } u;
     float wm[8 * TPK][RM], wl[8 * TPK][RM];
-    float mls[ATTN_MAX_SPLITS][2];
     int is_last;
 };
 
 /* Decode attention (one token per sequence; prefill steps use qkv_rope_kernel and
- * flash_prefill.cuh), with the token's q/k/v preparation fused in. Block per
- * (token, kv head, split); its rows are the G <= RM query heads of the kv head's
- * group (RM, a template bound, keeps unused rows out of the code: a kernel for 8
- * rows run with G = 2 issued 3× the instructions, latency-bound, docs/lab/notebook.md).
- * The token's keys [lo, len) are cut into S_eff = min(S, ceil(n / AD_KEYS))
- * splits (blocks beyond exit), so up to AD_KEYS keys take one block and no
- * reduce. The block
+ * flash_prefill.cuh), with the token's q/k/v preparation fused in. A persistent
+ * grid (as many blocks as fit the GPU at once) walks the step's plan
+ * (attn_plan.h): block b takes items b, b + gridDim.x, ..., each one split of one
+ * (token, kv head)'s keys [k0, k1); the host cut every sequence's keys so the
+ * items fill the grid whatever the batch and the context. A block's rows are the
+ * G <= RM query heads of the kv head's group (RM, a template bound, keeps unused
+ * rows out of the code: a kernel for 8 rows run with G = 2 issued 3x the
+ * instructions, latency-bound, docs/lab/notebook.md). For each item the block
  *  1. issues the loads of its first tile (lane j of warp w: key w*32+j whole into
  *     registers, its value row into shared memory by cp.async), all in flight;
  *  2. meanwhile turns the token's projections into queries (bias, RMSNorm, RoPE)
- *     and, in the split that holds the token's own position, its key and value,
+ *     and, in the item that holds the token's own position, its key and value,
  *     which it writes to the cache (rounded to bf16 as every cached key is);
  *  3. scores each key against every row (the keys of a split are all visible),
  *     softmax per warp over its 32 keys (online across tiles), P·V with the warp's
  *     lanes over the head dims;
- *  4. combines its warps through shared memory; with S_eff > 1 the last split
- *     block (atomic counter) combines the splits:
+ *  4. combines its warps through shared memory; with n_split > 1 the block that
+ *     ends the last split of its (token, kv head) (atomic counter) combines them:
  *     out = Σ 2^(m_s-M) o_s / Σ 2^(m_s-M) l_s (scores are in log2 units).
- * Padding tokens (sequence -1) get zeros and write nothing. */
+ * Only the first item's first tile is loaded before grid_wait(). Padding tokens
+ * (sequence -1) get zeros and write nothing. */
 template <int HD, int RM, int TPK>
 __global__ void __launch_bounds__(AD_KEYS * TPK)
     attn_decode_kernel(bf16 *__restrict__ out,          // (T, n_heads*HD)
-                       float *__restrict__ part_o,      // (T, n_heads, S, HD)
-                       float *__restrict__ part_ml,     // (T, n_heads, S, 2)
+                       float *__restrict__ part_o,      // (items, G, HD)
+                       float *__restrict__ part_ml,     // (items, G, 2)
                        int *__restrict__ done,          // (T, n_kv) split counters, left at 0
                        bf16 *__restrict__ kv,           // cache
                        const float *__restrict__ qkv,   // (T, (n_heads+2*n_kv)*HD)
@@ -135,8 +139,9 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
                        const int32_t *__restrict__ positions,   // (T)
                        const int32_t *__restrict__ slots,       // (T)
                        const int32_t *__restrict__ block_table, // (n_seqs, max_blocks)
-                       int max_blocks, kv_geom g, int layer, float scale, float eps,
-                       int interleaved, int window,
+                       int max_blocks,
+                       const int32_t *__restrict__ plan, // count, then lpx_attn_items at AP_HDR
+                       kv_geom g, int layer, float scale, float eps, int interleaved,
                        long long *__restrict__ trace) { // (n_layers, AD_TRACE) or NULL
     /* threads, warps; head dims of a thread's key part, K uint4s in registers; keys a
      * warp; head dims a lane in P·V */
@@ -147,30 +152,39 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
     /* Until grid_wait() only memory no kernel of this step writes is read: the step
      * inputs and the cached keys and values of earlier positions, so their round
      * trips overlap the qkv projection still running before us. */
-    const int t0 = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, Sm = gridDim.z;
     const int G = g.n_heads / g.n_kv, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kt = tid / TPK, hp = tid % TPK; /* the thread's key in the tile, its part */
-    /* LPX_CUDA_ATTN_TRACE: thread 0 of block (0, 0, 0) times the phases */
-    long long *tr = trace && !t0 && !kvh && !split && !tid ? trace + (size_t)layer * AD_TRACE : NULL;
+    const int n_items = plan[0];
+    const lpx_attn_item *items = reinterpret_cast<const lpx_attn_item *>(plan + AP_HDR);
+    bool waited = false; /* grid_wait() done: once, before the first item reads qkv */
+    auto wait_once = [&]() {
+        if (!waited) {
+            grid_wait();
+            grid_launch_next();
+            waited = true;
+        }
+    };
+    /* LPX_CUDA_ATTN_TRACE: thread 0 of block 0 times the phases of its first item */
+    long long *tr = trace && !blockIdx.x && !tid ? trace + (size_t)layer * AD_TRACE : NULL;
 #define AD_MARK(i)                                                                                 \
     if (tr) tr[i] = clock64()
+  for (int it = blockIdx.x; it < n_items; it += gridDim.x) {
+    if (it != (int)blockIdx.x) {
+        __syncthreads(); /* every thread is done with the item before's shared memory */
+        tr = NULL;
+    }
     AD_MARK(0);
+    const lpx_attn_item wi = items[it];
+    const int t0 = wi.t, kvh = wi.kvh, S = wi.n_split, k0 = wi.k0, k1 = wi.k1;
     const int seq = tok_seq[t0];
     bf16 *o_tok = out + (size_t)t0 * g.n_heads * HD + (size_t)kvh * G * HD;
     if (seq < 0) {
-        grid_wait();
-        grid_launch_next();
-        if (split == 0)
-            for (int e = tid; e < G * HD; e += NT) o_tok[e] = f2bf(0.0f);
-        return;
+        wait_once();
+        for (int e = tid; e < G * HD; e += NT) o_tok[e] = f2bf(0.0f);
+        continue;
     }
-    const int p0 = positions[t0], len = p0 + 1;
-    const int lo = window > 0 && len > window ? len - window : 0;
-    const int S = max(1, min(Sm, (len - lo + AD_KEYS - 1) / AD_KEYS));
-    if (split >= S) return;
-    const int chunk = (len - lo + S - 1) / S;
-    const int k0 = lo + split * chunk, k1 = min(len, k0 + chunk);
-    const bool own = split == S - 1; /* holds key p0, the token itself */
+    const int p0 = positions[t0];
+    const bool own = k0 <= p0 && p0 < k1; /* holds key p0, the token itself */
     AD_MARK(1);
     const int32_t *bt = block_table + (size_t)seq * max_blocks;
 
@@ -200,8 +214,7 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
     float cs[DPL], sn[DPL];
     head_rope_angles<HD, DPL>(p0, inv_freq, interleaved, cs, sn);
     AD_MARK(2);
-    grid_wait();
-    grid_launch_next();
+    wait_once();
     AD_MARK(3);
     if (tr) tr[8] = (long long)globaltimer_ns();
 
@@ -369,8 +382,7 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
         }
     }
     __syncthreads();
-    float *po = NULL;
-    if (S > 1) po = part_o + ((size_t)t0 * g.n_heads + (size_t)kvh * G) * Sm * HD;
+    float *po = part_o + (size_t)wi.self * G * HD, *pml = part_ml + (size_t)wi.self * G * 2;
     for (int e = tid; e < G * HD; e += NT) {
         const int r = e / HD, d = e % HD;
         float M = -INFINITY;
@@ -388,19 +400,17 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
         if (S == 1) {
             o_tok[e] = f2bf(den > 0.0f ? num / den : 0.0f);
         } else {
-            po[((size_t)r * Sm + split) * HD + d] = num;
+            po[e] = num;
             if (d == 0) {
-                const size_t pb = ((size_t)t0 * g.n_heads + kvh * G + r) * Sm + split;
-                part_ml[pb * 2] = M;
-                part_ml[pb * 2 + 1] = den;
+                pml[r * 2] = M;
+                pml[r * 2 + 1] = den;
             }
         }
     }
     AD_MARK(7);
     if (tr) tr[9] = (long long)globaltimer_ns();
-#undef AD_MARK
-    if (S == 1) return;
-    /* the last block of this (token, kv head) combines the splits */
+    if (S == 1) continue;
+    /* the block that ends the last split of this (token, kv head) combines them */
     __threadfence();
     __syncthreads();
     if (tid == 0) {
@@ -409,37 +419,39 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
         if (sm.is_last) done[t0 * g.n_kv + kvh] = 0;
     }
     __syncthreads();
-    if (!sm.is_last) return;
+    if (!sm.is_last) continue;
     __threadfence();
-    for (int r = 0; r < G; r++) {
-        const size_t pb = ((size_t)t0 * g.n_heads + kvh * G + r) * Sm;
-        for (int s2 = tid; s2 < S; s2 += NT) {
-            sm.mls[s2][0] = __ldcg(&part_ml[(pb + s2) * 2]);
-            sm.mls[s2][1] = __ldcg(&part_ml[(pb + s2) * 2 + 1]);
-        }
-        __syncthreads();
+    const size_t f0 = (size_t)wi.first * G; /* the first split's row 0 */
+    for (int i = tid; i < S * G; i += NT) {
+        sm.u.mls[i / G][i % G][0] = __ldcg(&part_ml[(f0 + i) * 2]);
+        sm.u.mls[i / G][i % G][1] = __ldcg(&part_ml[(f0 + i) * 2 + 1]);
+    }
+    __syncthreads();
+    for (int e = tid; e < G * HD; e += NT) {
+        const int r = e / HD;
         float M = -INFINITY;
+        for (int s2 = 0; s2 < S; s2++)
+            if (sm.u.mls[s2][r][1] > 0.0f) M = fmaxf(M, sm.u.mls[s2][r][0]);
+        float num = 0.0f, den = 0.0f;
+        for (int s0 = 0; s0 < S; s0 += 8) {
+            float pv[8];
 #pragma unroll
-        for (int s2 = 0; s2 < ATTN_MAX_SPLITS; s2++)
-            if (s2 < S && sm.mls[s2][1] > 0.0f) M = fmaxf(M, sm.mls[s2][0]);
-        for (int d = tid; d < HD; d += NT) {
-            float pv[ATTN_MAX_SPLITS];
+            for (int k = 0; k < 8; k++) /* eight loads in flight at once */
+                pv[k] = s0 + k < S ? __ldcg(&part_o[(f0 + (size_t)(s0 + k) * G) * HD + e]) : 0.0f;
 #pragma unroll
-            for (int s2 = 0; s2 < ATTN_MAX_SPLITS; s2++) /* all loads in flight at once */
-                pv[s2] = s2 < S ? __ldcg(&part_o[(pb + s2) * HD + d]) : 0.0f;
-            float num = 0.0f, den = 0.0f;
-#pragma unroll
-            for (int s2 = 0; s2 < ATTN_MAX_SPLITS; s2++) {
-                if (s2 < S && sm.mls[s2][1] > 0.0f) {
-                    const float w = exp2f(sm.mls[s2][0] - M);
-                    num += w * pv[s2];
-                    den += w * sm.mls[s2][1];
+            for (int k = 0; k < 8; k++) {
+                if (s0 + k < S && sm.u.mls[s0 + k][r][1] > 0.0f) {
+                    const float f = exp2f(sm.u.mls[s0 + k][r][0] - M);
+                    num += f * pv[k];
+                    den += f * sm.u.mls[s0 + k][r][1];
                 }
             }
-            o_tok[r * HD + d] = f2bf(den > 0.0f ? num / den : 0.0f);
         }
-        __syncthreads();
+        o_tok[e] = f2bf(den > 0.0f ? num / den : 0.0f);
     }
+  }
+#undef AD_MARK
+    wait_once(); /* a block with no item still orders the kernel after us */
 }
 
 // ----------------------------------------------------------------------------
@@ -456,54 +468,84 @@ static lpx_status qkv_rope(float *q_out, bf16 *kv, const float *qkv, const float
     return LPX_OK;
 }
 
-/* Splits per token so that T * n_kv * S blocks give each SM about two. */
-static int attn_splits(int T, int n_kv, int n_sms) {
-    int s = ceil_div(n_sms, T * n_kv);
-    return s < 1 ? 1 : s > ATTN_MAX_SPLITS ? ATTN_MAX_SPLITS : s;
-}
-
 /* (head_dim, rows bound, threads a key): G query heads per kv head run the kernel
- * for the smallest bound >= G. Two threads a key (half the dependent chain of each
- * score, twice the warps to hide latency) where the registers allow it and the
- * grid is smaller than the GPU (batch 1: 4.2 -> 2.6 K cycles for scores and P·V);
- * with many blocks one thread a key keeps more blocks on an SM. */
+ * for the smallest bound >= G, with one or two threads a key (attn_tpk). */
 #define ATTN_VARIANTS(X)                                                                           \
     X(64, 2, 1) X(64, 2, 2) X(64, 4, 1) X(64, 4, 2) X(64, 8, 1) X(128, 2, 1) X(128, 2, 2)          \
     X(128, 4, 1) X(128, 4, 2) X(128, 8, 1) X(256, 2, 1) X(256, 2, 2) X(256, 4, 1) X(256, 4, 2)     \
     X(256, 8, 1)
 
-/* Lets each attn_decode_kernel instantiation take its shared memory (over 48 KB). */
-static lpx_status attention_init(void) {
+/* The decode attention grid of one instance: its shape's rows bound, and for one
+ * and two threads a key the blocks resident on the whole GPU at once (the
+ * persistent grid, and the slots the plan fills). */
+typedef struct attn_ctx {
+    int rm, n_sms;
+    int blocks[2];
+} attn_ctx;
+
+/* Threads a key for a step of T tokens: two (half the dependent chain of each
+ * score, twice the warps to hide latency) while T * n_kv pairs leave SMs without
+ * one, where the registers allow it (batch 1: 4.2 -> 2.6 K cycles for scores and
+ * P·V); with many pairs one thread a key keeps more blocks on an SM. */
+static int attn_tpk(const attn_ctx *a, int T, int n_kv) {
+    return a->rm <= 4 && T * n_kv < a->n_sms ? 2 : 1;
+}
+
+/* Blocks of the persistent grid of a step of T tokens (the plan's slots). */
+static int attn_blocks(const attn_ctx *a, int T, int n_kv) {
+    return a->blocks[attn_tpk(a, T, n_kv) - 1];
+}
+
+/* Lets each attn_decode_kernel instantiation take its shared memory (over 48 KB),
+ * and sizes this shape's grids from the occupancy of its variants. */
+static lpx_status attention_init(const kv_geom *g, int n_sms, attn_ctx *a) {
 #define ATTN_ATTR(HD, RM, TPK)                                                                     \
     LPX_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<HD, RM, TPK>,                             \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
                                       (int)sizeof(ad_smem<HD, RM, TPK>)));
     ATTN_VARIANTS(ATTN_ATTR)
 #undef ATTN_ATTR
+    const int G = g->n_heads / g->n_kv;
+    a->rm = G <= 2 ? 2 : G <= 4 ? 4 : 8;
+    a->n_sms = n_sms;
+    a->blocks[0] = a->blocks[1] = 0;
+#define ATTN_OCC(HD, RM, TPK)                                                                      \
+    if (g->head_dim == HD && a->rm == RM) {                                                        \
+        int n = 0;                                                                                 \
+        LPX_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(                                \
+            &n, attn_decode_kernel<HD, RM, TPK>, AD_KEYS * TPK, sizeof(ad_smem<HD, RM, TPK>)));    \
+        a->blocks[TPK - 1] = (n > 0 ? n : 1) * n_sms;                                              \
+    }
+    ATTN_VARIANTS(ATTN_OCC)
+#undef ATTN_OCC
+    if (!a->blocks[1]) a->blocks[1] = a->blocks[0]; /* no two-thread variant: rm 8 */
+    if (!a->blocks[0])
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "cuda: no decode attention kernel for head_dim %d",
+                          g->head_dim);
     return LPX_OK;
 }
 
 /* One token per sequence, T tokens: q/k/v from the projections qkv (with bias,
  * q/k norms and RoPE applied here), the token's key and value into the cache,
- * attention into out. */
-static lpx_status attention(bf16 *out, float *part_o, float *part_ml, int *done, bf16 *kv,
-                            const float *qkv, const float *bias, const float *q_norm,
-                            const float *k_norm, const float *inv_freq, int T,
-                            const int32_t *tok_seq, const int32_t *positions,
+ * attention into out, over the items of plan (device; made by lpx_cuda_attn_plan
+ * with attn_blocks(a, T) slots). */
+static lpx_status attention(const attn_ctx *a, bf16 *out, float *part_o, float *part_ml,
+                            int *done, bf16 *kv, const float *qkv, const float *bias,
+                            const float *q_norm, const float *k_norm, const float *inv_freq,
+                            int T, const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *slots, const int32_t *block_table, int max_blocks,
-                            int S, kv_geom g, int layer, float eps, bool interleaved, int window,
-                            long long *trace, kstream st) {
-    const dim3 grid(T, g.n_kv, S);
+                            const int32_t *plan, kv_geom g, int layer, float eps,
+                            bool interleaved, long long *trace, kstream st) {
+    const dim3 grid(attn_blocks(a, T, g.n_kv));
     const float scale = 1.0f / sqrtf((float)g.head_dim);
-    const int G = g.n_heads / g.n_kv, rm = G <= 2 ? 2 : G <= 4 ? 4 : 8;
-    const int tpk = rm <= 4 && S > 1 ? 2 : 1; /* S > 1: T * n_kv blocks leave SMs idle */
+    const int tpk = attn_tpk(a, T, g.n_kv);
     cudaError_t e = cudaErrorInvalidValue;
 #define ATTN_LAUNCH(HD, RM, TPK)                                                                   \
-    if (g.head_dim == HD && rm == RM && tpk == TPK)                                                \
+    if (g.head_dim == HD && a->rm == RM && tpk == TPK)                                             \
         e = launch(attn_decode_kernel<HD, RM, TPK>, grid, dim3(AD_KEYS * TPK),                     \
-                   sizeof(ad_smem<HD, RM, TPK>), st, out, part_o, part_ml, done, kv, qkv, bias, q_norm, k_norm, inv_freq,        \
-                   tok_seq, positions, slots, block_table, max_blocks, g, layer, scale, eps,       \
-                   (int)interleaved, window, trace);
+                   sizeof(ad_smem<HD, RM, TPK>), st, out, part_o, part_ml, done, kv, qkv, bias,    \
+                   q_norm, k_norm, inv_freq, tok_seq, positions, slots, block_table, max_blocks,   \
+                   plan, g, layer, scale, eps, (int)interleaved, trace);
     ATTN_VARIANTS(ATTN_LAUNCH)
 #undef ATTN_LAUNCH
     LPX_CUDA_TRY(e);

@@ -31,6 +31,9 @@ extern "C" {
 
 #define MAX_BUCKETS 10 /* decode graphs for 1, 2, 4, ..., 512 sequences */
 #define N_SLOTS 2      /* steps in flight at most (step_begin/step_end) */
+/* decode graphs a slot: one a bucket, and batch 1 past tune.qa_ctx keys
+ * (long_step: no fused kernel) at index MAX_BUCKETS */
+#define N_GRAPHS (MAX_BUCKETS + 1)
 static_assert(N_SLOTS == TRACE_SLOTS, "trace.cuh keeps timing events per slot");
 
 typedef struct cuda_layer {
@@ -69,7 +72,8 @@ typedef struct cuda_backend {
     /* step inputs, int32, same layout on host (pinned) and device:
      * tokens | positions | slots | tok_seq | logit_rows (tok_cap each) | prefill
      * attention tiles (2*tok_cap: flash_tiles makes at most 1.125 per token) |
-     * block table. The current slot's (see slots below). */
+     * block table (seq_cap rows) | a decode step's attention plan (AP_HDR +
+     * 8*plan_cap, attn_plan.h). The current slot's (see slots below). */
     int32_t *in_host, *in_dev;
 
     float *x;       /* (tok_cap, d_model) residual stream */
@@ -79,8 +83,13 @@ typedef struct cuda_backend {
     bf16 *attn;     /* (tok_cap, n_heads*hd) */
     float *gu;      /* (tok_cap, 2*d_ff) GEMM path only */
     bf16 *act;      /* (tok_cap, d_ff) */
-    float *part_o;  /* (T, n_heads, S, hd) */
-    float *part_ml; /* (T, n_heads, S, 2) */
+    float *part_o;  /* (plan_cap, G, hd) a decode attention item's partial output */
+    float *part_ml; /* (plan_cap, G, 2) and its maxima and sums */
+    int plan_cap;   /* items of a decode step's attention plan at most */
+    attn_ctx ag;    /* the decode attention kernel's grids (attention.cuh) */
+    /* this step is a batch-1 decode past tune.qa_ctx keys: the two-kernel path,
+     * whose attention splits over the whole GPU, instead of the fused kernel */
+    bool long_step;
     int *done;      /* (tok_cap, n_kv) split counters of the attention kernel */
     float *logits;  /* (logit_cap, vocab) */
 
@@ -107,10 +116,10 @@ typedef struct cuda_backend {
     int32_t *slot_tok_host[N_SLOTS];
     cudaStream_t up;
     cudaEvent_t up_done[N_SLOTS], step_done[N_SLOTS];
-    cudaGraphExec_t graphs[N_SLOTS][MAX_BUCKETS];
+    cudaGraphExec_t graphs[N_SLOTS][N_GRAPHS];
     /* the same steps with the device sampler and the token copy to tok_host inside
      * (steps with sample): one launch a step; dropped when seen_dev moves (grow_seen) */
-    cudaGraphExec_t graphs_s[N_SLOTS][MAX_BUCKETS];
+    cudaGraphExec_t graphs_s[N_SLOTS][N_GRAPHS];
     /* steps in flight: n_flight of them, the oldest in slot `oldest`; what the
      * end of each needs (flight[slot]); feed_rows: the logits rows of the last
      * step_begin's step, which the next step_begin may feed from (-1: none) */
@@ -277,12 +286,17 @@ static int32_t *in_part(const cuda_backend *b, int32_t *base, int part) {
     return base + (size_t)part * b->tok_cap;
 }
 
+/* The attention plan's part of the step inputs at base (count, then items). */
+static int32_t *plan_part(const cuda_backend *b, int32_t *base) {
+    return base + (size_t)IN_BT * b->tok_cap + (size_t)b->seq_cap * b->max_blocks;
+}
+
 /* The compute stream, with the instance's PDL choice, for the launchers. */
 static kstream kst(const cuda_backend *b) { return kstream{b->stream, b->tune.pdl}; }
 
 /* Layer l's q/k/v projection and attention as separate kernels (every step but
  * the batch-1 decode that qkv_attn.cuh fuses). */
-static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles, int S) {
+static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles) {
     const lpx_config *c = &b->cfg;
     const cuda_layer *L = &b->layers[l];
     const float eps = c->rms_norm_eps;
@@ -306,12 +320,11 @@ static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles, 
                               in_part(b, in, IN_BT), b->max_blocks, b->geom, l,
                               c->sliding_window, st));
     else
-        LPX_TRY(attention(b->attn, b->part_o, b->part_ml, b->done, b->kv, b->qkv, L->bqkv,
-                          L->q_norm, L->k_norm, b->inv_freq, T, in_part(b, in, IN_SEQ),
+        LPX_TRY(attention(&b->ag, b->attn, b->part_o, b->part_ml, b->done, b->kv, b->qkv,
+                          L->bqkv, L->q_norm, L->k_norm, b->inv_freq, T, in_part(b, in, IN_SEQ),
                           in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
-                          in_part(b, in, IN_BT), b->max_blocks, S, b->geom, l,
-                          c->rms_norm_eps, c->rope_interleaved, c->sliding_window,
-                          trace_attn(b->trace), st));
+                          in_part(b, in, IN_BT), b->max_blocks, plan_part(b, in), b->geom, l,
+                          c->rms_norm_eps, c->rope_interleaved, trace_attn(b->trace), st));
     return LPX_OK;
 }
 
@@ -355,9 +368,10 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     const float eps = c->rms_norm_eps;
     int32_t *in = b->in_dev;
     const unsigned sk = b->tune.skip;
-    const int S = attn_splits(T, c->n_kv_heads, b->mc.n_sms);
-    /* batch-1 decode: the q/k/v projection and attention as one kernel (qkv_attn.cuh) */
-    const bool fused = T == 1 && n_tiles == 0 && b->qa.cluster && !(sk & (SK_QKV | SK_ATTN));
+    /* batch-1 decode: the q/k/v projection and attention as one kernel (qkv_attn.cuh),
+     * up to tune.qa_ctx keys */
+    const bool fused = T == 1 && n_tiles == 0 && b->qa.cluster && !b->long_step &&
+                       !(sk & (SK_QKV | SK_ATTN));
     const layer_flags f = layer_flags_of(&b->tune, T, fused);
     cuda_trace *tr = b->trace;
     // x = tok_embd[tokens]
@@ -374,7 +388,7 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
                              c->rope_interleaved, c->sliding_window, f.qa_next, trace_attn(tr),
                              trace_blk(tr, T, l, BK_FUSED), st));
         else
-            LPX_TRY(qkv_and_attention(b, l, T, n_tiles, S));
+            LPX_TRY(qkv_and_attention(b, l, T, n_tiles));
         // x += attn · Woᵀ                                  (T, d)
         trace_blk_next(tr, T, l, BK_O);
         if (!(sk & SK_O))
@@ -491,8 +505,9 @@ static lpx_status pack_batch(cuda_backend *b, const lpx_batch *bt, const int32_t
  * the step before still runs): with T > 0 (a decode step of T tokens, padding
  * included) the T entries of tokens .. logit rows, the parts a decode step reads,
  * as one strided copy; else every part whole (prefill tiles included). Then the
- * used columns of the block table. */
-static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks, int T) {
+ * used columns of the block table, and a decode step's attention plan. */
+static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks, int T,
+                                size_t plan_elems) {
     if (T > 0)
         LPX_CUDA_TRY(cudaMemcpy2DAsync(b->in_dev, sizeof(int32_t) * b->tok_cap, b->in_host,
                                        sizeof(int32_t) * b->tok_cap, sizeof(int32_t) * T,
@@ -504,6 +519,9 @@ static lpx_status upload_inputs(cuda_backend *b, int n_seqs, int used_blocks, in
                                    in_part(b, b->in_host, IN_BT),
                                    sizeof(int32_t) * b->max_blocks, sizeof(int32_t) * used_blocks,
                                    n_seqs, cudaMemcpyHostToDevice, b->up));
+    if (plan_elems)
+        LPX_CUDA_TRY(cudaMemcpyAsync(plan_part(b, b->in_dev), plan_part(b, b->in_host),
+                                     sizeof(int32_t) * plan_elems, cudaMemcpyHostToDevice, b->up));
     return LPX_OK;
 }
 
@@ -524,10 +542,10 @@ static lpx_status emit_rows(cuda_backend *b, int r0, int n, float *logits, bool 
     return LPX_OK;
 }
 
-/* The decode graph of bucket k (1 << k tokens) for the current slot; with sample,
- * the sampler and the token copy too (every row of the bucket: padding rows are
- * plain greedy). Nothing may be in flight: the stream is captured. */
-static lpx_status capture_decode_graph(cuda_backend *b, int k, bool sample) {
+/* The decode graph gi (graph_index) of bucket k (1 << k tokens) for the current
+ * slot; with sample, the sampler and the token copy too (every row of the bucket:
+ * padding rows are plain greedy). Nothing may be in flight: the stream is captured. */
+static lpx_status capture_decode_graph(cuda_backend *b, int k, int gi, bool sample) {
     const int T = 1 << k;
     cudaGraph_t g;
     LPX_CUDA_TRY(cudaStreamBeginCapture(b->stream, cudaStreamCaptureModeThreadLocal));
@@ -540,7 +558,7 @@ static lpx_status capture_decode_graph(cuda_backend *b, int k, bool sample) {
         return s;
     }
     LPX_CUDA_TRY(e);
-    e = cudaGraphInstantiate(sample ? &b->graphs_s[b->cur][k] : &b->graphs[b->cur][k], g, 0);
+    e = cudaGraphInstantiate(sample ? &b->graphs_s[b->cur][gi] : &b->graphs[b->cur][gi], g, 0);
     cudaGraphDestroy(g);
     LPX_CUDA_TRY(e);
     return LPX_OK;
@@ -559,6 +577,32 @@ static lpx_status upload_sample_rows(cuda_backend *b, int n, int T) {
     if (T > 0)
         LPX_CUDA_TRY(cudaMemcpyAsync(b->srow_dev, b->srow_host, sizeof(lpx_sample_row) * T,
                                      cudaMemcpyHostToDevice, b->up));
+    return LPX_OK;
+}
+
+/* The graph of bucket k: its own, or for a long batch-1 step the one without the
+ * fused kernel. */
+static int graph_index(const cuda_backend *b, int k) {
+    return k == 0 && b->long_step ? MAX_BUCKETS : k;
+}
+
+/* A decode step's attention plan (attn_plan.h) of T tokens, from the packed
+ * positions and sequences, into the plan part of the host inputs; its int32s. */
+static lpx_status plan_attention(cuda_backend *b, int T, size_t *n_elems) {
+    int32_t *plan = plan_part(b, b->in_host);
+    const lpx_attn_plan_in in = {T,
+                                 in_part(b, b->in_host, IN_POS),
+                                 in_part(b, b->in_host, IN_SEQ),
+                                 b->cfg.n_kv_heads,
+                                 b->cfg.sliding_window,
+                                 attn_blocks(&b->ag, T, b->cfg.n_kv_heads),
+                                 b->tune.attn_keys};
+    const int n = lpx_cuda_attn_plan(&in, (lpx_attn_item *)(plan + AP_HDR), b->plan_cap);
+    if (n < 0)
+        return lpx_errorf(LPX_ERR_INTERNAL, "cuda: attention plan of %d tokens over %d items", T,
+                          b->plan_cap);
+    plan[0] = n;
+    *n_elems = AP_HDR + (size_t)n * (sizeof(lpx_attn_item) / sizeof(int32_t));
     return LPX_OK;
 }
 
@@ -587,6 +631,7 @@ static lpx_status enqueue_step(cuda_backend *b, const lpx_batch *bt, const int32
     const int T_pad = decode ? 1 << k : bt->n_tokens;
     int used_blocks = 0;
     LPX_TRY(pack_batch(b, bt, feed, T_pad, &used_blocks));
+    b->long_step = bt->n_tokens == 1 && bt->n_seqs == 1 && bt->seq_len[0] > b->tune.qa_ctx;
     /* A step with a prefill chunk goes through the flash prefill kernel (its
      * one-token sequences too); one token per sequence, the decode kernel. */
     const int n_tiles = decode || bt->n_tokens == bt->n_seqs
@@ -594,18 +639,21 @@ static lpx_status enqueue_step(cuda_backend *b, const lpx_batch *bt, const int32
                             : flash_tiles(bt->seq_start, bt->n_seqs,
                                           b->cfg.n_heads / b->cfg.n_kv_heads,
                                           in_part(b, b->in_host, IN_TILES));
+    size_t plan_elems = 0;
+    if (n_tiles == 0) LPX_TRY(plan_attention(b, T_pad, &plan_elems));
     cudaGraphExec_t *gx = NULL;
     if (decode) {
-        gx = sample ? &b->graphs_s[slot][k] : &b->graphs[slot][k];
-        if (!*gx) { /* capture (once a bucket and slot) needs the stream idle */
+        const int gi = graph_index(b, k);
+        gx = sample ? &b->graphs_s[slot][gi] : &b->graphs[slot][gi];
+        if (!*gx) { /* capture (once a graph and slot) needs the stream idle */
             LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
-            LPX_TRY(capture_decode_graph(b, k, sample));
+            LPX_TRY(capture_decode_graph(b, k, gi, sample));
         }
     }
     /* The slot's last step has ended (at most N_SLOTS in flight), so its buffers
      * are free; the wait only orders the side stream after it on the device. */
     LPX_CUDA_TRY(cudaStreamWaitEvent(b->up, b->step_done[slot], 0));
-    LPX_TRY(upload_inputs(b, bt->n_seqs, used_blocks, decode ? T_pad : 0));
+    LPX_TRY(upload_inputs(b, bt->n_seqs, used_blocks, decode ? T_pad : 0, plan_elems));
     if (sample) LPX_TRY(upload_sample_rows(b, bt->n_logits, decode ? T_pad : bt->n_logits));
     LPX_CUDA_TRY(cudaEventRecord(b->up_done[slot], b->up));
     LPX_CUDA_TRY(cudaStreamWaitEvent(b->stream, b->up_done[slot], 0));
@@ -641,7 +689,7 @@ static lpx_status grow_seen(cuda_backend *b, int n) {
     while (c < n) c = c > INT32_MAX / 2 ? n : 2 * c;
     LPX_CUDA_TRY(cudaStreamSynchronize(b->stream)); /* steps in flight read seen_dev */
     for (int i = 0; i < N_SLOTS; i++)
-        for (int k = 0; k < MAX_BUCKETS; k++) { /* they captured the old seen_dev */
+        for (int k = 0; k < N_GRAPHS; k++) { /* they captured the old seen_dev */
             if (b->graphs_s[i][k]) cudaGraphExecDestroy(b->graphs_s[i][k]);
             b->graphs_s[i][k] = NULL;
         }
@@ -784,7 +832,7 @@ static void cuda_destroy(lpx_backend *base) {
     if (b->up) cudaStreamSynchronize(b->up);
     trace_destroy(b->trace);
     for (int i = 0; i < N_SLOTS; i++) {
-        for (int k = 0; k < MAX_BUCKETS; k++) {
+        for (int k = 0; k < N_GRAPHS; k++) {
             if (b->graphs[i][k]) cudaGraphExecDestroy(b->graphs[i][k]);
             if (b->graphs_s[i][k]) cudaGraphExecDestroy(b->graphs_s[i][k]);
         }
@@ -817,16 +865,6 @@ static lpx_status check_config(const lpx_config *c) {
         return lpx_errorf(LPX_ERR_UNSUPPORTED, "cuda: d_model %d, d_ff %d: need multiples of 8",
                           c->d_model, c->d_ff);
     return LPX_OK;
-}
-
-/* Upper bound of T * attn_splits(T) over 1..cap. */
-static size_t part_rows(int cap, int n_kv, int n_sms) {
-    size_t m = 0;
-    for (int T = 1; T <= cap; T++) {
-        const size_t r = (size_t)T * attn_splits(T, n_kv, n_sms);
-        if (r > m) m = r;
-    }
-    return m;
 }
 
 /* The facts the tuning is resolved from (tuning.h): the device's, and what the
@@ -900,7 +938,12 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     b->mc.probe = trace_probe(b->trace);
     b->tracing = trace_waits(b->trace);
     trace_report_plan(b->trace, &b->qa, &b->tune);
-    LPX_TRY(attention_init());
+    LPX_TRY(attention_init(&b->geom, b->mc.n_sms, &b->ag));
+    /* decode steps: at most seq_cap tokens, or a graph's bucket */
+    b->plan_cap = lpx_cuda_attn_plan_cap(b->seq_cap > top_bucket ? b->seq_cap : top_bucket,
+                                         c->n_kv_heads, b->ag.blocks[0] > b->ag.blocks[1]
+                                                            ? b->ag.blocks[0]
+                                                            : b->ag.blocks[1]);
     LPX_TRY(flash_prefill_init());
 
     /* Memory plan, checked before any large allocation. */
@@ -910,10 +953,10 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     const bool tied = c->tied_embeddings || m->w.lm_head == m->w.tok_embd;
     const size_t wbytes = 2 * (wl * c->n_layers + (size_t)c->vocab_size * d * (tied ? 1 : 2));
     const size_t kvbytes = (size_t)eo->n_blocks * b->geom.block_stride * 2;
-    const size_t prow = part_rows(b->tok_cap, c->n_kv_heads, b->mc.n_sms);
+    const size_t prow = (size_t)b->plan_cap * (c->n_heads / c->n_kv_heads); /* item rows */
     const size_t scratch = T * (4 * d + 2 * d + 4 * b->qkv_rows + 4 * qd + 2 * qd +
                                 8 * c->d_ff + 2 * c->d_ff) +
-                           prow * c->n_heads * (hd + 2) * 4 +
+                           prow * (hd + 2) * 4 +
                            (size_t)b->logit_cap * c->vocab_size * 4 + (64u << 20);
     size_t free_b = 0, total_b = 0;
     LPX_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
@@ -1015,7 +1058,8 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
 
     LPX_TRY(dalloc(b, (void **)&b->kv, kvbytes));
     LPX_CUDA_TRY(cudaMemset(b->kv, 0, kvbytes));
-    const size_t in_elems = IN_BT * T + (size_t)b->seq_cap * b->max_blocks;
+    const size_t in_elems = IN_BT * T + (size_t)b->seq_cap * b->max_blocks + AP_HDR +
+                            (size_t)b->plan_cap * (sizeof(lpx_attn_item) / sizeof(int32_t));
     for (int i = 0; i < N_SLOTS; i++) {
         LPX_CUDA_TRY(cudaMallocHost((void **)&b->slot_in_host[i], in_elems * sizeof(int32_t)));
         memset(b->slot_in_host[i], 0, in_elems * sizeof(int32_t));
@@ -1030,8 +1074,8 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     LPX_TRY(dalloc(b, (void **)&b->attn, T * qd * 2));
     LPX_TRY(dalloc(b, (void **)&b->gu, T * 2 * c->d_ff * 4));
     LPX_TRY(dalloc(b, (void **)&b->act, T * c->d_ff * 2));
-    LPX_TRY(dalloc(b, (void **)&b->part_o, prow * c->n_heads * hd * 4));
-    LPX_TRY(dalloc(b, (void **)&b->part_ml, prow * c->n_heads * 2 * 4));
+    LPX_TRY(dalloc(b, (void **)&b->part_o, prow * hd * 4));
+    LPX_TRY(dalloc(b, (void **)&b->part_ml, prow * 2 * 4));
     LPX_TRY(dalloc(b, (void **)&b->done, T * c->n_kv_heads * sizeof(int)));
     LPX_CUDA_TRY(cudaMemset(b->done, 0, T * c->n_kv_heads * sizeof(int)));
     LPX_TRY(dalloc(b, (void **)&b->logits, (size_t)b->logit_cap * c->vocab_size * 4));

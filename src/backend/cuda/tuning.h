@@ -43,6 +43,12 @@ enum {
 #define CT_PACE_DEFAULT 2
 /* Batch-1 projections that run one block an SM (MM_SOLO): gate/up; row 34. */
 #define CT_SOLO_DEFAULT TK_G
+/* Keys of context up to which a batch-1 decode step runs the fused q/k/v +
+ * attention kernel; past them the two-kernel path, whose attention splits over
+ * every SM (the fused kernel's attention runs on its n_kv clusters only). */
+#define CT_QA_CTX_DEFAULT 2048
+/* Keys of a decode attention work item at least (attn_plan.h's AP_MIN_KEYS). */
+#define CT_ATTN_KEYS_DEFAULT 256
 /* Largest pace the launch flags can carry (MM_PACE's four bits). */
 #define CT_PACE_MAX 15
 
@@ -73,6 +79,8 @@ typedef struct cuda_tune_overrides {
     int early, late, solo; /* -1 default, else a TK_* set */
     int pace;              /* -1 default */
     int graphs, pdl;       /* -1 default (on), 0/1 */
+    int qa_ctx;            /* -1 default */
+    int attn_keys;         /* -1 default */
     unsigned skip;         /* SK_* set */
 } cuda_tune_overrides;
 
@@ -87,6 +95,8 @@ typedef struct cuda_tuning {
     int mv_solo_smem; /* MM_SOLO's dynamic shared memory (cuda_facts) */
     bool graphs;      /* decode steps replay CUDA graphs */
     bool pdl;         /* programmatic dependent launch on every kernel */
+    int qa_ctx;       /* the fused kernel runs for batch-1 steps of at most this many keys */
+    int attn_keys;    /* keys of a decode attention work item at least */
     unsigned skip;    /* SK_* left out of every step */
 } cuda_tuning;
 
