@@ -21,7 +21,7 @@ static int plan_check(int T, const int *len, int n_kv, int window, int slots, in
         seq[t] = len[t] > 0 ? t : -1;
         pos[t] = len[t] > 0 ? len[t] - 1 : 0;
     }
-    const lpx_attn_plan_in in = {T, pos, seq, n_kv, window, slots, min_keys};
+    const lpx_attn_plan_in in = {T, pos, seq, n_kv, window, slots, min_keys, 0};
     const int cap = lpx_cuda_attn_plan_cap(T, n_kv, slots);
     CHECK(cap <= (int)(sizeof items / sizeof *items));
     const int n = lpx_cuda_attn_plan(&in, items, cap);
@@ -125,7 +125,7 @@ static void test_cap(void) {
         seq[t] = t;
         pos[t] = len[t] - 1;
     }
-    const lpx_attn_plan_in in = {2, pos, seq, 8, 0, SLOTS, 256};
+    const lpx_attn_plan_in in = {2, pos, seq, 8, 0, SLOTS, 256, 0};
     CHECK(lpx_cuda_attn_plan(&in, items, 8) == -1); /* too small: refused, not overrun */
     CHECK(lpx_cuda_attn_plan(&in, items, lpx_cuda_attn_plan_cap(2, 8, SLOTS)) > 16);
 }

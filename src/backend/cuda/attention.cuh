@@ -79,25 +79,43 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
     }
 }
 
-#define AD_KEYS 256 /* keys per tile; TPK threads a key, so a warp holds 32/TPK keys */
 #define AD_LOG2E 1.4426950408889634f
 /* per layer: clock64 at 8 marks, %globaltimer at the first and last; qkv_attn_kernel
  * adds the latest %globaltimer over its blocks at three points (10-12) */
 #define AD_TRACE 13
+/* The decode attention kernel's geometry: 4 warps; a tile is AD_TK keys, AD_KW a
+ * warp (4 lanes a key: each a quarter of its head dims); AD_STAGES tiles a block
+ * in shared memory, AD_STAGES - 1 of them loading while one is used. A lane's
+ * quarter of a key is the 16-byte chunks c*4 + part, so that the four lanes of a
+ * key read 64 contiguous bytes at a time. */
+#define AD_WARPS 4
+#define AD_THREADS (32 * AD_WARPS)
+#define AD_KW 8
+#define AD_TK (AD_KW * AD_WARPS)
+#define AD_STAGES 4
+/* bf16s after each key row (64 bytes): a quarter warp's 16-byte reads (two keys,
+ * four chunks each 16 bytes apart) hit distinct banks */
+#define AD_KPAD 32
 
-/* Shared memory of attn_decode_kernel<HD, RM, TPK>. vs holds the tile's value rows,
- * at the end of an item each warp's partial outputs (acc, 8*TPK*RM*HD floats, at
- * most half of vs), and in the combine the splits' maxima and sums (mls). */
-template <int HD, int RM, int TPK> struct ad_smem {
-    alignas(16) float qs[RM][HD];      /* queries after norm and RoPE, times scale·log2 e */
-    alignas(16) bf16 kcur[HD];         /* the token's own key and value, as cached */
+/* One tile in shared memory: its keys (padded rows) and values. */
+template <int HD> struct ad_tile {
+    alignas(16) bf16 k[AD_TK][HD + AD_KPAD];
+    alignas(16) bf16 v[AD_TK][HD];
+};
+
+/* Shared memory of attn_decode_kernel<HD, RM>: the item's queries, the token's own
+ * key and value, the tile ring; after an item's keys, the ring holds each warp's
+ * partial output (acc), and in the combine the splits' maxima and sums (mls). */
+template <int HD, int RM> struct ad_smem {
+    alignas(16) float qs[RM][HD]; /* queries after norm and RoPE, times scale·log2 e */
+    alignas(16) bf16 kcur[HD];    /* the token's own key and value, as cached */
     alignas(16) bf16 vcur[HD];
     alignas(16) union {
-        bf16 vs[AD_KEYS][HD];
-        float acc[8 * TPK][RM][HD];
+        ad_tile<HD> st[AD_STAGES];
+        float acc[AD_WARPS][RM][HD];
         float mls[AP_MAX_SPLITS][RM][2];
     } u;
-    float wm[8 * TPK][RM], wl[8 * TPK][RM];
+    float wm[AD_WARPS][RM], wl[AD_WARPS][RM];
     int is_last;
 };
 
@@ -108,23 +126,24 @@ template <int HD, int RM, int TPK> struct ad_smem {
  * (token, kv head)'s keys [k0, k1); the host cut every sequence's keys so the
  * items fill the grid whatever the batch and the context. A block's rows are the
  * G <= RM query heads of the kv head's group (RM, a template bound, keeps unused
- * rows out of the code: a kernel for 8 rows run with G = 2 issued 3x the
- * instructions, latency-bound, docs/lab/notebook.md). For each item the block
- *  1. issues the loads of its first tile (lane j of warp w: key w*32+j whole into
- *     registers, its value row into shared memory by cp.async), all in flight;
+ * rows out of the code). For each item the block
+ *  1. starts the cp.async copies of its first AD_STAGES - 1 tiles: lane l of warp
+ *     w copies a quarter of key w*AD_KW + l/4's K row and V row, so each warp
+ *     loads exactly the keys it uses and the tile loop needs no block barrier;
  *  2. meanwhile turns the token's projections into queries (bias, RMSNorm, RoPE)
- *     and, in the item that holds the token's own position, its key and value,
- *     which it writes to the cache (rounded to bf16 as every cached key is);
- *  3. scores each key against every row (the keys of a split are all visible),
- *     softmax per warp over its 32 keys (online across tiles), P·V with the warp's
- *     lanes over the head dims;
+ *     and, in the item that holds the token's own position p0, its key and value,
+ *     which it writes to the cache (rounded to bf16 as every cached key is; key
+ *     p0 is read from kcur/vcur, never from the ring);
+ *  3. each warp streams its keys: tile i + AD_STAGES - 1 is requested while tile i
+ *     is scored (4 lanes a key, two shuffles), softmaxed online over the warp's
+ *     keys and multiplied into the warp's output (lanes over the head dims);
  *  4. combines its warps through shared memory; with n_split > 1 the block that
  *     ends the last split of its (token, kv head) (atomic counter) combines them:
  *     out = Σ 2^(m_s-M) o_s / Σ 2^(m_s-M) l_s (scores are in log2 units).
- * Only the first item's first tile is loaded before grid_wait(). Padding tokens
- * (sequence -1) get zeros and write nothing. */
-template <int HD, int RM, int TPK>
-__global__ void __launch_bounds__(AD_KEYS * TPK)
+ * Only the first item's first tiles are requested before grid_wait(). Padding
+ * tokens (sequence -1) get zeros and write nothing. */
+template <int HD, int RM>
+__global__ void __launch_bounds__(AD_THREADS)
     attn_decode_kernel(bf16 *__restrict__ out,          // (T, n_heads*HD)
                        float *__restrict__ part_o,      // (items, G, HD)
                        float *__restrict__ part_ml,     // (items, G, 2)
@@ -143,17 +162,15 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
                        const int32_t *__restrict__ plan, // count, then lpx_attn_items at AP_HDR
                        kv_geom g, int layer, float scale, float eps, int interleaved,
                        long long *__restrict__ trace) { // (n_layers, AD_TRACE) or NULL
-    /* threads, warps; head dims of a thread's key part, K uint4s in registers; keys a
-     * warp; head dims a lane in P·V */
-    constexpr int NT = AD_KEYS * TPK, NW = NT / 32, DH = HD / TPK;
-    constexpr int KC = DH / 8 > 16 ? 16 : DH / 8, KPW = 32 / TPK, DPL = HD / 32;
+    /* head dims a lane in P·V; 16-byte chunks of a key's quarter */
+    constexpr int NT = AD_THREADS, NW = AD_WARPS, DPL = HD / 32, CQ = HD / 32;
     extern __shared__ uint4 smem_raw[];
-    ad_smem<HD, RM, TPK> &sm = *reinterpret_cast<ad_smem<HD, RM, TPK> *>(smem_raw);
+    ad_smem<HD, RM> &sm = *reinterpret_cast<ad_smem<HD, RM> *>(smem_raw);
     /* Until grid_wait() only memory no kernel of this step writes is read: the step
      * inputs and the cached keys and values of earlier positions, so their round
      * trips overlap the qkv projection still running before us. */
     const int G = g.n_heads / g.n_kv, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int kt = tid / TPK, hp = tid % TPK; /* the thread's key in the tile, its part */
+    const int kq = lane >> 2, part = lane & 3; /* the lane's key in the warp's part of a tile, quarter */
     const int n_items = plan[0];
     const lpx_attn_item *items = reinterpret_cast<const lpx_attn_item *>(plan + AP_HDR);
     bool waited = false; /* grid_wait() done: once, before the first item reads qkv */
@@ -185,30 +202,31 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
     }
     const int p0 = positions[t0];
     const bool own = k0 <= p0 && p0 < k1; /* holds key p0, the token itself */
+    const int n_tiles = (k1 - k0 + AD_TK - 1) / AD_TK;
     AD_MARK(1);
     const int32_t *bt = block_table + (size_t)seq * max_blocks;
 
-    uint4 k8[KC];
-    /* loads of the tile at base: this thread's part of its key (not p0: it is made
-     * below), dims hp*DH .. +DH of K into registers and of V into shared memory */
-    auto issue = [&](int base) {
-        const int key = base + kt;
-        uint4 *vs = reinterpret_cast<uint4 *>(&sm.u.vs[kt][hp * DH]);
-        if (key < k1 && key != p0) {
-            const int64_t kb = bt[key / g.block_size], slot = key % g.block_size;
-            const uint4 *kr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, slot) + hp * DH);
-            const uint4 *vr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 1, kvh, kb, slot) + hp * DH);
+    /* tile i into ring slot i % AD_STAGES: the lane's quarter of its key's K and V
+     * rows (none past k1, none for p0); one commit group a tile, empty or not */
+    auto issue = [&](int i) {
+        const int key = k0 + i * AD_TK + warp * AD_KW + kq;
+        if (i < n_tiles && key < k1 && key != p0) {
+            ad_tile<HD> &st = sm.u.st[i % AD_STAGES];
+            const int64_t kb = bt[key / g.block_size], sl = key % g.block_size;
+            const uint4 *kr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, sl));
+            const uint4 *vr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 1, kvh, kb, sl));
+            uint4 *kd = reinterpret_cast<uint4 *>(&st.k[warp * AD_KW + kq][0]);
+            uint4 *vd = reinterpret_cast<uint4 *>(&st.v[warp * AD_KW + kq][0]);
 #pragma unroll
-            for (int c = 0; c < KC; c++) k8[c] = kr[c];
-#pragma unroll
-            for (int c = 0; c < DH / 8; c++) __pipeline_memcpy_async(vs + c, vr + c, 16);
-        } else if (key >= k1) { /* no key: zeros, so P·V may run over every key slot */
-#pragma unroll
-            for (int c = 0; c < DH / 8; c++) vs[c] = make_uint4(0, 0, 0, 0);
+            for (int c = 0; c < CQ; c++) {
+                __pipeline_memcpy_async(kd + c * 4 + part, kr + c * 4 + part, 16);
+                __pipeline_memcpy_async(vd + c * 4 + part, vr + c * 4 + part, 16);
+            }
         }
         __pipeline_commit();
     };
-    issue(k0);
+#pragma unroll
+    for (int i = 0; i < AD_STAGES - 1; i++) issue(i);
     /* the rotation of the lane's head dims lane*DPL .. */
     const int slot = slots[t0];
     float cs[DPL], sn[DPL];
@@ -257,7 +275,7 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
     __syncthreads();
     AD_MARK(4);
 
-    /* 3. the keys, a tile at a time */
+    /* 3. the warp's keys, a tile at a time, AD_STAGES - 1 tiles ahead */
     float m[RM], l[RM], acc[RM][DPL];
 #pragma unroll
     for (int r = 0; r < RM; r++) {
@@ -266,41 +284,28 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
 #pragma unroll
         for (int e = 0; e < DPL; e++) acc[r][e] = 0.0f;
     }
-    for (int base = k0; base < k1; base += AD_KEYS) {
-        if (base != k0) {
-            __syncthreads(); /* every warp is done with the previous tile's vs */
-            issue(base);
-        }
-        const int key = base + kt;
+    for (int i = 0; i < n_tiles; i++) {
+        issue(i + AD_STAGES - 1); /* its slot was tile i-1's: the warp is past it */
+        __pipeline_wait_prior(AD_STAGES - 1);
+        __syncwarp(); /* tile i's rows of this warp, every lane's copies */
+        const ad_tile<HD> &st = sm.u.st[i % AD_STAGES];
+        const int base = k0 + i * AD_TK + warp * AD_KW; /* the warp's first key */
+        const int key = base + kq;
         const bool live = key < k1;
-        if (key == p0) { /* the token itself, made above */
-#pragma unroll
-            for (int c = 0; c < KC; c++) k8[c] = reinterpret_cast<const uint4 *>(sm.kcur + hp * DH)[c];
-#pragma unroll
-            for (int c = 0; c < DH / 8; c++)
-                reinterpret_cast<uint4 *>(&sm.u.vs[kt][hp * DH])[c] = reinterpret_cast<const uint4 *>(sm.vcur + hp * DH)[c];
-        }
+        const bf16 *kr = key == p0 ? sm.kcur : &st.k[warp * AD_KW + kq][0];
         float dot[RM], dot2[RM]; /* even and odd 8-dim chunks: two FMA chains a row */
 #pragma unroll
         for (int r = 0; r < RM; r++) dot[r] = dot2[r] = 0.0f;
+        if (live) {
 #pragma unroll
-        for (int h = 0; h < DH / 8; h += KC) {
-            if (h > 0 && live) { /* head dims past what the registers hold (HD 256) */
-                const int64_t kb = bt[key / g.block_size], sl = key % g.block_size;
-                const uint4 *kr = key == p0 ? reinterpret_cast<const uint4 *>(sm.kcur + hp * DH)
-                                            : reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, sl) + hp * DH);
-#pragma unroll
-                for (int c = 0; c < KC; c++) k8[c] = kr[h + c];
-            }
-#pragma unroll
-            for (int c = 0; c < KC; c++) {
-                const float kf[8] = {bf_lo(k8[c].x), bf_hi(k8[c].x), bf_lo(k8[c].y),
-                                     bf_hi(k8[c].y), bf_lo(k8[c].z), bf_hi(k8[c].z),
-                                     bf_lo(k8[c].w), bf_hi(k8[c].w)};
+            for (int c = 0; c < CQ; c++) {
+                const uint4 k8 = reinterpret_cast<const uint4 *>(kr)[c * 4 + part];
+                const float kf[8] = {bf_lo(k8.x), bf_hi(k8.x), bf_lo(k8.y), bf_hi(k8.y),
+                                     bf_lo(k8.z), bf_hi(k8.z), bf_lo(k8.w), bf_hi(k8.w)};
 #pragma unroll
                 for (int r = 0; r < RM; r++) {
                     if (r < G) {
-                        const float *qr = &sm.qs[r][hp * DH + (h + c) * 8];
+                        const float *qr = &sm.qs[r][(c * 4 + part) * 8];
                         const float4 qa = *reinterpret_cast<const float4 *>(qr);
                         const float4 qb = *reinterpret_cast<const float4 *>(qr + 4);
                         float &d = c & 1 ? dot2[r] : dot[r];
@@ -316,35 +321,35 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
                 }
             }
         }
-#pragma unroll
-        for (int r = 0; r < RM; r++) {
-            dot[r] += dot2[r];
-            if (TPK == 2) dot[r] += __shfl_xor_sync(0xffffffffu, dot[r], 1); /* the key's two parts */
-        }
-        if (base == k0) AD_MARK(5);
-        /* softmax over the warp's keys (lanes), online across tiles */
+        if (i == 0) AD_MARK(5);
+        /* the key's four quarters, then softmax over the warp's keys, online */
         float p[RM];
 #pragma unroll
         for (int r = 0; r < RM; r++) {
             if (r < G) {
-                const float sc = live ? dot[r] : -INFINITY;
+                float sc = dot[r] + dot2[r];
+                sc += __shfl_xor_sync(0xffffffffu, sc, 1);
+                sc += __shfl_xor_sync(0xffffffffu, sc, 2);
+                sc = live ? sc : -INFINITY;
                 float mt = sc;
-                for (int o = 16; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+                for (int o = 4; o < 32; o <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
                 const float nm = fmaxf(m[r], mt);
                 const float ref = nm == -INFINITY ? 0.0f : nm; /* no key yet */
                 p[r] = live ? exp2f(sc - ref) : 0.0f;
+                float ps = p[r]; /* the warp's keys once each: lanes of one quarter */
+                for (int o = 4; o < 32; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
                 const float alpha = exp2f(m[r] - ref);
                 m[r] = nm;
-                l[r] = l[r] * alpha + warp_sum(hp == 0 ? p[r] : 0.0f);
+                l[r] = l[r] * alpha + ps;
 #pragma unroll
                 for (int e = 0; e < DPL; e++) acc[r][e] *= alpha;
             }
         }
-        __pipeline_wait_prior(0);
-        __syncwarp(); /* the warp's value rows (each lane copied its part) */
-#pragma unroll 8
-        for (int j = 0; j < KPW; j++) {
-            const bf16 *vr = &sm.u.vs[warp * KPW + j][lane * DPL];
+        /* P·V over the warp's live keys, lanes over the head dims */
+#pragma unroll
+        for (int j = 0; j < AD_KW; j++) {
+            if (base + j >= k1) break;
+            const bf16 *vr = base + j == p0 ? sm.vcur + lane * DPL : &st.v[warp * AD_KW + j][lane * DPL];
             float vf[DPL];
             if constexpr (DPL == 4) {
                 const uint2 v4 = *reinterpret_cast<const uint2 *>(vr);
@@ -359,16 +364,18 @@ __global__ void __launch_bounds__(AD_KEYS * TPK)
 #pragma unroll
             for (int r = 0; r < RM; r++) {
                 if (r < G) {
-                    const float pj = __shfl_sync(0xffffffffu, p[r], j * TPK);
+                    const float pj = __shfl_sync(0xffffffffu, p[r], j * 4);
 #pragma unroll
                     for (int e = 0; e < DPL; e++) acc[r][e] = fmaf(pj, vf[e], acc[r][e]);
                 }
             }
         }
-        if (base == k0) AD_MARK(6);
+        if (i == 0) AD_MARK(6);
+        __syncwarp(); /* every lane is done with this slot before it is refilled */
     }
+    __pipeline_wait_prior(0); /* the ring's last groups (empty) before it is reused */
 
-    /* 4. combine the warps (vs is free once every warp is past its last tile) */
+    /* 4. combine the warps (the ring is free once every warp is past its last tile) */
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < RM; r++) {
@@ -468,58 +475,39 @@ static lpx_status qkv_rope(float *q_out, bf16 *kv, const float *qkv, const float
     return LPX_OK;
 }
 
-/* (head_dim, rows bound, threads a key): G query heads per kv head run the kernel
- * for the smallest bound >= G, with one or two threads a key (attn_tpk). */
-#define ATTN_VARIANTS(X)                                                                           \
-    X(64, 2, 1) X(64, 2, 2) X(64, 4, 1) X(64, 4, 2) X(64, 8, 1) X(128, 2, 1) X(128, 2, 2)          \
-    X(128, 4, 1) X(128, 4, 2) X(128, 8, 1) X(256, 2, 1) X(256, 2, 2) X(256, 4, 1) X(256, 4, 2)     \
-    X(256, 8, 1)
+/* (head_dim, rows bound): G query heads per kv head run the kernel for the
+ * smallest bound >= G. */
+#define ATTN_VARIANTS(X) X(64, 2) X(64, 4) X(64, 8) X(128, 2) X(128, 4) X(128, 8) X(256, 2) X(256, 4) X(256, 8)
 
-/* The decode attention grid of one instance: its shape's rows bound, and for one
- * and two threads a key the blocks resident on the whole GPU at once (the
- * persistent grid, and the slots the plan fills). */
+/* The decode attention grid of one instance: its shape's rows bound, and the
+ * blocks resident on the whole GPU at once (the persistent grid, and the slots
+ * the plan fills). */
 typedef struct attn_ctx {
-    int rm, n_sms;
-    int blocks[2];
+    int rm, blocks;
 } attn_ctx;
 
-/* Threads a key for a step of T tokens: two (half the dependent chain of each
- * score, twice the warps to hide latency) while T * n_kv pairs leave SMs without
- * one, where the registers allow it (batch 1: 4.2 -> 2.6 K cycles for scores and
- * P·V); with many pairs one thread a key keeps more blocks on an SM. */
-static int attn_tpk(const attn_ctx *a, int T, int n_kv) {
-    return a->rm <= 4 && T * n_kv < a->n_sms ? 2 : 1;
-}
-
-/* Blocks of the persistent grid of a step of T tokens (the plan's slots). */
-static int attn_blocks(const attn_ctx *a, int T, int n_kv) {
-    return a->blocks[attn_tpk(a, T, n_kv) - 1];
-}
-
 /* Lets each attn_decode_kernel instantiation take its shared memory (over 48 KB),
- * and sizes this shape's grids from the occupancy of its variants. */
+ * and sizes this shape's grid from the occupancy of its variant. */
 static lpx_status attention_init(const kv_geom *g, int n_sms, attn_ctx *a) {
-#define ATTN_ATTR(HD, RM, TPK)                                                                     \
-    LPX_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<HD, RM, TPK>,                             \
+#define ATTN_ATTR(HD, RM)                                                                          \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<HD, RM>,                                  \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
-                                      (int)sizeof(ad_smem<HD, RM, TPK>)));
+                                      (int)sizeof(ad_smem<HD, RM>)));
     ATTN_VARIANTS(ATTN_ATTR)
 #undef ATTN_ATTR
     const int G = g->n_heads / g->n_kv;
     a->rm = G <= 2 ? 2 : G <= 4 ? 4 : 8;
-    a->n_sms = n_sms;
-    a->blocks[0] = a->blocks[1] = 0;
-#define ATTN_OCC(HD, RM, TPK)                                                                      \
+    a->blocks = 0;
+#define ATTN_OCC(HD, RM)                                                                           \
     if (g->head_dim == HD && a->rm == RM) {                                                        \
         int n = 0;                                                                                 \
         LPX_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(                                \
-            &n, attn_decode_kernel<HD, RM, TPK>, AD_KEYS * TPK, sizeof(ad_smem<HD, RM, TPK>)));    \
-        a->blocks[TPK - 1] = (n > 0 ? n : 1) * n_sms;                                              \
+            &n, attn_decode_kernel<HD, RM>, AD_THREADS, sizeof(ad_smem<HD, RM>)));                 \
+        a->blocks = (n > 0 ? n : 1) * n_sms;                                                       \
     }
     ATTN_VARIANTS(ATTN_OCC)
 #undef ATTN_OCC
-    if (!a->blocks[1]) a->blocks[1] = a->blocks[0]; /* no two-thread variant: rm 8 */
-    if (!a->blocks[0])
+    if (!a->blocks)
         return lpx_errorf(LPX_ERR_UNSUPPORTED, "cuda: no decode attention kernel for head_dim %d",
                           g->head_dim);
     return LPX_OK;
@@ -528,24 +516,22 @@ static lpx_status attention_init(const kv_geom *g, int n_sms, attn_ctx *a) {
 /* One token per sequence, T tokens: q/k/v from the projections qkv (with bias,
  * q/k norms and RoPE applied here), the token's key and value into the cache,
  * attention into out, over the items of plan (device; made by lpx_cuda_attn_plan
- * with attn_blocks(a, T) slots). */
+ * with a->blocks slots). */
 static lpx_status attention(const attn_ctx *a, bf16 *out, float *part_o, float *part_ml,
                             int *done, bf16 *kv, const float *qkv, const float *bias,
                             const float *q_norm, const float *k_norm, const float *inv_freq,
-                            int T, const int32_t *tok_seq, const int32_t *positions,
+                            const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *slots, const int32_t *block_table, int max_blocks,
                             const int32_t *plan, kv_geom g, int layer, float eps,
                             bool interleaved, long long *trace, kstream st) {
-    const dim3 grid(attn_blocks(a, T, g.n_kv));
     const float scale = 1.0f / sqrtf((float)g.head_dim);
-    const int tpk = attn_tpk(a, T, g.n_kv);
     cudaError_t e = cudaErrorInvalidValue;
-#define ATTN_LAUNCH(HD, RM, TPK)                                                                   \
-    if (g.head_dim == HD && a->rm == RM && tpk == TPK)                                             \
-        e = launch(attn_decode_kernel<HD, RM, TPK>, grid, dim3(AD_KEYS * TPK),                     \
-                   sizeof(ad_smem<HD, RM, TPK>), st, out, part_o, part_ml, done, kv, qkv, bias,    \
-                   q_norm, k_norm, inv_freq, tok_seq, positions, slots, block_table, max_blocks,   \
-                   plan, g, layer, scale, eps, (int)interleaved, trace);
+#define ATTN_LAUNCH(HD, RM)                                                                        \
+    if (g.head_dim == HD && a->rm == RM)                                                           \
+        e = launch(attn_decode_kernel<HD, RM>, dim3(a->blocks), dim3(AD_THREADS),                  \
+                   sizeof(ad_smem<HD, RM>), st, out, part_o, part_ml, done, kv, qkv, bias, q_norm, \
+                   k_norm, inv_freq, tok_seq, positions, slots, block_table, max_blocks, plan, g,  \
+                   layer, scale, eps, (int)interleaved, trace);
     ATTN_VARIANTS(ATTN_LAUNCH)
 #undef ATTN_LAUNCH
     LPX_CUDA_TRY(e);

@@ -13,8 +13,8 @@ static int64_t keys_of(const lpx_attn_plan_in *in, int i) {
 
 int lpx_cuda_attn_plan_cap(int n_tokens, int n_kv, int slots) {
     /* one wave: splits sum to at most slots/n_kv beyond one a token; several:
-     * total/c + one a token, total/c <= AP_WAVES*slots/n_kv */
-    return n_kv * n_tokens + AP_WAVES * slots + n_kv;
+     * total/c + one a token, total/c <= waves*slots/n_kv */
+    return n_kv * n_tokens + AP_MAX_WAVES * slots + n_kv;
 }
 
 typedef struct tok_split {
@@ -40,7 +40,8 @@ int lpx_cuda_attn_plan(const lpx_attn_plan_in *in, lpx_attn_item *items, int cap
         total += keys_of(in, i);
     const bool one_wave = (int64_t)T * n_kv <= slots;
     /* several waves: items of about c keys */
-    int64_t c = (total * n_kv + (int64_t)AP_WAVES * slots - 1) / ((int64_t)AP_WAVES * slots);
+    const int64_t waves = in->waves > 0 ? in->waves : AP_WAVES;
+    int64_t c = (total * n_kv + waves * slots - 1) / (waves * slots);
     if (c < min_keys) c = min_keys;
     for (int i = 0; i < T; i++) {
         const int64_t n = keys_of(in, i);

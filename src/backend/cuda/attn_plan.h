@@ -28,6 +28,7 @@ typedef struct lpx_attn_item {
 /* Waves of the grid a step of more (token, KV head) pairs than grid slots is cut
  * into: equal items tail at most 1/AP_WAVES of the step. */
 #define AP_WAVES 4
+#define AP_MAX_WAVES 64 /* the most a tune string may ask for */
 
 typedef struct lpx_attn_plan_in {
     int n_tokens;       /* tokens of the step, padding included */
@@ -37,6 +38,7 @@ typedef struct lpx_attn_plan_in {
     int window;         /* sliding window in keys, 0 = none */
     int slots;          /* blocks of the grid resident at once (SMs x blocks an SM) */
     int min_keys;       /* keys of an item at least (AP_MIN_KEYS unless tuned) */
+    int waves;          /* waves of several-wave steps (AP_WAVES unless tuned) */
 } lpx_attn_plan_in;
 
 /* Items the plan of a step of n_tokens may need at most, for the capacity of the

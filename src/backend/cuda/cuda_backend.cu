@@ -321,7 +321,7 @@ static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles) 
                               c->sliding_window, st));
     else
         LPX_TRY(attention(&b->ag, b->attn, b->part_o, b->part_ml, b->done, b->kv, b->qkv,
-                          L->bqkv, L->q_norm, L->k_norm, b->inv_freq, T, in_part(b, in, IN_SEQ),
+                          L->bqkv, L->q_norm, L->k_norm, b->inv_freq, in_part(b, in, IN_SEQ),
                           in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
                           in_part(b, in, IN_BT), b->max_blocks, plan_part(b, in), b->geom, l,
                           c->rms_norm_eps, c->rope_interleaved, trace_attn(b->trace), st));
@@ -595,8 +595,9 @@ static lpx_status plan_attention(cuda_backend *b, int T, size_t *n_elems) {
                                  in_part(b, b->in_host, IN_SEQ),
                                  b->cfg.n_kv_heads,
                                  b->cfg.sliding_window,
-                                 attn_blocks(&b->ag, T, b->cfg.n_kv_heads),
-                                 b->tune.attn_keys};
+                                 b->ag.blocks,
+                                 b->tune.attn_keys,
+                                 b->tune.attn_waves};
     const int n = lpx_cuda_attn_plan(&in, (lpx_attn_item *)(plan + AP_HDR), b->plan_cap);
     if (n < 0)
         return lpx_errorf(LPX_ERR_INTERNAL, "cuda: attention plan of %d tokens over %d items", T,
@@ -941,9 +942,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     LPX_TRY(attention_init(&b->geom, b->mc.n_sms, &b->ag));
     /* decode steps: at most seq_cap tokens, or a graph's bucket */
     b->plan_cap = lpx_cuda_attn_plan_cap(b->seq_cap > top_bucket ? b->seq_cap : top_bucket,
-                                         c->n_kv_heads, b->ag.blocks[0] > b->ag.blocks[1]
-                                                            ? b->ag.blocks[0]
-                                                            : b->ag.blocks[1]);
+                                         c->n_kv_heads, b->ag.blocks);
     LPX_TRY(flash_prefill_init());
 
     /* Memory plan, checked before any large allocation. */

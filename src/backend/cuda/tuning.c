@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/cuda/attn_plan.h"
 #include "base/error.h"
 
 /* One "key=value" (or bare "key") item of a comma list. */
@@ -108,7 +109,7 @@ static lpx_status skip_of(const item *it, unsigned *out) {
 }
 
 lpx_status lpx_cuda_tune_parse(const char *s, cuda_tune_overrides *o) {
-    const cuda_tune_overrides none = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0};
+    const cuda_tune_overrides none = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0};
     *o = none;
     item it;
     while (next_item(&s, &it)) {
@@ -135,12 +136,15 @@ lpx_status lpx_cuda_tune_parse(const char *s, cuda_tune_overrides *o) {
             st = int_of(w, &it, 0, 1 << 24, &o->qa_ctx);
         else if (key_is(&it, "attn_keys"))
             st = int_of(w, &it, 32, 1 << 20, &o->attn_keys);
+        else if (key_is(&it, "attn_waves"))
+            st = int_of(w, &it, 1, 64, &o->attn_waves);
         else if (key_is(&it, "skip"))
             st = skip_of(&it, &o->skip);
         else
             return lpx_errorf(LPX_ERR_INVALID_ARG,
                               "cuda tune: unknown key '%.*s' (qa, mv_small, early, late, solo, "
-                              "pace, graphs, pdl, qa_ctx, attn_keys, skip; docs/dev.md)",
+                              "pace, graphs, pdl, qa_ctx, attn_keys, attn_waves, skip; "
+                              "docs/dev.md)",
                               it.klen, it.key);
         LPX_TRY(st);
     }
@@ -215,5 +219,6 @@ void lpx_cuda_tuning_resolve(const cuda_shape *sh, const cuda_facts *f,
     t->pdl = o->pdl != 0;
     t->qa_ctx = o->qa_ctx >= 0 ? o->qa_ctx : CT_QA_CTX_DEFAULT;
     t->attn_keys = o->attn_keys >= 0 ? o->attn_keys : CT_ATTN_KEYS_DEFAULT;
+    t->attn_waves = o->attn_waves >= 0 ? o->attn_waves : AP_WAVES;
     t->skip = o->skip;
 }

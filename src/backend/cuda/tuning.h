@@ -46,7 +46,7 @@ enum {
 /* Keys of context up to which a batch-1 decode step runs the fused q/k/v +
  * attention kernel; past them the two-kernel path, whose attention splits over
  * every SM (the fused kernel's attention runs on its n_kv clusters only). */
-#define CT_QA_CTX_DEFAULT 2048
+#define CT_QA_CTX_DEFAULT 4096
 /* Keys of a decode attention work item at least (attn_plan.h's AP_MIN_KEYS). */
 #define CT_ATTN_KEYS_DEFAULT 256
 /* Largest pace the launch flags can carry (MM_PACE's four bits). */
@@ -81,6 +81,7 @@ typedef struct cuda_tune_overrides {
     int graphs, pdl;       /* -1 default (on), 0/1 */
     int qa_ctx;            /* -1 default */
     int attn_keys;         /* -1 default */
+    int attn_waves;        /* -1 default */
     unsigned skip;         /* SK_* set */
 } cuda_tune_overrides;
 
@@ -97,6 +98,7 @@ typedef struct cuda_tuning {
     bool pdl;         /* programmatic dependent launch on every kernel */
     int qa_ctx;       /* the fused kernel runs for batch-1 steps of at most this many keys */
     int attn_keys;    /* keys of a decode attention work item at least */
+    int attn_waves;   /* waves a step of more (token, KV head) pairs than slots is cut into */
     unsigned skip;    /* SK_* left out of every step */
 } cuda_tuning;
 
