@@ -21,9 +21,9 @@ typedef struct lpx_attn_item {
     int32_t k0, k1, first, self;
 } lpx_attn_item;
 
-/* Keys of one item at least (one tile of the kernel; a smaller item leaves
- * threads idle), and splits of one (token, KV head) at most (the combine's loop). */
-#define AP_MIN_KEYS 256
+/* Keys of one item at least (one tile of the kernel: a smaller item leaves
+ * warps idle), and splits of one (token, KV head) at most (the combine's loop). */
+#define AP_MIN_KEYS 32
 #define AP_MAX_SPLITS 128
 /* Waves of the grid a step of more (token, KV head) pairs than grid slots is cut
  * into: equal items tail at most 1/AP_WAVES of the step. */

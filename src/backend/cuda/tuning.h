@@ -45,10 +45,14 @@ enum {
 #define CT_SOLO_DEFAULT TK_G
 /* Keys of context up to which a batch-1 decode step runs the fused q/k/v +
  * attention kernel; past them the two-kernel path, whose attention splits over
- * every SM (the fused kernel's attention runs on its n_kv clusters only). */
+ * every SM (the fused kernel's attention runs on its n_kv clusters only): fused
+ * 1,378 / 864 / 577 tok/s at depth 1,024 / 4,096 / 8,192, two-kernel 902 / 829 /
+ * 724 (docs/lab/notebook.md row 52). */
 #define CT_QA_CTX_DEFAULT 4096
-/* Keys of a decode attention work item at least (attn_plan.h's AP_MIN_KEYS). */
-#define CT_ATTN_KEYS_DEFAULT 256
+/* Keys of a decode attention work item at least: one 32-key tile (AP_MIN_KEYS), so
+ * that short contexts at batch 2-32 split too (256 cost 16 sequences at depth 128
+ * 9%: row 53). */
+#define CT_ATTN_KEYS_DEFAULT 32
 /* Largest pace the launch flags can carry (MM_PACE's four bits). */
 #define CT_PACE_MAX 15
 
