@@ -19,16 +19,16 @@ extern "C" {
 
 typedef enum lpx_status {
     LPX_OK = 0,
-    LPX_ERR_INVALID_ARG = 1, /* a caller passed a bad value */
-    LPX_ERR_IO = 2,          /* open/read/mmap failed */
-    LPX_ERR_FORMAT = 3,      /* a model/tokenizer file is malformed */
-    LPX_ERR_UNSUPPORTED = 4, /* well-formed but not supported (arch, dtype, template) */
-    LPX_ERR_NOMEM = 5,       /* host or device allocation failed */
-    LPX_ERR_TOO_LONG = 6,    /* prompt or request exceeds the context */
-    LPX_ERR_DEVICE = 7,      /* GPU/driver failure */
-    LPX_ERR_CANCELLED = 8,   /* request cancelled */
-    LPX_ERR_BUSY = 9,        /* queue full / engine draining */
-    LPX_ERR_INTERNAL = 10,   /* a bug in lpx */
+    LPX_ERR_INVALID_ARG = 1,   /* a caller passed a bad value */
+    LPX_ERR_IO = 2,            /* open/read/mmap failed */
+    LPX_ERR_FORMAT = 3,        /* a model/tokenizer file is malformed */
+    LPX_ERR_UNSUPPORTED = 4,   /* well-formed but not supported (arch, dtype, template) */
+    LPX_ERR_NOMEM = 5,         /* host or device allocation failed */
+    LPX_ERR_TOO_LONG = 6,      /* prompt or request exceeds the context */
+    LPX_ERR_DEVICE = 7,        /* GPU/driver failure */
+    LPX_ERR_CANCELLED = 8,     /* request cancelled */
+    LPX_ERR_BUSY = 9,          /* queue full / engine draining */
+    LPX_ERR_INTERNAL = 10,     /* a bug in lpx */
 } lpx_status;
 
 /* Message of the last failure on this thread ("" when none). */
@@ -46,20 +46,20 @@ lpx_status lpx_model_open(const char *path, lpx_model **out);
 void lpx_model_close(lpx_model *m);
 
 typedef struct lpx_model_info {
-    char arch[32];   /* "llama", "qwen2", "qwen3", "mistral" */
-    char format[16]; /* "gguf" or "safetensors" */
+    char arch[32];            /* "llama", "qwen2", "qwen3", "mistral" */
+    char format[16];          /* "gguf" or "safetensors" */
     int32_t n_layers, d_model, n_heads, n_kv_heads, head_dim, d_ff, vocab_size;
     int32_t max_position_embeddings;
     float rope_theta, rms_norm_eps;
-    char rope_scaling[16]; /* "none", "llama3", "linear" */
+    char rope_scaling[16];    /* "none", "llama3", "linear" */
     bool tied_embeddings, qkv_bias, qk_norm, has_chat_template;
     int64_t n_params;
-    int64_t weight_bytes;          /* bytes of weights as stored */
-    int64_t decode_bytes_per_step; /* bytes read per decode step at batch 1 */
-    int64_t kv_bytes_per_token;    /* K+V of every layer, at the KV dtype */
-    int64_t dtype_params[16];      /* parameter count per lpx_dtype */
-    int32_t n_dequantized_at_load; /* tensors converted at load: 0 since K-quants stay blocks */
-    int64_t dtype_bytes[16];       /* weight bytes per lpx_dtype */
+    int64_t weight_bytes;            /* bytes of weights as stored */
+    int64_t decode_bytes_per_step;   /* bytes read per decode step at batch 1 */
+    int64_t kv_bytes_per_token;      /* K+V of every layer, at the KV dtype */
+    int64_t dtype_params[16];        /* parameter count per lpx_dtype */
+    int32_t n_dequantized_at_load;   /* tensors converted at load: 0 since K-quants stay blocks */
+    int64_t dtype_bytes[16];         /* weight bytes per lpx_dtype */
 } lpx_model_info;
 
 lpx_status lpx_model_info_get(const lpx_model *m, lpx_model_info *out);
@@ -89,7 +89,7 @@ const char *lpx_token_text(const lpx_tokenizer *t, int32_t id);
 /* ---- chat templates ------------------------------------------------------ */
 
 typedef struct lpx_chat_message {
-    const char *role; /* "system", "user", "assistant", "tool" */
+    const char *role;    /* "system", "user", "assistant", "tool" */
     const char *content;
 } lpx_chat_message;
 
@@ -148,23 +148,23 @@ typedef struct lpx_logit_bias {
 #define LPX_MAX_LOGIT_BIAS 1024 /* entries per request */
 
 /* Sampling, applied in this order (vLLM's): the logit bias; repetition,
- * presence and frequency penalties; temperature; min_p; top_k; top_p; then a draw from the
- * per-request generator seeded by (seed, index of the generated token), so a request gives the same
- * tokens whatever else is in the batch and across preemptions. */
+ * presence and frequency penalties; temperature; min_p; top_k; top_p; then a draw from the per-request
+ * generator seeded by (seed, index of the generated token), so a request gives
+ * the same tokens whatever else is in the batch and across preemptions. */
 typedef struct lpx_sampling_params {
-    float temperature;                /* 0 = greedy (argmax after penalties) */
-    int32_t top_k;                    /* 0 or -1 = off */
-    float top_p;                      /* in (0, 1]; 1 = off */
-    float min_p;                      /* in [0, 1]; 0 = off */
-    float repetition_penalty;         /* > 0; 1 = off (transformers: over prompt and output) */
-    float presence_penalty;           /* 0 = off (vLLM: over output tokens) */
-    float frequency_penalty;          /* 0 = off (vLLM: over output tokens) */
-    int64_t seed;                     /* < 0: a fresh random seed per request */
-    int32_t logprobs;                 /* top-n log-probabilities per token, 0..20 */
+    float temperature;        /* 0 = greedy (argmax after penalties) */
+    int32_t top_k;            /* 0 or -1 = off */
+    float top_p;              /* in (0, 1]; 1 = off */
+    float min_p;              /* in [0, 1]; 0 = off */
+    float repetition_penalty; /* > 0; 1 = off (transformers: over prompt and output) */
+    float presence_penalty;   /* 0 = off (vLLM: over output tokens) */
+    float frequency_penalty;  /* 0 = off (vLLM: over output tokens) */
+    int64_t seed;             /* < 0: a fresh random seed per request */
+    int32_t logprobs;         /* top-n log-probabilities per token, 0..20 */
     const lpx_logit_bias *logit_bias; /* [n_logit_bias] finite biases of ids in the
                                          vocabulary, copied by submit; a request with one is
                                          sampled on the host (docs/engine.md) */
-    int32_t n_logit_bias;             /* 0..LPX_MAX_LOGIT_BIAS */
+    int32_t n_logit_bias;     /* 0..LPX_MAX_LOGIT_BIAS */
 } lpx_sampling_params;
 
 /* What the output must be (docs/structured-outputs.md). A constrained request is
@@ -188,17 +188,17 @@ typedef struct lpx_request {
     const lpx_chat_message *messages;
     size_t n_messages;
     lpx_sampling_params sampling;
-    int32_t max_tokens;      /* generated tokens; -1 = up to max_model_len */
-    const char *const *stop; /* stop strings: end the output, never emitted */
+    int32_t max_tokens;           /* generated tokens; -1 = up to max_model_len */
+    const char *const *stop;      /* stop strings: end the output, never emitted */
     size_t n_stop;
     const int32_t *stop_token_ids; /* extra ids that end the output (kept in token_ids) */
     size_t n_stop_token_ids;
-    bool ignore_eos;                 /* don't stop on the model's EOS ids */
-    bool skip_special;               /* leave special tokens out of the text (default true) */
+    bool ignore_eos;              /* don't stop on the model's EOS ids */
+    bool skip_special;            /* leave special tokens out of the text (default true) */
     lpx_output_format output_format; /* default LPX_OUTPUT_TEXT */
-    const char *json_schema;         /* LPX_OUTPUT_JSON_SCHEMA: the schema's JSON text (the
-                                        subset of docs/structured-outputs.md; anything else
-                                        is LPX_ERR_INVALID_ARG naming the keyword's path) */
+    const char *json_schema;      /* LPX_OUTPUT_JSON_SCHEMA: the schema's JSON text (the
+                                     subset of docs/structured-outputs.md; anything else
+                                     is LPX_ERR_INVALID_ARG naming the keyword's path) */
 } lpx_request;
 
 /* Defaults: greedy, no penalties, random seed, max_tokens -1, skip_special. */
@@ -229,23 +229,23 @@ typedef struct lpx_token_logprob {
  * temperature, before min_p/top_k/top_p (greedy: temperature 1). */
 typedef struct lpx_event {
     uint64_t id;
-    int32_t token; /* -1: no new token (a finish alone) */
-    int32_t index; /* index of this token in the output */
+    int32_t token;               /* -1: no new token (a finish alone) */
+    int32_t index;               /* index of this token in the output */
     const char *text;
     size_t text_len;
-    float logprob;                /* of token, when sampling.logprobs > 0 */
+    float logprob;               /* of token, when sampling.logprobs > 0 */
     const lpx_token_logprob *top; /* [n_top], most likely first */
     int32_t n_top;
     lpx_finish_reason finish;
-    const char *error; /* finish == LPX_FINISH_ERROR: the message */
+    const char *error;           /* finish == LPX_FINISH_ERROR: the message */
     /* Set on the finish event. */
     int32_t n_prompt_tokens, n_output_tokens, n_preemptions;
-    double ttft_ms;          /* submit to first token */
-    double total_ms;         /* submit to finish */
-    double decode_tok_s;     /* output tokens after the first / their time */
-    double queue_ms;         /* submit to the first step that ran it (total_ms if none) */
-    int32_t n_cached_tokens; /* prompt tokens whose KV came from the prefix cache (before
-                                any preemption), not computed */
+    double ttft_ms;              /* submit to first token */
+    double total_ms;             /* submit to finish */
+    double decode_tok_s;         /* output tokens after the first / their time */
+    double queue_ms;             /* submit to the first step that ran it (total_ms if none) */
+    int32_t n_cached_tokens;     /* prompt tokens whose KV came from the prefix cache (before
+                                    any preemption), not computed */
 } lpx_event;
 
 typedef void (*lpx_event_cb)(const lpx_event *ev, void *user);
@@ -276,25 +276,25 @@ void lpx_engine_stop(lpx_engine *e);
 typedef struct lpx_engine_stats {
     char device[32];
     int64_t n_submitted, n_finished, n_running, n_waiting;
-    int64_t prompt_tokens; /* prompt tokens of admitted requests */
+    int64_t prompt_tokens;      /* prompt tokens of admitted requests */
     int64_t generated_tokens;
-    int64_t computed_tokens; /* tokens through the model (prefill + decode + recompute) */
+    int64_t computed_tokens;    /* tokens through the model (prefill + decode + recompute) */
     int64_t n_steps, n_preemptions;
-    double ttft_ms_mean; /* over finished requests that produced a token */
-    double busy_s;       /* time inside steps */
-    double tok_s;        /* generated_tokens / busy_s */
+    double ttft_ms_mean;        /* over finished requests that produced a token */
+    double busy_s;              /* time inside steps */
+    double tok_s;               /* generated_tokens / busy_s */
     int32_t block_size;
     int32_t kv_blocks_total, kv_blocks_used, kv_blocks_peak;
-    int64_t kv_bytes; /* KV pool size */
+    int64_t kv_bytes;           /* KV pool size */
     int32_t max_model_len, max_num_seqs, max_num_batched_tokens;
-    size_t backend_memory; /* backend's memory_used */
-    size_t peak_rss;       /* this process, bytes */
-    int64_t steps_ahead;   /* of n_steps, those begun before the previous one ended */
+    size_t backend_memory;      /* backend's memory_used */
+    size_t peak_rss;            /* this process, bytes */
+    int64_t steps_ahead;        /* of n_steps, those begun before the previous one ended */
     /* Prefix cache, in tokens: each admission to the batch (a preempted request's again)
      * queries its tokens; hits are those whose KV came from the cache, not computed. */
     int64_t prefix_cache_queries, prefix_cache_hits;
-    int32_t kv_blocks_cached; /* blocks kept for reuse, held or not (not in kv_blocks_used
-                                 unless a request holds them; evicted when the pool needs) */
+    int32_t kv_blocks_cached;   /* blocks kept for reuse, held or not (not in kv_blocks_used
+                                   unless a request holds them; evicted when the pool needs) */
 } lpx_engine_stats;
 
 lpx_status lpx_engine_get_stats(lpx_engine *e, lpx_engine_stats *out);
