@@ -4,7 +4,8 @@
  *   test_grammar walk SCHEMA_FILE SEED N   N random documents of the grammar, one JSON
  *                                          string a line
  *   test_grammar check SCHEMA_FILE         for each line (a JSON string) of stdin:
- *                                          "accept" or "reject" */
+ *                                          "accept" or "reject"
+ *   test_grammar prefix SCHEMA_FILE        the same for "is a prefix of a document" */
 #include "test.h"
 
 #include "grammar/grammar.h"
@@ -282,11 +283,19 @@ static int driver(int argc, char **argv) {
             cJSON_Delete(s);
             free(doc);
         }
-    } else if (!strcmp(argv[1], "check")) {
+    } else if (!strcmp(argv[1], "check") || !strcmp(argv[1], "prefix")) {
+        bool whole = !strcmp(argv[1], "check");
         static char line[1 << 20];
         while (fgets(line, sizeof line, stdin)) {
             cJSON *s = cJSON_Parse(line);
-            printf("%s\n", cJSON_IsString(s) && accepts(g, s->valuestring) ? "accept" : "reject");
+            bool ok = false;
+            lpx_gmatch m;
+            if (cJSON_IsString(s) && lpx_gmatch_init(&m, g) == LPX_OK) {
+                ok = lpx_gmatch_feed(&m, s->valuestring, strlen(s->valuestring)) &&
+                     (!whole || lpx_gmatch_can_end(&m));
+                lpx_gmatch_free(&m);
+            }
+            printf("%s\n", ok ? "accept" : "reject");
             cJSON_Delete(s);
         }
     } else {
