@@ -167,6 +167,16 @@ typedef struct lpx_sampling_params {
     int32_t n_logit_bias;     /* 0..LPX_MAX_LOGIT_BIAS */
 } lpx_sampling_params;
 
+/* What the output must be (docs/structured-outputs.md). A constrained request is
+ * sampled on the host (its token mask depends on the token before), masks cached per
+ * grammar state; EOS is allowed only where the output is a whole document, and the
+ * output ends (finish "stop") once nothing can follow. */
+typedef enum lpx_output_format {
+    LPX_OUTPUT_TEXT = 0,        /* anything */
+    LPX_OUTPUT_JSON_OBJECT = 1, /* a JSON object */
+    LPX_OUTPUT_JSON_SCHEMA = 2, /* a JSON value valid against json_schema */
+} lpx_output_format;
+
 /* One request. The prompt is exactly one of: token ids; text (tokenized with
  * the tokenizer's BOS/EOS rules, special tokens recognised); chat messages
  * (rendered with the model's chat template + generation prompt, then
@@ -185,6 +195,10 @@ typedef struct lpx_request {
     size_t n_stop_token_ids;
     bool ignore_eos;              /* don't stop on the model's EOS ids */
     bool skip_special;            /* leave special tokens out of the text (default true) */
+    lpx_output_format output_format; /* default LPX_OUTPUT_TEXT */
+    const char *json_schema;      /* LPX_OUTPUT_JSON_SCHEMA: the schema's JSON text (the
+                                     subset of docs/structured-outputs.md; anything else
+                                     is LPX_ERR_INVALID_ARG naming the keyword's path) */
 } lpx_request;
 
 /* Defaults: greedy, no penalties, random seed, max_tokens -1, skip_special. */

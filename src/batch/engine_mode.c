@@ -1,6 +1,7 @@
 /* The batch runner on the in-process engine: a line's request as the engine takes it,
  * and the engine's events into the slot's outcome. */
 #include "batch/job.h"
+#include "grammar/response_format.h"
 #include "model/prompt.h"
 
 #include <stdlib.h>
@@ -106,6 +107,12 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
         }
     }
     r.stop = stops;
+    /* response_format: checked with the input (input.c) */
+    char *schema = NULL, rfmsg[8];
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(b, "response_format");
+    if (rf && !cJSON_IsNull(rf))
+        lpx_response_format_parse(rf, &r.output_format, &schema, rfmsg, sizeof rfmsg);
+    r.json_schema = schema;
     lpx_chat_message *msgs = NULL;
     size_t n_msgs = 0;
     bool ok = true;
@@ -162,6 +169,7 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
                  ok ? lpx_last_error() : "out of memory");
     }
     free(ids);
+    free(schema);
     for (size_t i = 0; i < n_msgs; i++)
         free((char *)msgs[i].content);
     free(msgs);

@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "base/json_text.h"
+#include "grammar/response_format.h"
 #include "model/prompt.h"
 
 #include <errno.h>
@@ -96,6 +97,15 @@ static const char *check_body(const cJSON *body, bool chat) {
                      nums[i].lo, nums[i].hi);
             return msg;
         }
+    }
+    /* response_format as serve reads it (its schema compiled: a bad one names its path) */
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, "response_format");
+    if (rf && !cJSON_IsNull(rf)) {
+        static __thread char rfmsg[600];
+        lpx_output_format format;
+        char *schema;
+        if (!lpx_response_format_parse(rf, &format, &schema, rfmsg, sizeof rfmsg)) return rfmsg;
+        free(schema);
     }
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(body, "n");
     if (n && !cJSON_IsNull(n) && !(cJSON_IsNumber(n) && n->valuedouble == 1))

@@ -91,6 +91,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
     e->vocab = m->cfg.vocab_size;
     pthread_mutex_init(&e->mu, NULL);
     pthread_mutex_init(&e->step_mu, NULL);
+    pthread_mutex_init(&e->gram_mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     e->next_id = 1;
     e->device_sampling = c->device_sampling;
@@ -109,6 +110,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
         e->sampled = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
         e->s_rows = alloc_array((size_t)c->max_num_seqs, sizeof(lpx_sample_row), &ok);
         e->b_feed = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
+        e->gmask = alloc_array(((size_t)e->vocab + 31) / 32, sizeof(uint32_t), &ok);
         for (int f = 0; f < 2; f++) {
             e->flight[f].seqs = alloc_array((size_t)c->max_num_seqs, sizeof(lpx_seq *), &ok);
             e->flight[f].row = alloc_array((size_t)c->max_num_seqs, sizeof(bool), &ok);
@@ -167,6 +169,8 @@ static void seq_free(lpx_seq *s) {
     if (!s) return;
     free(s->bias);
     free(s->stop_ids);
+    lpx_gram_release(s->gram);
+    lpx_gmatch_free(&s->gm);
     lpx_stop_free(&s->stop);
     free(s->tokens);
     lpx_block_table_free(&s->bt);
@@ -274,6 +278,10 @@ lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb c
         else
             memcpy(s->stop_ids, r->stop_token_ids, r->n_stop_token_ids * sizeof *s->stop_ids);
         s->n_stop_ids = r->n_stop_token_ids;
+    }
+    if (st == LPX_OK && r->output_format != LPX_OUTPUT_TEXT) {
+        st = lpx_gram_acquire(e, r, &s->gram);
+        if (st == LPX_OK) st = lpx_gmatch_init(&s->gm, s->gram->g);
     }
     if (e->model->tok) {
         lpx_detok_stream_init(&s->detok, e->model->tok, r->skip_special);
@@ -452,7 +460,7 @@ static bool append_counts(lpx_engine *e, const lpx_seq *s, int32_t *n_seen) {
 
 /* Reports the token tok sampled for s (with its logprobs when asked). */
 static lpx_status advance(lpx_engine *e, lpx_seq *s, int32_t tok, const lpx_token_logprob *top,
-                          float lp) {
+                          int32_t n_top, float lp) {
     int32_t n_out = s->n_tokens - s->n_prompt;
     if (s->n_tokens == s->cap) {
         int32_t cap = s->cap * 2 > s->limit ? s->limit : s->cap * 2;
@@ -471,7 +479,7 @@ static lpx_status advance(lpx_engine *e, lpx_seq *s, int32_t tok, const lpx_toke
     if (s->sp.logprobs > 0) {
         ev.logprob = lp;
         ev.top = top;
-        ev.n_top = s->sp.logprobs;
+        ev.n_top = n_top;
     }
     e->text_len = 0;
     bool stop_tok = is_stop_token(e, s, tok), stopped = false;
@@ -482,8 +490,17 @@ static lpx_status advance(lpx_engine *e, lpx_seq *s, int32_t tok, const lpx_toke
             return LPX_OK;
         }
     }
+    /* The grammar follows the token's bytes (the mask allowed them); where nothing can
+     * follow, the output is complete. */
+    size_t n_bytes = 0;
+    const char *bytes =
+        s->gram && !stop_tok ? lpx_tokenizer_token_bytes(e->model->tok, tok, &n_bytes) : NULL;
+    if (s->gram && !stop_tok && (!bytes || !lpx_gmatch_feed(&s->gm, bytes, n_bytes))) {
+        finish(e, s, &ev, LPX_FINISH_ERROR, false, "the grammar refused a token it allowed");
+        return LPX_OK;
+    }
     lpx_finish_reason why = LPX_FINISH_NONE;
-    if (stopped || stop_tok)
+    if (stopped || stop_tok || (s->gram && lpx_gmatch_no_next(&s->gm)))
         why = LPX_FINISH_STOP;
     else if ((s->max_tokens > 0 && n_out + 1 >= s->max_tokens) || s->n_tokens >= s->limit)
         why = LPX_FINISH_LENGTH;
@@ -577,7 +594,7 @@ static lpx_status flight_pop(lpx_engine *e, const int32_t *tokens, const char *m
         } else if (!tokens) {
             finish_alone(e, s, LPX_FINISH_ERROR, msg);
         } else if (r >= 0) {
-            lpx_status st2 = advance(e, s, tokens[r], NULL, 0);
+            lpx_status st2 = advance(e, s, tokens[r], NULL, 0, 0);
             if (st == LPX_OK) st = st2;
         }
     }
@@ -769,7 +786,7 @@ static lpx_status step_scheduled(lpx_engine *e) {
         lpx_sample_row *r = &e->s_rows[row++];
         *r = (lpx_sample_row){
             .p = s->sp, .seed = s->seed, .index = s->n_tokens - s->n_prompt, .seen_start = n_seen};
-        if (s->sp.logprobs > 0 || s->sp.n_logit_bias > 0) dev = false;
+        if (s->sp.logprobs > 0 || s->sp.n_logit_bias > 0 || s->gram) dev = false;
         if (lpx_sampling_penalized(&s->sp)) ahead = false;
         if (dev && lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n_seen))
             st = lpx_errorf(LPX_ERR_NOMEM, "engine: token counts: out of memory");
@@ -808,20 +825,30 @@ static lpx_status step_scheduled(lpx_engine *e) {
         if (s->n_computed < s->n_tokens) continue;
         lpx_token_logprob top[LPX_MAX_LOGPROBS];
         float lp = 0;
-        int32_t tok;
+        int32_t tok, n_top = 0;
         if (dev) {
             tok = e->sampled[row++];
         } else {
-            int32_t n = 0;
-            if (lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n)) {
-                finish_alone(e, s, LPX_FINISH_ERROR, "out of memory");
+            int32_t n = 0, n_allowed = 1;
+            const uint32_t *allow = NULL;
+            const char *why = NULL;
+            if (lpx_sampling_penalized(&s->sp) && !append_counts(e, s, &n))
+                why = "out of memory";
+            else if (s->gram && lpx_gram_mask(e, s, &allow, &n_allowed) != LPX_OK)
+                why = lpx_last_error();
+            else if (n_allowed == 0)
+                why = "the response format allows no token here (a schema nested past the "
+                      "grammar's bounds)";
+            if (why) {
+                finish_alone(e, s, LPX_FINISH_ERROR, why);
                 row++;
                 continue;
             }
-            tok = lpx_sample(&e->sampler, &s->sp, s->seed, s->n_tokens - s->n_prompt,
-                             e->logits + (size_t)row++ * e->vocab, e->seen, n, top, &lp);
+            tok = lpx_sample_masked(&e->sampler, &s->sp, s->seed, s->n_tokens - s->n_prompt,
+                                    e->logits + (size_t)row++ * e->vocab, e->seen, n, allow, top,
+                                    &n_top, &lp);
         }
-        lpx_status st2 = advance(e, s, tok, top, lp);
+        lpx_status st2 = advance(e, s, tok, top, n_top, lp);
         if (st == LPX_OK) st = st2;
     }
     account(e, t0, n_tok, false);
@@ -924,6 +951,8 @@ void lpx_engine_destroy(lpx_engine *e) {
     if (e->be) e->cfg.ops->destroy(e->be);
     lpx_kv_pool_free(&e->pool);
     lpx_sampler_free(&e->sampler);
+    lpx_grams_free(e);
+    free(e->gmask);
     free(e->waiting.v);
     free(e->running.v);
     free(e->sched.v);
@@ -950,6 +979,7 @@ void lpx_engine_destroy(lpx_engine *e) {
     free(e->piece);
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->step_mu);
+    pthread_mutex_destroy(&e->gram_mu);
     pthread_cond_destroy(&e->cv);
     free(e);
 }

@@ -7,11 +7,25 @@
 #include "engine/kv_blocks.h"
 #include "sample/sampler.h"
 #include "engine/stop.h"
+#include "grammar/grammar.h"
+#include "grammar/mask.h"
 #include "tokenizer/tokenizer.h"
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+
+/* A compiled grammar and its mask cache, shared by the requests that give the same
+ * response format (a batch job's thousands of lines with one schema reuse its masks).
+ * refs and the registry are under *mu; the masks are used by the stepping thread only. */
+typedef struct lpx_gram_slot {
+    char *key; /* the format's digit, then the schema text */
+    lpx_grammar *g;
+    lpx_gmasks *masks;
+    int32_t refs;
+    uint64_t used;
+    pthread_mutex_t *mu;
+} lpx_gram_slot;
 
 typedef struct lpx_seq {
     uint64_t id;
@@ -42,6 +56,9 @@ typedef struct lpx_seq {
      * and is freed when the last of them ends. */
     int32_t n_flight;
     bool done;
+    /* Structured output: the grammar (NULL: none) and where the output is in it. */
+    lpx_gram_slot *gram;
+    lpx_gmatch gm;
 } lpx_seq;
 
 typedef struct lpx_seq_list {
@@ -51,8 +68,8 @@ typedef struct lpx_seq_list {
 
 /* A step begun with the backend's step_begin and not yet ended. */
 typedef struct lpx_flight {
-    lpx_seq **seqs; /* [max_num_seqs] batch order */
-    bool *row;      /* [max_num_seqs] seqs[i] draws a token (logits rows in batch order) */
+    lpx_seq **seqs;  /* [max_num_seqs] batch order */
+    bool *row;       /* [max_num_seqs] seqs[i] draws a token (logits rows in batch order) */
     int32_t *tokens; /* [max_num_seqs] the tokens drawn, by logits row (step_end writes them) */
     int32_t *upto;   /* [max_num_seqs] seqs[i]'s positions with final K/V once the step ends */
     int32_t n;
@@ -75,21 +92,29 @@ struct lpx_engine {
     int32_t *b_tokens, *b_pos, *b_start, *b_len, *b_table, *b_rows; /* batch descriptor */
     float *logits;                                                  /* [max_num_seqs][vocab] */
     /* Sampling: on the device (a step with sample) when every row allows it. */
-    bool device_sampling;      /* lpx_engine_config.device_sampling */
-    int32_t *sampled;          /* [max_num_seqs] tokens a waited step with sample drew */
-    lpx_sample_row *s_rows;    /* [max_num_seqs] */
-    lpx_token_count *seen;     /* [seen_cap] token counts of the rows with penalties */
+    bool device_sampling;   /* lpx_engine_config.device_sampling */
+    int32_t *sampled;       /* [max_num_seqs] tokens a waited step with sample drew */
+    lpx_sample_row *s_rows; /* [max_num_seqs] */
+    lpx_token_count *seen;  /* [seen_cap] token counts of the rows with penalties */
     int32_t seen_cap;
     /* One step ahead (docs/engine.md): the steps in flight, oldest at flight_head;
      * at most one between steps, two while the next is begun before the oldest ends. */
     lpx_flight flight[2];
     int flight_head, n_flights;
     int32_t *b_feed; /* [max_num_seqs] the continuing step's tokens: rows of the previous */
-    char *piece; /* [piece_cap] one token\'s decoded text */
+    char *piece;     /* [piece_cap] one token\'s decoded text */
     size_t piece_cap;
     char *text; /* event text being built */
     size_t text_len, text_cap;
     pthread_mutex_t step_mu;
+    uint32_t *gmask; /* [(vocab + 31) / 32] the allowed tokens of the row being sampled */
+
+    /* Grammars (grammar_slots.c), under gram_mu. */
+    pthread_mutex_t gram_mu;
+    lpx_gvocab *gvocab; /* the tokens' bytes as a trie, built for the first grammar */
+    lpx_gram_slot **grams;
+    int32_t n_grams, cap_grams;
+    uint64_t gram_clock;
 
     /* Under mu. */
     pthread_mutex_t mu;
@@ -109,6 +134,16 @@ bool lpx_seq_list_reserve(lpx_seq_list *l, int32_t n);
 bool lpx_seq_list_push(lpx_seq_list *l, lpx_seq *s);
 bool lpx_seq_list_push_front(lpx_seq_list *l, lpx_seq *s);
 void lpx_seq_list_remove(lpx_seq_list *l, lpx_seq *s);
+
+/* The grammar slot for r's response format (compiled, or shared with an earlier
+ * request's), with a reference taken; INVALID_ARG naming the schema's keyword. */
+lpx_status lpx_gram_acquire(lpx_engine *e, const lpx_request *r, lpx_gram_slot **out);
+void lpx_gram_release(lpx_gram_slot *g);
+void lpx_grams_free(lpx_engine *e);
+/* The tokens s may draw next (e->gmask): the grammar's mask, plus the EOS ids where the
+ * output may end; *n_allowed 0: none (a dead end). */
+lpx_status lpx_gram_mask(lpx_engine *e, const lpx_seq *s, const uint32_t **allow,
+                         int32_t *n_allowed);
 
 /* Picks this step's work into e->sched (each with n_new > 0), reserving KV
  * blocks; may preempt running sequences and admit waiting ones. */

@@ -184,11 +184,14 @@ static int32_t apply_top_p(struct lpx_cand *c, int32_t n, float top_p) {
     return m;
 }
 
-static void top_logprobs(const float *logits, int32_t vocab, double lse, int32_t n,
-                         lpx_token_logprob *top) {
+/* The n most likely tokens into top (fewer when fewer are possible: masked tokens,
+ * at -inf, are left out); returns how many. */
+static int32_t top_logprobs(const float *logits, int32_t vocab, double lse, int32_t n,
+                            lpx_token_logprob *top) {
     int32_t have = 0;
     for (int32_t t = 0; t < vocab; t++) {
         float l = logits[t];
+        if (l == -INFINITY) continue;
         if (have == n && !(l > top[n - 1].logprob)) continue;
         int32_t j = have < n ? have++ : n - 1;
         while (j > 0 && l > top[j - 1].logprob) {
@@ -200,6 +203,7 @@ static void top_logprobs(const float *logits, int32_t vocab, double lse, int32_t
     }
     for (int32_t i = 0; i < have; i++)
         top[i].logprob = (float)(top[i].logprob - lse);
+    return have;
 }
 
 /* The seeded draw from s->w (see sampler.h). */
@@ -243,7 +247,19 @@ static int32_t draw(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed,
 int32_t lpx_sample(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, int64_t index,
                    float *logits, const lpx_token_count *seen, int32_t n_seen,
                    lpx_token_logprob *top, float *chosen_lp) {
+    int32_t n_top;
+    return lpx_sample_masked(s, p, seed, index, logits, seen, n_seen, NULL, top, &n_top, chosen_lp);
+}
+
+int32_t lpx_sample_masked(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed,
+                          int64_t index, float *logits, const lpx_token_count *seen, int32_t n_seen,
+                          const uint32_t *allow, lpx_token_logprob *top, int32_t *n_top,
+                          float *chosen_lp) {
     const int32_t V = s->vocab;
+    *n_top = 0;
+    if (allow)
+        for (int32_t t = 0; t < V; t++)
+            if (!(allow[t >> 5] >> (t & 31) & 1)) logits[t] = -INFINITY;
     for (int32_t i = 0; i < p->n_logit_bias; i++)
         logits[p->logit_bias[i].id] += p->logit_bias[i].bias;
     lpx_apply_penalties(p, logits, seen, n_seen);
@@ -265,7 +281,7 @@ int32_t lpx_sample(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, 
         for (int32_t t = 0; t < V; t++)
             total += s->w[t];
         double lse = max + log(total);
-        top_logprobs(logits, V, lse, p->logprobs, top);
+        *n_top = top_logprobs(logits, V, lse, p->logprobs, top);
         *chosen_lp = (float)(logits[chosen] - lse);
     }
     return chosen;

@@ -85,4 +85,14 @@ int32_t lpx_sample(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed, 
                    float *logits, const lpx_token_count *seen, int32_t n_seen,
                    lpx_token_logprob *top, float *chosen_lp);
 
+/* lpx_sample with a token mask: tokens whose bit of allow (bit t of allow[t / 32]) is
+ * clear get -inf first (before the bias), so the draw and a greedy pick (the argmax
+ * over allowed tokens) see only allowed ones; allow NULL: all. At least one token must
+ * be allowed. *n_top: the entries of top written (fewer than p->logprobs when fewer
+ * tokens are allowed); logprobs are over the allowed tokens. */
+int32_t lpx_sample_masked(lpx_sampler *s, const lpx_sampling_params *p, uint64_t seed,
+                          int64_t index, float *logits, const lpx_token_count *seen, int32_t n_seen,
+                          const uint32_t *allow, lpx_token_logprob *top, int32_t *n_top,
+                          float *chosen_lp);
+
 #endif

@@ -1,5 +1,6 @@
 #include "server/params.h"
 
+#include "grammar/response_format.h"
 #include "model/prompt.h"
 
 #include <cjson/cJSON.h>
@@ -82,6 +83,7 @@ void lpx_srv_params_free(lpx_srv_params *p) {
         free(p->prompts[i].ids);
     }
     free(p->logit_bias);
+    free(p->json_schema);
     for (size_t i = 0; i < p->n_messages; i++) {
         free((char *)p->messages[i].role);
         free((char *)p->messages[i].content);
@@ -456,7 +458,7 @@ static const struct known_field {
     /* LIMITED */
     {"best_of", K_CMPL},
     {"suffix", K_CMPL},
-    {"response_format", K_CHAT},
+    {"response_format", K_OAI},
     {"tools", K_CHAT},
     {"tool_choice", K_CHAT},
     {"functions", K_CHAT},
@@ -496,6 +498,18 @@ static bool unsupported(lpx_srv_error *e, const char *name, const char *why) {
 }
 
 /* The LIMITED fields: the values that ask for nothing lpx does not do. */
+/* response_format: text, json_object, or json_schema with a schema of the supported
+ * subset (compiled here, so that a bad one is a 400 naming its keyword). */
+static bool parse_response_format(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
+    const cJSON *v = field(o, "response_format");
+    if (!v) return true;
+    char msg[600];
+    if (!lpx_response_format_parse(v, &p->req.output_format, &p->json_schema, msg, sizeof msg))
+        return lpx_srv_fail(e, 400, BAD, NULL, "response_format", "%s", msg);
+    p->req.json_schema = p->json_schema;
+    return true;
+}
+
 static bool check_limited(const cJSON *o, const lpx_srv_params *p, lpx_srv_error *e) {
     const cJSON *v;
     if ((v = field(o, "suffix")) && !is_str(v, ""))
@@ -507,13 +521,6 @@ static bool check_limited(const cJSON *o, const lpx_srv_params *p, lpx_srv_error
             return unsupported(e, "best_of",
                                "ranking more candidates than 'n' is not supported (best_of must "
                                "be 1 or equal n)");
-    }
-    if ((v = field(o, "response_format"))) {
-        const cJSON *t = cJSON_IsObject(v) ? cJSON_GetObjectItemCaseSensitive(v, "type") : NULL;
-        if (!is_str(t, "text"))
-            return unsupported(e, "response_format",
-                               "only {\"type\": \"text\"} is supported (no JSON mode or "
-                               "schemas yet)");
     }
     const cJSON *tools = field(o, "tools"), *fns = field(o, "functions");
     if (tools && !empty_list(tools)) return unsupported(e, "tools", "tool calls are not supported");
@@ -612,7 +619,8 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         return unsupported(e, "echo",
                            "echo with logprobs (the prompt's logprobs) is not supported: ask "
                            "for one of them");
-    if (!check_limited(o, p, e) || !check_ignored(o, e)) return false;
+    if (!check_limited(o, p, e) || !check_ignored(o, e) || !parse_response_format(o, p, e))
+        return false;
     if (p->kind == LPX_SRV_GENERATE && p->n != 1)
         return lpx_srv_fail(e, 400, BAD, NULL, "n",
                             "/generate makes one output: use /v1/completions for n > 1");

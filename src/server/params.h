@@ -66,6 +66,7 @@ typedef struct lpx_srv_params {
     size_t n_messages;
     lpx_request req; /* sampling, max_tokens (-1: not given), stop, ignore_eos */
     char *stop[LPX_SRV_MAX_STOPS];
+    char *json_schema;          /* response_format json_schema: its schema text; req.json_schema */
     lpx_logit_bias *logit_bias; /* [req.sampling.n_logit_bias], req.sampling points here */
     int32_t n;                  /* choices per prompt */
     bool stream, include_usage;

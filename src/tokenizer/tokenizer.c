@@ -289,6 +289,13 @@ int32_t lpx_tokenizer_eos(const lpx_tokenizer *t) {
 int32_t lpx_vocab_size(const lpx_tokenizer *t) {
     return t ? t->n_vocab : 0;
 }
+const char *lpx_tokenizer_token_bytes(const lpx_tokenizer *t, int32_t id, size_t *len) {
+    *len = 0;
+    if (id < 0 || id >= t->n_vocab || !t->text[id] || (t->flags[id] & TOKF_SPECIAL)) return NULL;
+    *len = t->dec_len[id];
+    return t->dec[id];
+}
+
 size_t lpx_tokenizer_max_piece(const lpx_tokenizer *t) {
     return t->max_dec_len;
 }

@@ -29,6 +29,10 @@ int32_t lpx_tokenizer_eos(const lpx_tokenizer *t); /* -1 when none */
 bool lpx_tokenizer_is_special(const lpx_tokenizer *t, int32_t id);
 /* Token id of an exact token text (special or not), -1 when absent. */
 int32_t lpx_tokenizer_find(const lpx_tokenizer *t, const char *text);
+/* The bytes token id adds to generated text (lpx_detok_stream_push's, past the first
+ * piece), or NULL for a special token or an id without text; *len their count. The
+ * grammar's token masks are built from these. */
+const char *lpx_tokenizer_token_bytes(const lpx_tokenizer *t, int32_t id, size_t *len);
 /* Longest decoded text of any one token, in bytes: an output buffer of this
  * + 8 bytes always holds what one lpx_detok_stream_push writes. */
 size_t lpx_tokenizer_max_piece(const lpx_tokenizer *t);

@@ -56,9 +56,10 @@ def refused(call, param):
 
 
 @pytest.mark.parametrize("kw, param", [
-    (dict(response_format={"type": "json_object"}), "response_format"),
+    (dict(response_format={"type": "yaml"}), "response_format"),
     (dict(response_format={"type": "json_schema",
-                           "json_schema": {"name": "x", "schema": {"type": "object"}}}),
+                           "json_schema": {"name": "x", "schema": {"type": "integer",
+                                                                   "multipleOf": 2}}}),
      "response_format"),
     (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]), "tools"),
     (dict(tool_choice="required"), "tool_choice"),
@@ -81,7 +82,8 @@ def test_chat_refuses(client, kw, param):
     (dict(best_of=3, n=2), "best_of"),
     (dict(echo=True, logprobs=1), "echo"),
     (dict(logit_bias={"-3": 1}), "logit_bias"),
-    (dict(extra_body={"response_format": {"type": "text"}}), "response_format"),
+    (dict(extra_body={"response_format": {"type": "json_schema", "json_schema": {}}}),
+     "response_format"),
     (dict(extra_body={"min_tokens": 4}), "min_tokens"),
     (dict(extra_body={"top_logprobs": 2}), "top_logprobs"),
     (dict(prompt=["a", [1, 2]]), "prompt"),
@@ -99,7 +101,7 @@ def test_refusal_is_an_openai_error_object(srv):
     assert err["param"] == "frobnicate" and err["code"] == "unknown_parameter"
     assert err["type"] == "invalid_request_error"
     # A field lpx knows, with a value it does not implement: OpenAI's code for that.
-    r = srv.post("/v1/chat/completions", {"messages": MSGS, "response_format": {"type": "json_object"}})
+    r = srv.post("/v1/chat/completions", {"messages": MSGS, "tool_choice": "required"})
     assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_value"
     # The plain endpoints too: /generate makes no logprobs, so it refuses them.
     r = srv.post("/generate", {"prompt": PROMPT, "logprobs": 2})

@@ -13,7 +13,10 @@ SRC = ROOT / "src"
 SOURCES = [p for p in SRC.rglob("*") if p.suffix in (".c", ".h", ".cu", ".cuh")]
 
 # Bottom to top; a folder may include its own and lower ranks only.
-RANK = {"base": 0, "telemetry": 1, "format": 2, "template": 3, "tokenizer": 4, "model": 5,
+# grammar (structured outputs: JSON Schema to a byte automaton, token masks) needs only
+# base and cJSON: token bytes come in as arrays, so it sits below tokenizer, and sample,
+# engine, server and batch may all use it.
+RANK = {"base": 0, "telemetry": 1, "grammar": 1, "format": 2, "template": 3, "tokenizer": 4, "model": 5,
         "sample": 6, "backend": 7, "engine": 8,
         "server": 9, "batch": 9, "bench": 9, "doctor": 9, "cli": 10}
 

@@ -121,6 +121,20 @@ static void test_every_field(void) {
         " \"metadata\": {\"k\": \"v\"}, \"service_tier\": \"auto\", \"parallel_tool_calls\": true}",
         NULL, &p, &e));
     lpx_srv_params_free(&p);
+    CHECK(parse(LPX_SRV_COMPLETION,
+                "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", "
+                "\"json_schema\": {\"name\": \"n\", \"strict\": true, \"schema\": "
+                "{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}}}}",
+                NULL, &p, &e));
+    CHECK(p.req.output_format == LPX_OUTPUT_JSON_SCHEMA && p.req.json_schema &&
+          strstr(p.req.json_schema, "\"properties\""));
+    lpx_srv_params_free(&p);
+    CHECK(parse(LPX_SRV_CHAT,
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+                "\"response_format\": {\"type\": \"json_object\"}}",
+                NULL, &p, &e));
+    CHECK(p.req.output_format == LPX_OUTPUT_JSON_OBJECT && !p.req.json_schema);
+    lpx_srv_params_free(&p);
 }
 
 static void test_refusals(void) {
@@ -144,8 +158,14 @@ static void test_refusals(void) {
     CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"best_of\": 3}", 400), "best_of"));
     CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}", 400), "echo"));
     CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"echo\": 1}", 400), "echo"));
-    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"text\"}}", 400),
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"yaml\"}}", 400),
                   "response_format"));
+    CHECK(
+        !strcmp(refused(C,
+                        "{\"prompt\": \"x\", \"response_format\": {\"type\": \"json_schema\", "
+                        "\"json_schema\": {\"schema\": {\"type\": \"integer\", \"minimum\": 0}}}}",
+                        400),
+                "response_format"));
     CHECK(
         !strcmp(refused(C, "{\"prompt\": \"x\", \"logit_bias\": {\"a\": 1}}", 400), "logit_bias"));
     CHECK(
@@ -163,7 +183,7 @@ static void test_refusals(void) {
                   "logprobs"));
     CHECK(!strcmp(refused(LPX_SRV_GENERATE, "{\"prompt\": \"x\", \"echo\": true}", 400), "echo"));
     static const char *const chat_refused[][2] = {
-        {"\"response_format\": {\"type\": \"json_object\"}", "response_format"},
+        {"\"response_format\": {\"type\": \"json_object\", \"schema\": {}}", "response_format"},
         {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}",
          "response_format"},
         {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "tools"},
