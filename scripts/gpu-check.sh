@@ -34,7 +34,10 @@
 #   long prompts (longer than a prefill chunk, not a multiple of the attention
 #   tile): whole, chunked and beside a decoding sequence, against the CPU backend
 #   (SmolLM2 slice, 3e-2; Qwen3-0.6B shape, 5e-2, decode and chunked too:
-#   600 positions of a random 28-layer model, no transformers bf16 band to widen it).
+#   600 positions of a random 28-layer model, no transformers bf16 band to widen it);
+#   at depth (logits --tail: the last positions decoded one a step after a long
+#   prefill): SmolLM2 slice 8,000 ids alone and beside 5,000 (3e-2), Qwen3-0.6B
+#   shape 4,096 ids (5e-2), against the CPU backend.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-build}"
@@ -163,6 +166,12 @@ for m in ${models//,/ }; do
         check "$m long: chunked vs cpu" compare "$d/qlong.chunk.f32" "$d/qlong.cpu.f32" "$vocab" 5e-2 "$m long chunked~cpu" "$d/qlong.f32"
         check "$m long: decode vs cpu" compare "$d/qlong.dec.f32" "$d/qlong.cpu.f32" "$vocab" 5e-2 "$m long decode~cpu" "$d/qlong.f32"
         grep -E "^$m long [a-z]+~cpu: max" "$out/checks.log" | tail -3 >>"$summary"
+        # 4,096 ids, the last 8 decoded one a step: past qa_ctx, the split attention
+        l4=$(long_ids 4096 "$vocab")
+        check "$m 4k: cuda decode at depth runs" logits "$shapes/$m" "$l4" "$dev" "$d/q4k.f32" --chunk 2048 --tail 8
+        check "$m 4k: cpu runs" logits "$shapes/$m" "$l4" cpu "$d/q4k.cpu.f32" --chunk 512 --tail 8
+        check "$m 4k: decode at depth vs cpu" compare "$d/q4k.f32" "$d/q4k.cpu.f32" "$vocab" 5e-2 "$m 4k decode~cpu"
+        grep -E "^$m 4k decode~cpu: max" "$out/checks.log" | tail -1 >>"$summary"
         rm -f "$d"/qlong*.f32
     fi
 done
@@ -236,6 +245,17 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     check "long: cuda mixed vs cpu" compare "$d/long.mixed.f32" "$d/long.mixed.cpu.f32" 49152 3e-2 "long mixed~cpu"
     check "long: cuda decode (split attention past 256 keys) vs cpu" compare "$d/long.dec.f32" "$d/long.cpu.f32" 49152 3e-2 "long decode~cpu"
     grep -E "^long " "$out/checks.log" | tail -4 >>"$summary"
+
+    # long contexts: 8,000 ids whose last 32 are decoded one a step (the split decode
+    # attention at depth), alone and batched beside a 5,000-id sequence, against the CPU
+    l8=$(long_ids 8000 49152) l5=$(long_ids 5000 49152)
+    check "8k: cuda decode at depth runs" logits "$smol" "$l8" "$dev" "$d/l8.f32" --chunk 2048 --tail 32
+    check "8k: cpu runs" logits "$smol" "$l8" cpu "$d/l8.cpu.f32" --chunk 1024 --tail 32
+    check "8k: cuda decode at depth vs cpu" compare "$d/l8.f32" "$d/l8.cpu.f32" 49152 3e-2 "8k decode~cpu"
+    check "8k+5k batched: cuda runs" logits "$smol" "$l8" "$dev" "$d/l85.f32" --ids "$l5" --chunk 2048 --tail 16
+    check "8k+5k batched: cpu runs" logits "$smol" "$l8" cpu "$d/l85.cpu.f32" --ids "$l5" --chunk 1024 --tail 16
+    check "8k+5k batched: cuda vs cpu" compare "$d/l85.f32" "$d/l85.cpu.f32" 49152 3e-2 "8k+5k decode~cpu"
+    grep -E "^8k" "$out/checks.log" | tail -2 >>"$summary"
 
     # device sampling (sampling.cuh): the CUDA sampler's token equals the host
     # sampler's on the same logits, for greedy, penalties, temperature, min_p,

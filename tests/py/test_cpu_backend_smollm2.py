@@ -83,3 +83,26 @@ def test_greedy_matches_transformers(lpx_bin, smollm2, kernels):
             gap = p["greedy_top2_gap"][diverge]
             assert gap < tie_tol, f"{p['text']!r}: differs at step {diverge}, top-2 gap " \
                 f"{gap:.4g}: {got} vs {p['greedy']}"
+
+
+def test_logits_tail_decodes_at_depth(lpx_bin, smollm2, tmp_path):
+    """--tail N: the last N positions fed one id a step after the rest in chunks (a
+    decode at depth) give the logits of the same positions of a whole prefill, in a
+    file of N rows a sequence (exact kernels: the paths agree to float32 rounding)."""
+    ids = [(i * 7919 + 13) % 49152 for i in range(300)]
+    other = ids[:77]
+    full, tail = tmp_path / "full.f32", tmp_path / "tail.f32"
+    env = run_env(KERNELS["exact"])
+    base = [lpx_bin, "logits", "-m", smollm2, "--ids", ",".join(map(str, ids)),
+            "--ids", ",".join(map(str, other))]
+    r = subprocess.run(base + ["-o", str(full)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run(base + ["--chunk", "64", "--tail", "5", "-o", str(tail)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    f = np.fromfile(full, dtype="<f4").reshape(300 + 77, -1)
+    t = np.fromfile(tail, dtype="<f4").reshape(10, -1)
+    want = np.concatenate([f[295:300], f[300 + 72:]])
+    err = np.abs(t - want).max() / np.abs(want).max()
+    assert err < 1e-4, f"tail vs whole prefill: max rel error {err:.3g}"
+    assert (t.argmax(1) == want.argmax(1)).all()
