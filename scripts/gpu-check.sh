@@ -322,6 +322,10 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     [ "$dev" = cuda ] && check "compute-sanitizer memcheck (chunked, mixed)" compute-sanitizer --tool memcheck \
         --error-exitcode 9 "$lpx" logits -m "$smol" --ids "$(long_ids 150 49152)" --ids "$ids_smol" \
         --device cuda --chunk 61,1 -o "$out/tmp/ms3.f32"
+    [ "$dev" = cuda ] && check "compute-sanitizer memcheck (chunked prefill to 2,000, decode at depth)" \
+        compute-sanitizer --tool memcheck --error-exitcode 9 "$lpx" logits -m "$smol" \
+        --ids "$(long_ids 2000 49152)" --ids "$(long_ids 700 49152)" --device cuda --chunk 512 --tail 4 \
+        -o "$out/tmp/ms5.f32"
     [ "$dev" = cuda ] && check "compute-sanitizer memcheck (device sampling)" compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$lpx" run -m "$smol" -p "The capital of France is" -n 4 $seeded --device cuda
     rm -f "$d"/long*.f32
