@@ -39,6 +39,7 @@ static double run_case(const char *name, int hd, int n_heads, int n_kv, int bs, 
     g.n_kv = n_kv;
     g.head_dim = hd;
     g.block_size = bs;
+    g.bs_shift = __builtin_ctz((unsigned)bs);
     g.n_layers = n_layers;
     g.block_stride = (int64_t)n_layers * 2 * n_kv * bs * hd;
     /* shuffled block ids */

@@ -21,6 +21,7 @@
 
 typedef struct kv_geom {
     int n_heads, n_kv, head_dim, block_size, n_layers;
+    int bs_shift; /* log2(block_size): block sizes are powers of two */
     int64_t block_stride; /* elements per block: n_layers*2*n_kv*block_size*head_dim */
 } kv_geom;
 
@@ -92,14 +93,16 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
 #define AD_THREADS (32 * AD_WARPS)
 #define AD_KW 8
 #define AD_TK (AD_KW * AD_WARPS)
-#define AD_STAGES 4
-/* bf16s after each key row (64 bytes): a quarter warp's 16-byte reads (two keys,
- * four chunks each 16 bytes apart) hit distinct banks */
-#define AD_KPAD 32
+#define AD_STAGES 3
+
+/* Where logical 16-byte chunk c of a tile's key row goes: odd rows swap the halves
+ * of each 128 bytes, so a quarter warp's reads (two rows, four chunks each) hit
+ * all 32 banks once, with no padding (four blocks an SM fit, not three). */
+static __device__ __forceinline__ int ad_kswz(int row, int c) { return c ^ ((row & 1) << 2); }
 
 /* One tile in shared memory: its keys (padded rows) and values. */
 template <int HD> struct ad_tile {
-    alignas(16) bf16 k[AD_TK][HD + AD_KPAD];
+    alignas(16) bf16 k[AD_TK][HD]; /* chunks placed by ad_kswz */
     alignas(16) bf16 v[AD_TK][HD];
 };
 
@@ -212,14 +215,14 @@ __global__ void __launch_bounds__(AD_THREADS)
         const int key = k0 + i * AD_TK + warp * AD_KW + kq;
         if (i < n_tiles && key < k1 && key != p0) {
             ad_tile<HD> &st = sm.u.st[i % AD_STAGES];
-            const int64_t kb = bt[key / g.block_size], sl = key % g.block_size;
+            const int64_t kb = bt[key >> g.bs_shift], sl = key & (g.block_size - 1);
             const uint4 *kr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, sl));
             const uint4 *vr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 1, kvh, kb, sl));
             uint4 *kd = reinterpret_cast<uint4 *>(&st.k[warp * AD_KW + kq][0]);
             uint4 *vd = reinterpret_cast<uint4 *>(&st.v[warp * AD_KW + kq][0]);
 #pragma unroll
             for (int c = 0; c < CQ; c++) {
-                __pipeline_memcpy_async(kd + c * 4 + part, kr + c * 4 + part, 16);
+                __pipeline_memcpy_async(kd + ad_kswz(kq, c * 4 + part), kr + c * 4 + part, 16);
                 __pipeline_memcpy_async(vd + c * 4 + part, vr + c * 4 + part, 16);
             }
         }
@@ -299,7 +302,7 @@ __global__ void __launch_bounds__(AD_THREADS)
         if (live) {
 #pragma unroll
             for (int c = 0; c < CQ; c++) {
-                const uint4 k8 = reinterpret_cast<const uint4 *>(kr)[c * 4 + part];
+                const uint4 k8 = reinterpret_cast<const uint4 *>(kr)[key == p0 ? c * 4 + part : ad_kswz(kq, c * 4 + part)];
                 const float kf[8] = {bf_lo(k8.x), bf_hi(k8.x), bf_lo(k8.y), bf_hi(k8.y),
                                      bf_lo(k8.z), bf_hi(k8.z), bf_lo(k8.w), bf_hi(k8.w)};
 #pragma unroll

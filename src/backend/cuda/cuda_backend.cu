@@ -920,7 +920,12 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     b->geom.n_heads = c->n_heads;
     b->geom.n_kv = c->n_kv_heads;
     b->geom.head_dim = hd;
+    if (eo->block_size > 1024 || (eo->block_size & (eo->block_size - 1)))
+        return lpx_errorf(LPX_ERR_UNSUPPORTED,
+                          "cuda: KV block size %d: a power of two up to 1024 is needed",
+                          eo->block_size);
     b->geom.block_size = eo->block_size;
+    b->geom.bs_shift = __builtin_ctz((unsigned)eo->block_size);
     b->geom.n_layers = c->n_layers;
     b->geom.block_stride = (int64_t)c->n_layers * 2 * c->n_kv_heads * eo->block_size * hd;
     /* the tuning: the tune string, the fused kernel's plan (unless qa=0), the
