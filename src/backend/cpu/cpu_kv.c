@@ -35,6 +35,8 @@ lpx_status cpu_kv_init(cpu_kv *kv, const lpx_config *c, lpx_kv_dtype d, int32_t 
         return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: KV cache: cannot allocate %zu bytes",
                           data_bytes + scale_bytes);
     kv->bytes = data_bytes + scale_bytes;
+    for (int c = 0; c < 256; c++)
+        kv->fp8[c] = lpx_kv_fp8_decode((uint8_t)c);
     return LPX_OK;
 }
 
@@ -81,7 +83,7 @@ const float *cpu_kv_decode(const cpu_kv *kv, int64_t i, int32_t block, int layer
         const uint8_t *codes = (const uint8_t *)kv->data + i;
         const float scale = kv->scales[scale_index(kv, block, layer, which, slot, kvh)];
         for (int64_t e = 0; e < kv->head_dim; e++)
-            buf[e] = lpx_kv_fp8_value(codes[e], scale);
+            buf[e] = LPX_KV_FMUL(kv->fp8[codes[e]], scale); /* lpx_kv_fp8_value */
     }
     return buf;
 }

@@ -29,6 +29,7 @@ typedef struct cpu_kv {
     void *data;          /* [n_blocks][block_elems] elements of the dtype */
     float *scales;       /* fp8: [n_blocks][n_layers][2][n_kv_heads][block_size]; else NULL */
     size_t bytes;        /* allocated here */
+    float fp8[256];      /* lpx_kv_fp8_decode of every code (the same values, looked up) */
 } cpu_kv;
 
 /* d: auto means f32. */
