@@ -269,12 +269,13 @@ lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb c
                         "output token must fit; the model's own limit is %d positions)",
                         n, e->cfg.max_model_len, e->model->cfg.max_position_embeddings);
     /* The whole pool is the most one sequence can hold: a request that cannot fit
-     * it even alone fails now, with what it needs; one that asks for no more than
-     * max_model_len allows but more than the pool holds too (it could not finish). */
-    int64_t want = (int64_t)n + (r->max_tokens > 0 ? r->max_tokens : 1);
-    if (st == LPX_OK && want > pool_tokens &&
-        ((int64_t)n + 1 > pool_tokens || want <= e->cfg.max_model_len))
-        st = too_long_for_pool(e, n, r->max_tokens, want, pool_tokens);
+     * it even alone fails now, with what it needs, and so does one whose max_tokens
+     * max_model_len allows but the pool does not (it could never finish); a
+     * max_tokens beyond max_model_len is cut there, so only prompt + 1 counts. */
+    int32_t asked = r->max_tokens;
+    if (asked <= 0 || (int64_t)n + asked > e->cfg.max_model_len) asked = -1;
+    int64_t want = (int64_t)n + (asked > 0 ? asked : 1);
+    if (st == LPX_OK && want > pool_tokens) st = too_long_for_pool(e, n, asked, want, pool_tokens);
     if (st != LPX_OK) {
         free(ids);
         return st;
