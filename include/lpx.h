@@ -56,10 +56,11 @@ typedef struct lpx_model_info {
     int64_t n_params;
     int64_t weight_bytes;            /* bytes of weights as stored */
     int64_t decode_bytes_per_step;   /* bytes read per decode step at batch 1 */
-    int64_t kv_bytes_per_token;      /* K+V of every layer, at the KV dtype */
+    int64_t kv_bytes_per_token;      /* K+V of every layer in a bf16 KV cache (CUDA's auto) */
     int64_t dtype_params[16];        /* parameter count per lpx_dtype */
     int32_t n_dequantized_at_load;   /* tensors converted at load: 0 since K-quants stay blocks */
     int64_t dtype_bytes[16];         /* weight bytes per lpx_dtype */
+    int64_t kv_bytes_per_token_fp8;  /* the same in an fp8 KV cache: codes + scales */
 } lpx_model_info;
 
 lpx_status lpx_model_info_get(const lpx_model *m, lpx_model_info *out);
@@ -101,6 +102,25 @@ lpx_status lpx_chat_render(const lpx_model *m, const lpx_chat_message *msgs, siz
 
 void lpx_free(void *p);
 
+/* ---- KV cache dtype ------------------------------------------------------ */
+
+/* What the KV cache stores (--kv-cache-dtype, vLLM's flag). fp8 halves the bytes per
+ * token against bf16: OCP E4M3 ("e4m3fn") codes with one float32 scale per token,
+ * layer, K or V and KV head, quantized from the bf16 values (src/format/kv_fp8.h has
+ * the exact arithmetic; docs/engine.md its measured accuracy). */
+typedef enum lpx_kv_dtype {
+    LPX_KV_AUTO = 0, /* the backend's own: bf16 on CUDA, f32 on the CPU backend */
+    LPX_KV_BF16 = 1,
+    LPX_KV_FP8 = 2,  /* CPU backend only for now (CUDA: LPX_ERR_UNSUPPORTED) */
+    LPX_KV_F32 = 3,  /* the CPU backend's auto, named in stats and messages; not a
+                        value of --kv-cache-dtype */
+} lpx_kv_dtype;
+
+/* "auto", "bf16" (or "bfloat16"), "fp8" (or "fp8_e4m3"); anything else is
+ * LPX_ERR_INVALID_ARG with a message listing those. */
+lpx_status lpx_kv_dtype_parse(const char *s, lpx_kv_dtype *out);
+const char *lpx_kv_dtype_name(lpx_kv_dtype d); /* "auto", "bf16", "fp8", "f32" */
+
 /* ---- engine -------------------------------------------------------------- */
 
 /* An engine serves many concurrent requests on one model: a paged KV cache,
@@ -137,6 +157,8 @@ typedef struct lpx_engine_opts {
     const char *dev_trace;          /* developer tracing of the backend (docs/dev.md); NULL =
                                        none. Both are read during lpx_engine_create only; the
                                        CPU backend takes neither (non-empty: INVALID_ARG) */
+    lpx_kv_dtype kv_cache_dtype;    /* KV cache dtype; 0 = LPX_KV_AUTO. The pool's bytes per
+                                       token follow it (fp8: about half of bf16) */
 } lpx_engine_opts;
 
 /* One entry of a logit bias: bias is added to the logit of token id. */
@@ -257,8 +279,10 @@ lpx_status lpx_engine_create(const lpx_model *m, const lpx_engine_opts *opts, lp
 void lpx_engine_destroy(lpx_engine *e);
 
 /* Validates and queues a request; *id identifies it. Refuses (LPX_ERR_TOO_LONG,
- * with both numbers in the message) a prompt that leaves no room for one output
- * token within max_model_len or within the whole KV pool, before taking memory. */
+ * naming the limit, and for the KV pool the memory the request needs) a prompt that
+ * leaves no room for one output token within max_model_len or within the whole KV
+ * pool, and a request whose prompt + max_tokens fits max_model_len but not the KV
+ * pool, before taking memory. */
 lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb cb, void *user,
                              uint64_t *id);
 /* Ends a request with LPX_FINISH_CANCELLED at the next step; a finished or
@@ -295,6 +319,8 @@ typedef struct lpx_engine_stats {
     int64_t prefix_cache_queries, prefix_cache_hits;
     int32_t kv_blocks_cached;   /* blocks kept for reuse, held or not (not in kv_blocks_used
                                    unless a request holds them; evicted when the pool needs) */
+    char kv_cache_dtype[8];     /* what the pool stores: "bf16", "fp8", "f32" */
+    int64_t kv_bytes_per_token; /* of the pool at that dtype */
 } lpx_engine_stats;
 
 lpx_status lpx_engine_get_stats(lpx_engine *e, lpx_engine_stats *out);

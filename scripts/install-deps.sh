@@ -10,7 +10,7 @@ APT_PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
 # Python packages used by tests and fixture tools (never by lpx itself).
 PIP_PKGS=(pytest tokenizers==0.23.3 transformers==5.24.0 jinja2==3.1.6 numpy gguf==0.19.0 safetensors==0.8.0 openai
           prometheus-client==0.26.0 selenium==4.38.0 httpx==0.28.1
-          kubernetes-validate==1.37.0 PyYAML jsonschema==4.26.0)
+          kubernetes-validate==1.37.0 PyYAML jsonschema==4.26.0 ml_dtypes==0.5.4)
 
 missing=()
 for p in "${APT_PKGS[@]}"; do

@@ -1,6 +1,7 @@
 #include "backend/backend.h"
 
 #include "base/error.h"
+#include "format/kv_dtype.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -11,8 +12,13 @@ lpx_status lpx_backend_run(lpx_backend *b, const lpx_step *s) {
     return b->ops->step_end(b);
 }
 
-size_t lpx_kv_bytes_per_token(const lpx_config *c, size_t bytes_per_elem) {
-    return (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim * bytes_per_elem;
+lpx_kv_dtype lpx_kv_dtype_resolve(const lpx_backend_ops *ops, lpx_kv_dtype requested) {
+    if (requested != LPX_KV_AUTO) return requested;
+    return ops == &lpx_cpu_backend_ops ? LPX_KV_F32 : LPX_KV_BF16;
+}
+
+size_t lpx_kv_bytes_per_token(const lpx_config *c, lpx_kv_dtype d) {
+    return (size_t)lpx_kv_token_bytes(c->n_layers, c->n_kv_heads, c->head_dim, d);
 }
 
 lpx_status lpx_backend_select(const char *device, const lpx_backend_ops **ops, int *ordinal) {

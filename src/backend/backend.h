@@ -20,15 +20,17 @@
 typedef struct lpx_backend lpx_backend;
 
 typedef struct lpx_backend_opts {
-    int device;            /* CUDA ordinal; ignored by the CPU backend */
-    int n_threads;         /* CPU: 0 = all cores */
-    int32_t block_size;    /* tokens per KV block (16 by default) */
-    int32_t n_blocks;      /* KV blocks to allocate */
+    int device;               /* CUDA ordinal; ignored by the CPU backend */
+    int n_threads;            /* CPU: 0 = all cores */
+    int32_t block_size;       /* tokens per KV block (16 by default) */
+    int32_t n_blocks;         /* KV blocks to allocate */
     int32_t max_batch_tokens; /* most tokens one step may carry */
-    int32_t max_seqs;      /* most sequences one step may carry */
-    const char *tune;      /* developer overrides of the backend's tuning (docs/dev.md);
-                              NULL or "" = the measured defaults. Read at create only */
-    const char *trace;     /* developer tracing (docs/dev.md); NULL or "" = none */
+    int32_t max_seqs;         /* most sequences one step may carry */
+    const char *tune;         /* developer overrides of the backend's tuning (docs/dev.md);
+                                 NULL or "" = the measured defaults. Read at create only */
+    const char *trace;        /* developer tracing (docs/dev.md); NULL or "" = none */
+    lpx_kv_dtype kv_dtype;    /* what the KV cache stores; auto = the backend's own (CPU f32,
+                                 CUDA bf16). Layout of fp8: format/kv_fp8.h */
 } lpx_backend_opts;
 
 /* One step over a batch of sequences. Tokens are grouped by sequence: the
@@ -38,15 +40,15 @@ typedef struct lpx_backend_opts {
  * positions 0 .. seq_len[s]-1 of that sequence. */
 typedef struct lpx_batch {
     int32_t n_tokens;
-    const int32_t *tokens;      /* [n_tokens] */
-    const int32_t *positions;   /* [n_tokens] */
+    const int32_t *tokens;    /* [n_tokens] */
+    const int32_t *positions; /* [n_tokens] */
     int32_t n_seqs;
     const int32_t *seq_start;   /* [n_seqs + 1] */
     const int32_t *seq_len;     /* [n_seqs] context length after this step */
     const int32_t *block_table; /* [n_seqs][max_blocks] block ids, row-major */
     int32_t max_blocks;         /* row stride of block_table */
     int32_t n_logits;
-    const int32_t *logit_rows;  /* [n_logits] token indices whose logits are wanted */
+    const int32_t *logit_rows; /* [n_logits] token indices whose logits are wanted */
 } lpx_batch;
 
 /* One step: the batch, and what comes back: with sample, one token per logits
@@ -110,8 +112,13 @@ extern const lpx_backend_ops lpx_cuda_backend_ops;
 /* step_begin then step_end: one step, waited for (nothing may be in flight). */
 lpx_status lpx_backend_run(lpx_backend *b, const lpx_step *s);
 
-/* Bytes of K+V for one token across all layers, as the backend stores it. */
-size_t lpx_kv_bytes_per_token(const lpx_config *c, size_t bytes_per_elem);
+/* The dtype a backend stores for a requested one: auto is the CPU backend's f32 and
+ * CUDA's bf16; the others are themselves. */
+lpx_kv_dtype lpx_kv_dtype_resolve(const lpx_backend_ops *ops, lpx_kv_dtype requested);
+
+/* Bytes of K+V for one token across all layers at a dtype (fp8: with its scales;
+ * auto counts as bf16: resolve it first); 0 on overflow. */
+size_t lpx_kv_bytes_per_token(const lpx_config *c, lpx_kv_dtype d);
 
 /* The one place that maps a device name to a backend: NULL, "" or "cpu" gives
  * the CPU backend; "cuda" or "cuda:N" the CUDA backend and ordinal N (an

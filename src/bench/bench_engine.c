@@ -29,6 +29,7 @@ static int cmp_double(const void *a, const void *b) {
 typedef struct result {
     char name[32];
     int batch;          /* sequences per step */
+    int depth;          /* context before decoding (0: prefill) */
     int tokens_per_rep; /* tokens produced per repetition */
     int steps_per_rep;
     double ctx_avg;     /* mean context per sequence over the timed steps */
@@ -142,7 +143,9 @@ static lpx_status run_pp(bench *b, int p, int reps, result *r) {
     return LPX_OK;
 }
 
-static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_tokens, result *r) {
+/* B sequences decoding n steps from depth ctx; several_depths: the name says which. */
+static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_tokens,
+                             bool several_depths, result *r) {
     double t[64];
     fill_tables(b, B);
     const int per_step = max_tokens / ctx > 0 ? max_tokens / ctx : 1;
@@ -157,11 +160,14 @@ static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_
         if (b->ahead) LPX_TRY(b->ops->step_end(b->be));
         if (i >= 0) t[i] = now_s() - t0;
     }
+    char at[16] = "";
+    if (several_depths) snprintf(at, sizeof at, " @ d%d", ctx);
     if (B == 1)
-        snprintf(r->name, sizeof r->name, "tg%d", n);
+        snprintf(r->name, sizeof r->name, "tg%d%s", n, at);
     else
-        snprintf(r->name, sizeof r->name, "decode B=%d", B);
+        snprintf(r->name, sizeof r->name, "decode B=%d%s", B, at);
     r->batch = B;
+    r->depth = ctx;
     r->tokens_per_rep = B * n;
     r->steps_per_rep = n;
     r->ctx_avg = ctx + (n + 1) / 2.0;
@@ -232,7 +238,7 @@ static bool throttled(const clocks *c) {
 
 /* The figures of one test, as printed and as the HTML report shows them. */
 static bench_engine_row to_row(const result *r) {
-    bench_engine_row o = {.test = r->name, .batch = r->batch};
+    bench_engine_row o = {.test = r->name, .batch = r->batch, .depth = r->depth};
     o.prefill = strncmp(r->name, "pp", 2) == 0; /* run_pp's name */
     o.tok_s = r->tokens_per_rep / r->med_s;
     o.tok_s_sd = o.tok_s * r->sd_s / r->med_s;
@@ -243,8 +249,13 @@ static bench_engine_row to_row(const result *r) {
 }
 
 void bench_engine_opts_init(bench_engine_opts *o) {
-    *o = (bench_engine_opts){
-        .p = 512, .n = 128, .depth = 128, .reps = 5, .batches = {1, 16, 64, 256}, .n_batches = 4};
+    *o = (bench_engine_opts){.p = 512,
+                             .n = 128,
+                             .depths = {128},
+                             .n_depths = 1,
+                             .reps = 5,
+                             .batches = {1, 16, 64, 256},
+                             .n_batches = 4};
 }
 
 static bench_engine_clocks report_clocks(const clocks *c, char *text, size_t cap) {
@@ -288,8 +299,9 @@ static void free_bench(bench *b) {
     free(b->feed);
 }
 
-/* The device's name and read bandwidth, and the bytes a step reads on it. */
-static lpx_status measure_floor(bench *b, bool cuda, int ordinal, char *gpu, size_t cap) {
+/* The device's name and read bandwidth, and the bytes a step reads on it (KV at kv). */
+static lpx_status measure_floor(bench *b, bool cuda, int ordinal, lpx_kv_dtype kv, char *gpu,
+                                size_t cap) {
     lpx_model_info info;
     LPX_TRY(lpx_model_info_get(b->m, &info));
     if (cuda) {
@@ -300,14 +312,13 @@ static lpx_status measure_floor(bench *b, bool cuda, int ordinal, char *gpu, siz
                  di.cc_minor, di.n_sms, di.driver_version / 1000, di.driver_version % 1000 / 10);
         LPX_TRY(lpx_cuda_read_bandwidth(ordinal, (size_t)2 << 30, 10, &b->bandwidth));
 #endif
-        /* The CUDA backend holds weights and KV cache in bf16. */
+        /* The CUDA backend holds the weights in bf16. */
         b->weight_bytes = 2.0 * matrix_params(&b->m->cfg);
-        b->kv_bytes_per_token = (double)lpx_kv_bytes_per_token(&b->m->cfg, 2);
     } else {
         b->bandwidth = host_bandwidth();
         b->weight_bytes = (double)info.decode_bytes_per_step;
-        b->kv_bytes_per_token = (double)lpx_kv_bytes_per_token(&b->m->cfg, sizeof(float));
     }
+    b->kv_bytes_per_token = (double)lpx_kv_bytes_per_token(&b->m->cfg, kv);
     return LPX_OK;
 }
 
@@ -324,7 +335,11 @@ static lpx_status run(const bench_engine_opts *o, lpx_model *m, bench_engine_res
     const lpx_backend_ops *ops = NULL;
     LPX_TRY(lpx_backend_select(device, &ops, &ordinal));
     const bool cuda = strcmp(ops->name, "cpu") != 0;
-    const int p = o->p, n = o->n, ctx = o->depth, reps = o->reps;
+    const int p = o->p, n = o->n, reps = o->reps;
+    int ctx = 1; /* the deepest depth */
+    for (int i = 0; i < o->n_depths; i++)
+        if (o->depths[i] > ctx) ctx = o->depths[i];
+    const lpx_kv_dtype kv = lpx_kv_dtype_resolve(ops, o->kv_dtype);
     bench b = {0};
     b.m = m;
     b.ops = ops;
@@ -345,20 +360,23 @@ static lpx_status run(const bench_engine_opts *o, lpx_model *m, bench_engine_res
                            .max_batch_tokens = max_tokens,
                            .max_seqs = maxB,
                            .tune = o->tune,
-                           .trace = o->trace};
+                           .trace = o->trace,
+                           .kv_dtype = kv};
     snprintf(r->gpu, sizeof r->gpu, "host CPU");
     lpx_telemetry *tel = NULL;
     clocks before, after;
-    result rs[BENCH_MAX_BATCHES + 1];
+    result rs[BENCH_MAX_ROWS];
     int nr = 0;
     lpx_status st = alloc_bench(&b, maxB, (size_t)(max_tokens > maxB ? max_tokens : maxB));
-    if (st == LPX_OK) st = measure_floor(&b, cuda, ordinal, r->gpu, sizeof r->gpu);
+    if (st == LPX_OK) st = measure_floor(&b, cuda, ordinal, kv, r->gpu, sizeof r->gpu);
     if (st == LPX_OK) st = ops->create(m, &bo, &b.be);
     if (st == LPX_OK && lpx_telemetry_open(0, &tel) != LPX_OK) tel = NULL;
     read_clocks(cuda ? tel : NULL, ordinal, &before);
     if (st == LPX_OK && p > 0) st = run_pp(&b, p, reps, &rs[nr++]);
-    for (int i = 0; st == LPX_OK && i < o->n_batches; i++)
-        st = run_decode(&b, o->batches[i], ctx, n, reps, max_tokens, &rs[nr++]);
+    for (int d = 0; d < o->n_depths; d++)
+        for (int i = 0; st == LPX_OK && i < o->n_batches; i++)
+            st = run_decode(&b, o->batches[i], o->depths[d], n, reps, max_tokens, o->n_depths > 1,
+                            &rs[nr++]);
     read_clocks(cuda ? tel : NULL, ordinal, &after);
     if (tel) lpx_telemetry_close(tel);
     free_bench(&b);
@@ -369,6 +387,10 @@ static lpx_status run(const bench_engine_opts *o, lpx_model *m, bench_engine_res
         r->rows[i].test = r->names[i];
     }
     r->n_rows = nr;
+    for (int d = 0; d < o->n_depths; d++) {
+        size_t at = strlen(r->depths);
+        snprintf(r->depths + at, sizeof r->depths - at, "%s%d", d ? "," : "", o->depths[d]);
+    }
     r->meta = (bench_engine_meta){
         .model = o->model,
         .decode = b.ahead             ? "ahead"
@@ -379,7 +401,8 @@ static lpx_status run(const bench_engine_opts *o, lpx_model *m, bench_engine_res
         .read_bandwidth = b.bandwidth,
         .p = p,
         .n = n,
-        .ctx = ctx,
+        .depths = r->depths,
+        .kv_dtype = lpx_kv_dtype_name(kv),
         .reps = reps,
         .before = report_clocks(&before, r->throttle_before, sizeof r->throttle_before),
         .after = report_clocks(&after, r->throttle_after, sizeof r->throttle_after),

@@ -12,27 +12,32 @@
 #include <stdint.h>
 
 #define BENCH_MAX_BATCHES 16
+#define BENCH_MAX_DEPTHS 8
+#define BENCH_MAX_ROWS (BENCH_MAX_BATCHES * BENCH_MAX_DEPTHS + 1)
 
 typedef struct bench_engine_opts {
     const char *model;
-    const char *device; /* "cpu", "cuda", "cuda:N"; NULL: cuda when a GPU is usable */
-    int32_t n_threads;  /* cpu; 0 = all cores */
-    int32_t p;          /* prompt tokens of the prefill test; 0: none */
-    int32_t n;          /* decode steps per test */
-    int32_t depth;      /* context before decoding starts */
-    int32_t reps;       /* timed repetitions, 1 to 64 */
+    const char *device;               /* "cpu", "cuda", "cuda:N"; NULL: cuda when a GPU is usable */
+    int32_t n_threads;                /* cpu; 0 = all cores */
+    int32_t p;                        /* prompt tokens of the prefill test; 0: none */
+    int32_t n;                        /* decode steps per test */
+    int32_t depths[BENCH_MAX_DEPTHS]; /* contexts before decoding starts: each decode test
+                                         runs at each (llama-bench's -d list) */
+    int32_t n_depths;
+    int32_t reps;                       /* timed repetitions, 1 to 64 */
     int32_t batches[BENCH_MAX_BATCHES]; /* decode batch sizes; 1 is the tg test */
     int32_t n_batches;
     int32_t step_ahead, device_sampling; /* 1 on, -1 off, 0 default (on) */
     const char *tune, *trace;            /* lpx_backend_opts' developer strings; may be NULL */
+    lpx_kv_dtype kv_dtype;               /* the KV cache's; auto: the backend's own */
 } bench_engine_opts;
 
 typedef struct bench_engine_result {
     bench_engine_meta meta; /* points into this result */
-    bench_engine_row rows[BENCH_MAX_BATCHES + 1];
+    bench_engine_row rows[BENCH_MAX_ROWS];
     int n_rows;
-    char names[BENCH_MAX_BATCHES + 1][32];
-    char gpu[512], throttle_before[128], throttle_after[128];
+    char names[BENCH_MAX_ROWS][32];
+    char gpu[512], throttle_before[128], throttle_after[128], depths[BENCH_MAX_DEPTHS * 8];
 } bench_engine_result;
 
 void bench_engine_opts_init(bench_engine_opts *o);

@@ -30,12 +30,14 @@ lpx_status bench_engine_write_html(const char *path, const bench_engine_meta *m,
     }
     double *sd = v + n, *pct = v + 2 * n, *bx = v + 3 * n, *by = v + 4 * n, *bms = v + 5 * n;
     size_t nd = 0;
+    int depth = -1; /* the over-B charts: decode tests at the first depth */
     for (size_t i = 0; i < n; i++) {
         labels[i] = rows[i].test;
         v[i] = rows[i].tok_s;
         sd[i] = rows[i].tok_s_sd;
         pct[i] = rows[i].pct_of_floor;
-        if (!rows[i].prefill) {
+        if (!rows[i].prefill && depth < 0) depth = rows[i].depth;
+        if (!rows[i].prefill && rows[i].depth == depth) {
             bx[nd] = rows[i].batch;
             by[nd] = rows[i].tok_s;
             bms[nd++] = rows[i].ms_per_step;
@@ -55,9 +57,9 @@ lpx_status bench_engine_write_html(const char *path, const bench_engine_meta *m,
     fprintf(f, "</code> (");
     bench_html_escape(f, m->gpu);
     fprintf(f,
-            "), read bandwidth %.1f GB/s; -p %d -n %d -c %d, median of %d repetitions after one "
-            "warm-up; decode steps: %s</p>\n",
-            m->read_bandwidth / 1e9, m->p, m->n, m->ctx, m->reps, m->decode);
+            "), read bandwidth %.1f GB/s; -p %d -n %d -d %s, KV cache %s, median of %d "
+            "repetitions after one warm-up; decode steps: %s</p>\n",
+            m->read_bandwidth / 1e9, m->p, m->n, m->depths, m->kv_dtype, m->reps, m->decode);
     if (m->throttled)
         fprintf(f, "<p class=\"warn\">THROTTLED during the run: these timings are not a "
                    "result.</p>\n");

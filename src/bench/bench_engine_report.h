@@ -13,8 +13,9 @@
 
 /* One test of the table, as lpx bench prints it. */
 typedef struct bench_engine_row {
-    const char *test; /* ppN, tgN, decode B=N */
+    const char *test; /* ppN, tgN, decode B=N; with several depths "... @ dN" */
     int batch;        /* sequences per step */
+    int depth;        /* context before the decode test (0: the prefill test) */
     bool prefill;     /* the ppN test (not a decode test) */
     double tok_s, tok_s_sd;
     double ms_per_step, floor_ms_per_step, pct_of_floor;
@@ -29,7 +30,9 @@ typedef struct bench_engine_clocks {
 typedef struct bench_engine_meta {
     const char *model, *device, *gpu;
     double read_bandwidth; /* bytes/s, measured at start: the floor's denominator */
-    int p, n, ctx, reps;   /* the command's -p, -n, -d, -r */
+    int p, n, reps;        /* the command's -p, -n, -r */
+    const char *depths;    /* its -d list: "128" or "128,4096,16384" */
+    const char *kv_dtype;  /* what the KV cache stored: "f32", "bf16", "fp8" */
     const char *decode;    /* how decode steps ran: "ahead", "waited" or "host_logits" */
     bench_engine_clocks before, after;
     bool throttled;

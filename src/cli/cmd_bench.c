@@ -11,7 +11,7 @@
 static void usage(FILE *f) {
     fprintf(
         f,
-        "usage: lpx bench -m MODEL [-p 512] [-n 128] [-d 128] [-b 1,16,64,256] [-r 5]\n"
+        "usage: lpx bench -m MODEL [-p 512] [-n 128] [-d 128,...] [-b 1,16,64,256] [-r 5]\n"
         "                 [-o md|json|csv] [--device cpu|cuda|cuda:N] [--report OUT.html]\n"
         "       lpx bench serve --url URL ...   (load generator for a server; see\n"
         "                                        lpx bench serve --help)\n\n"
@@ -27,7 +27,9 @@ static void usage(FILE *f) {
         "%s"
         "  -p N                    prompt tokens of the prefill test ppN, 0 to 65536 (0: skip)\n"
         "  -n N                    decode steps per test (tg and batched), 1 to 65536\n"
-        "  -d, --depth N           context before decoding starts, 1 to 65536 (default 128)\n"
+        "  -d, --depth LIST        contexts before decoding starts, up to 8 of 1 to 65536\n"
+        "                          (default 128); each decode test runs at each, a row\n"
+        "                          each (\"tg128 @ d4096\" when more than one)\n"
         "  -b LIST                 decode batch sizes; 1 is the tg test (default 1,16,64,256)\n"
         "  -r N                    timed repetitions, 1 to 64 (default 5)\n"
         "  -o md|json|csv          output format (default md)\n"
@@ -41,35 +43,38 @@ static void print_results(const char *fmt, const bench_engine_meta *m, const ben
                           int n) {
     if (!strcmp(fmt, "json")) {
         printf("{\"model\": \"%s\", \"device\": \"%s\", \"gpu\": \"%s\", "
-               "\"read_bandwidth_GBps\": %.1f, \"decode\": \"%s\", \"sm_mhz_before\": %d, "
+               "\"read_bandwidth_GBps\": %.1f, \"decode\": \"%s\", \"kv_cache_dtype\": \"%s\", "
+               "\"sm_mhz_before\": %d, "
                "\"sm_mhz_after\": %d, \"mem_mhz_before\": %d, \"mem_mhz_after\": %d, "
                "\"throttled\": %s, \"tests\": [",
-               m->model, m->device, m->gpu, m->read_bandwidth / 1e9, m->decode, m->before.sm_mhz,
-               m->after.sm_mhz, m->before.mem_mhz, m->after.mem_mhz,
+               m->model, m->device, m->gpu, m->read_bandwidth / 1e9, m->decode, m->kv_dtype,
+               m->before.sm_mhz, m->after.sm_mhz, m->before.mem_mhz, m->after.mem_mhz,
                m->throttled ? "true" : "false");
         for (int i = 0; i < n; i++) {
             const bench_engine_row *r = &rs[i];
-            printf("%s{\"test\": \"%s\", \"batch\": %d, \"tok_s\": %.2f, \"tok_s_sd\": %.2f, "
+            printf("%s{\"test\": \"%s\", \"batch\": %d, \"depth\": %d, \"tok_s\": %.2f, "
+                   "\"tok_s_sd\": %.2f, "
                    "\"ms_per_step\": %.4f, \"floor_ms_per_step\": %.4f, \"pct_of_floor\": %.1f}",
-                   i ? ", " : "", r->test, r->batch, r->tok_s, r->tok_s_sd, r->ms_per_step,
-                   r->floor_ms_per_step, r->pct_of_floor);
+                   i ? ", " : "", r->test, r->batch, r->depth, r->tok_s, r->tok_s_sd,
+                   r->ms_per_step, r->floor_ms_per_step, r->pct_of_floor);
         }
         printf("]}\n");
         return;
     }
     const bool csv = !strcmp(fmt, "csv");
     if (csv)
-        printf("test,batch,tok_s,tok_s_sd,ms_per_step,floor_ms_per_step,pct_of_floor\n");
+        printf("test,batch,tok_s,tok_s_sd,ms_per_step,floor_ms_per_step,pct_of_floor,depth\n");
     else
-        printf("model: %s\ndevice: %s (%s), read bandwidth %.1f GB/s; decode steps: %s\n\n"
+        printf("model: %s\ndevice: %s (%s), read bandwidth %.1f GB/s; decode steps: %s; KV "
+               "cache: %s\n\n"
                "| test | tok/s | ± sd | ms/step | floor ms/step | %% of floor |\n"
                "| --- | ---: | ---: | ---: | ---: | ---: |\n",
-               m->model, m->device, m->gpu, m->read_bandwidth / 1e9, m->decode);
+               m->model, m->device, m->gpu, m->read_bandwidth / 1e9, m->decode, m->kv_dtype);
     for (int i = 0; i < n; i++) {
         const bench_engine_row *r = &rs[i];
         if (csv)
-            printf("%s,%d,%.2f,%.2f,%.4f,%.4f,%.1f\n", r->test, r->batch, r->tok_s, r->tok_s_sd,
-                   r->ms_per_step, r->floor_ms_per_step, r->pct_of_floor);
+            printf("%s,%d,%.2f,%.2f,%.4f,%.4f,%.1f,%d\n", r->test, r->batch, r->tok_s, r->tok_s_sd,
+                   r->ms_per_step, r->floor_ms_per_step, r->pct_of_floor, r->depth);
         else
             printf("| %s | %.1f | %.1f | %.3f | %.3f | %.1f |\n", r->test, r->tok_s, r->tok_s_sd,
                    r->ms_per_step, r->floor_ms_per_step, r->pct_of_floor);
@@ -102,7 +107,8 @@ int cmd_bench(int argc, char **argv) {
     while (lpx_opts_next(&a)) {
         if (!lpx_engine_args_opt(&a, &ea) && !lpx_opts_i32(&a, "-p", 0, 65536, &o.p) &&
             !lpx_opts_i32(&a, "-n", 1, 65536, &o.n) &&
-            !lpx_opts_i32(&a, "-d|--depth", 1, 65536, &o.depth) &&
+            !lpx_opts_i32_list(&a, "-d|--depth", 1, 65536, o.depths, BENCH_MAX_DEPTHS,
+                               &o.n_depths) &&
             !lpx_opts_i32(&a, "-r", 1, 64, &o.reps) &&
             !lpx_opts_i32_list(&a, "-b", 1, 4096, o.batches, BENCH_MAX_BATCHES, &o.n_batches) &&
             !format_opt(&a, &fmt) && !lpx_opts_str(&a, "--report", &report))
@@ -115,6 +121,7 @@ int cmd_bench(int argc, char **argv) {
     o.n_threads = ea.eo.n_threads;
     o.step_ahead = ea.eo.step_ahead;
     o.device_sampling = ea.eo.device_sampling;
+    o.kv_dtype = ea.eo.kv_cache_dtype;
     lpx_cli_dev_env(o.device, &o.tune, &o.trace);
     bench_engine_result r;
     lpx_status st = bench_engine_run(&o, &r);

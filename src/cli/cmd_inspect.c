@@ -13,7 +13,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: lpx inspect MODEL [--json]\n\n"
                "Opens MODEL (a .gguf file or a Hugging Face model directory), validates it and\n"
                "prints its architecture, sizes, rope, parameters per dtype, weight bytes read\n"
-               "per decode step and KV-cache bytes per token.\n\n"
+               "per decode step and KV-cache bytes per token (bf16 and fp8).\n\n"
                "  -m, --model MODEL  the model (or give it as the first argument)\n"
                "  --json             print one JSON object instead of text\n"
                "  -h, --help         this help\n");
@@ -83,6 +83,7 @@ static bool print_json(const lpx_model *m, const lpx_model_info *in) {
     cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
     cJSON_AddNumberToObject(o, "decode_bytes_per_step", (double)in->decode_bytes_per_step);
     cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)in->kv_bytes_per_token);
+    cJSON_AddNumberToObject(o, "kv_bytes_per_token_fp8", (double)in->kv_bytes_per_token_fp8);
     cJSON_AddBoolToObject(o, "has_chat_template", in->has_chat_template);
     const lpx_tokenizer *tok = lpx_model_tokenizer(m);
     if (tok)
@@ -137,14 +138,15 @@ static void print_text(const lpx_model *m, const lpx_model_info *in) {
                    human((double)in->dtype_bytes[t], b1, sizeof b1));
     printf("\n");
     if (in->n_dequantized_at_load)
-        printf("converted at load   %d tensors\n",
-               in->n_dequantized_at_load);
+        printf("converted at load   %d tensors\n", in->n_dequantized_at_load);
     else
         printf("converted at load   none\n");
     printf("weight bytes        %s\n", human((double)in->weight_bytes, b1, sizeof b1));
     printf("bytes per decode    %s (one embedding row, all layers, lm_head)\n",
            human((double)in->decode_bytes_per_step, b1, sizeof b1));
-    printf("KV bytes per token  %s (bf16)\n", human((double)in->kv_bytes_per_token, b1, sizeof b1));
+    printf("KV bytes per token  %lld bf16, %lld fp8 (--kv-cache-dtype; cpu auto: f32, %lld)\n",
+           (long long)in->kv_bytes_per_token, (long long)in->kv_bytes_per_token_fp8,
+           (long long)in->kv_bytes_per_token * 2);
     printf("chat template       %s\n", in->has_chat_template ? "yes" : "no");
     const lpx_tokenizer *tok = lpx_model_tokenizer(m);
     if (tok)

@@ -32,6 +32,7 @@ static void usage(FILE *f) {
                "                        step (decode at depth), the ids before them in steps\n"
                "                        of --chunk (default all); the file holds N rows a sequence\n"
                "  --block-size N        KV block size in tokens (default 16)\n"
+               "  --kv-cache-dtype D    auto (default), bf16 or fp8 (lpx run --help)\n"
                "  -t, --threads N       CPU threads, 1 to 4096 (default: all cores)\n"
                "  -o, --output FILE     write the logits there (raw little-endian float32)\n"
                "  --greedy N            then generate N tokens greedily (all sequences batched);\n"
@@ -122,6 +123,7 @@ int cmd_logits(int argc, char **argv) {
     int32_t chunks[MAX_SEQS], n_chunks = 0;
     int32_t n_seqs = 0, n_greedy = 0, threads = 0, block_size = 16, tail = 0;
     bool timing = false;
+    lpx_kv_dtype kv = LPX_KV_AUTO;
     lpx_opts a = {.cmd = "logits", .argc = argc, .argv = argv};
     while (lpx_opts_next(&a)) {
         const char *ids;
@@ -138,6 +140,7 @@ int cmd_logits(int argc, char **argv) {
                    !lpx_opts_str(&a, "--device", &device) && !lpx_opts_str(&a, "--mode", &mode) &&
                    !lpx_opts_str(&a, "-o|--output", &out_path) &&
                    !lpx_opts_i32(&a, "--block-size", 1, 1000000, &block_size) &&
+                   !lpx_opts_kv_dtype(&a, &kv) &&
                    !lpx_opts_i32(&a, LPX_OPT_THREADS, 1, 4096, &threads) &&
                    !lpx_opts_i32(&a, "--greedy", 0, 1000000, &n_greedy) &&
                    !lpx_opts_i32(&a, "--tail", 1, INT32_MAX, &tail))
@@ -221,7 +224,8 @@ int cmd_logits(int argc, char **argv) {
                           .block_size = block_size,
                           .n_blocks = (int32_t)n_blocks,
                           .max_batch_tokens = (int32_t)max_step,
-                          .max_seqs = n_seqs};
+                          .max_seqs = n_seqs,
+                          .kv_dtype = kv};
     lpx_cli_dev_env(device, &o.tune, &o.trace);
     r.tokens = malloc((size_t)max_step * sizeof(int32_t));
     r.positions = malloc((size_t)max_step * sizeof(int32_t));

@@ -15,7 +15,7 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: lpx plan -m MODEL [--gpu auto|NAME|list] [--max-model-len L] [--context T]\n"
                "                [--batch B,...] [--gpu-memory-utilization U] [--bandwidth TB/s]\n"
-               "                [--memory GB] [--json]\n\n"
+               "                [--memory GB] [--kv-cache-dtype bf16|fp8] [--json]\n\n"
                "Weight bytes read per decode step, KV bytes per token, the bandwidth floor\n"
                "(ms/step and tok/s) at each batch size, and how many sequences fit in memory.\n"
                "Traffic is decimal (1 GB = 1e9 bytes, 1 TB/s = 1e12 bytes/s); memory sizes are\n"
@@ -31,6 +31,8 @@ static void usage(FILE *f) {
                "                      (default 1,16,64,256)\n"
                "  --gpu-memory-utilization U  share of GPU memory lpx may use, 0.01 to 1\n"
                "                      (default 0.9)\n"
+               "  --kv-cache-dtype D  the KV cache of the plan: bf16 (auto, default) or fp8;\n"
+               "                      the KV lines show both\n"
                "  --json              print the plan as JSON\n");
 }
 
@@ -121,9 +123,14 @@ static void print_text(const char *model, const lpx_model_info *mi, const lpx_pl
     decimal_bytes(m->weight_bytes, held, sizeof held);
     decimal_bytes(m->decode_bytes_per_step, read, sizeof read);
     printf("  weights      %s held, %s read per decode step\n", held, read);
-    printf("  KV cache     %lld bytes per token, %.3f GiB per sequence of %lld tokens\n",
-           (long long)m->kv_bytes_per_token, r->kv_bytes_per_seq / GIB,
-           (long long)p->max_model_len);
+    for (int d = 0; d < 2; d++)
+        if (r->kv[d].bytes_per_token)
+            printf("  KV %-4s      %lld bytes per token, %.3f GiB per sequence of %lld tokens: %lld "
+                   "fit (%lld KV tokens)%s\n",
+                   lpx_kv_dtype_name(r->kv[d].dtype), (long long)r->kv[d].bytes_per_token,
+                   r->kv[d].bytes_per_seq / GIB, (long long)p->max_model_len,
+                   (long long)r->kv[d].max_seqs, (long long)r->kv[d].max_tokens,
+                   r->kv[d].dtype == r->kv_dtype ? "  <- planned" : "");
     printf("  floor        batch 1, empty context: %.3f ms/token = %.0f tok/s\n", r->floor_ms,
            r->floor_tok_s);
     printf("  memory       %.0f%% of %.1f GiB = %.1f GiB; minus weights %.2f GiB and reserve %.2f "
@@ -135,8 +142,9 @@ static void print_text(const char *model, const lpx_model_info *mi, const lpx_pl
                (long long)r->max_seqs, (long long)p->max_model_len, (long long)r->max_tokens);
     else
         printf("  fits         NO: not even one sequence of %lld tokens (%lld KV tokens fit); "
-               "lower --max-model-len or use a GPU with more memory\n",
-               (long long)p->max_model_len, (long long)r->max_tokens);
+               "lower --max-model-len%s or use a GPU with more memory\n",
+               (long long)p->max_model_len, (long long)r->max_tokens,
+               r->kv_dtype == LPX_KV_FP8 ? "" : ", use an fp8 KV cache (--kv-cache-dtype fp8)");
     printf("\n  decode floor at %lld tokens of context per sequence:\n", (long long)p->context);
     printf("  %8s %10s %10s %12s %14s  %s\n", "batch", "GB/step", "ms/step", "tok/s", "tok/s/seq",
            "fits");
@@ -154,7 +162,16 @@ static int print_json(const char *model, const lpx_plan_model *m, const lpx_plan
     cJSON_AddStringToObject(o, "model", model);
     cJSON_AddNumberToObject(o, "weight_bytes", (double)m->weight_bytes);
     cJSON_AddNumberToObject(o, "decode_bytes_per_step", (double)m->decode_bytes_per_step);
-    cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)m->kv_bytes_per_token);
+    cJSON_AddStringToObject(o, "kv_cache_dtype", lpx_kv_dtype_name(r->kv_dtype));
+    cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)r->kv_bytes_per_token);
+    cJSON *kd = cJSON_AddObjectToObject(o, "kv_dtypes");
+    for (int d = 0; d < 2; d++) {
+        cJSON *k = cJSON_AddObjectToObject(kd, lpx_kv_dtype_name(r->kv[d].dtype));
+        cJSON_AddNumberToObject(k, "kv_bytes_per_token", (double)r->kv[d].bytes_per_token);
+        cJSON_AddNumberToObject(k, "kv_bytes_per_seq", (double)r->kv[d].bytes_per_seq);
+        cJSON_AddNumberToObject(k, "max_seqs", (double)r->kv[d].max_seqs);
+        cJSON_AddNumberToObject(k, "max_kv_tokens", (double)r->kv[d].max_tokens);
+    }
     cJSON *gj = cJSON_AddObjectToObject(o, "gpu");
     cJSON_AddStringToObject(gj, "name", g->name);
     cJSON_AddNumberToObject(gj, "memory_bytes", (double)g->mem_bytes);
@@ -211,6 +228,7 @@ int cmd_plan(int argc, char **argv) {
                  !lpx_opts_num(&a, "--memory", 1e-3, 1e6, &mem_gb) &&
                  !lpx_opts_int(&a, LPX_OPT_CTX, 1, INT32_MAX, &p.max_model_len) &&
                  !lpx_opts_int(&a, "--context", 0, INT32_MAX, &p.context) &&
+                 !lpx_opts_kv_dtype(&a, &p.kv_dtype) &&
                  !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1, &p.mem_utilization))
             lpx_opts_unknown(&a);
     }

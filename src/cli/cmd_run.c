@@ -183,6 +183,7 @@ int cmd_run(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "peak_rss_bytes", (double)es.peak_rss);
             cJSON_AddNumberToObject(o, "backend_memory_bytes", (double)es.backend_memory);
             cJSON_AddNumberToObject(o, "kv_cache_bytes", (double)es.kv_bytes);
+            cJSON_AddStringToObject(o, "kv_cache_dtype", es.kv_cache_dtype);
             cJSON_AddNumberToObject(o, "max_model_len", es.max_model_len);
             cJSON_AddNumberToObject(o, "seed", (double)g.req.sampling.seed);
             cJSON_AddStringToObject(o, "device", es.device);

@@ -13,6 +13,8 @@ const char lpx_backend_args_help[] =
     "  -m, --model PATH        model: .gguf file or Hugging Face directory (required)\n"
     "  --device DEV            cpu, cuda or cuda:N (default: cuda if usable, else cpu)\n"
     "  -t, --threads N         CPU threads, 1 to 4096 (default: all cores)\n"
+    "  --kv-cache-dtype D      KV cache: auto (bf16 on cuda, f32 on cpu), bf16 or fp8\n"
+    "                          (e4m3 + a scale per head, half of bf16; cpu only for now)\n"
     "  --no-step-ahead         wait for each decode step before queueing the next\n"
     "  --no-device-sampling    copy each decode step's logits to the host and sample there\n";
 
@@ -23,6 +25,8 @@ const char lpx_engine_args_help[] =
     "                          (also --max-model-len; default: the model's)\n"
     "  -t, --threads N         CPU threads, 1 to 4096 (default: all cores)\n"
     "  --kv-bytes N            KV cache budget in bytes (default: derived)\n"
+    "  --kv-cache-dtype D      KV cache: auto (bf16 on cuda, f32 on cpu), bf16 or fp8\n"
+    "                          (e4m3 + a scale per head, half of bf16; cpu only for now)\n"
     "  --no-prefix-caching     compute every prompt in full (default: reuse the cached KV\n"
     "                          blocks of earlier requests' prefixes; --enable-prefix-caching\n"
     "                          is accepted)\n"
@@ -63,6 +67,7 @@ bool lpx_engine_args_opt(lpx_opts *o, lpx_engine_args *e) {
     else if (!lpx_opts_str(o, LPX_OPT_MODEL, &e->model) &&
              !lpx_opts_str(o, "--device", &eo->device) &&
              !lpx_opts_i32(o, LPX_OPT_THREADS, 1, 4096, &eo->n_threads) &&
+             !lpx_opts_kv_dtype(o, &eo->kv_cache_dtype) &&
              /* the engine needs max_model_len > 1 */
              (e->backend_only ||
               (!lpx_opts_i32(o, LPX_OPT_CTX, 2, INT32_MAX, &eo->max_model_len) &&

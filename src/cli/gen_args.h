@@ -1,6 +1,7 @@
 /* The flags every command that runs a model shares, defined once:
  *   engine flags (run, chat, serve, batch, bench): model, device, threads, context size,
- *     KV budget, --no-prefix-caching, --no-step-ahead, --no-device-sampling;
+ *     KV budget, --kv-cache-dtype, --no-prefix-caching, --no-step-ahead,
+ *     --no-device-sampling;
  *   sampling flags (run, chat): max tokens, temperature and the rest of lpx_sampling_params,
  *     stop strings, --ignore-eos, --system.
  * Each matcher takes the argument at hand of an lpx_opts loop (opts.h) when it is one of
@@ -17,7 +18,8 @@
 
 typedef struct lpx_engine_args {
     const char *model;
-    lpx_engine_opts eo; /* device, max_model_len, n_threads, kv_cache_bytes, prefix_caching,
+    lpx_engine_opts eo; /* device, max_model_len, n_threads, kv_cache_bytes, kv_cache_dtype,
+                           prefix_caching,
                            step_ahead, device_sampling; dev_tune/dev_trace from
                            lpx_engine_args_env */
     bool backend_only;  /* bench: no engine, so no context size or KV budget */

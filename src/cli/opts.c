@@ -99,6 +99,13 @@ bool lpx_opts_arg(lpx_opts *o, const char **out) {
     return true;
 }
 
+bool lpx_opts_kv_dtype(lpx_opts *o, lpx_kv_dtype *out) {
+    const char *v;
+    if (!lpx_opts_str(o, "--kv-cache-dtype", &v)) return false;
+    return lpx_kv_dtype_parse(v, out) == LPX_OK ||
+           lpx_opts_bad(o, "auto, bf16 or fp8 (also bfloat16, fp8_e4m3)");
+}
+
 bool lpx_opts_bad(lpx_opts *o, const char *what) {
     lpx_cli_opt_bad(o->cmd, opt(o), o->argv[o->i], what);
     o->bad = true;

@@ -20,6 +20,8 @@
 #ifndef LPX_CLI_OPTS_H
 #define LPX_CLI_OPTS_H
 
+#include "lpx.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -56,6 +58,8 @@ bool lpx_opts_i32(lpx_opts *o, const char *name, int32_t lo, int32_t hi, int32_t
 /* "N,N,...": 1 to cap whole numbers in [lo, hi]. */
 bool lpx_opts_i32_list(lpx_opts *o, const char *name, int32_t lo, int32_t hi, int32_t *out,
                        int32_t cap, int32_t *n);
+/* --kv-cache-dtype auto|bf16|fp8 (lpx_kv_dtype_parse's names). */
+bool lpx_opts_kv_dtype(lpx_opts *o, lpx_kv_dtype *out);
 /* An argument that is not an option (no leading '-', or "-" alone). */
 bool lpx_opts_arg(lpx_opts *o, const char **out);
 /* After a matcher took a value its own rules refuse: prints "lpx CMD: OPT: expected WHAT

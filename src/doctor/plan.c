@@ -106,22 +106,41 @@ lpx_status lpx_plan_compute(const lpx_plan_model *m, const lpx_plan_gpu *g,
         p->mem_utilization > 1 || p->reserve_bytes < 0)
         return lpx_errorf(LPX_ERR_INVALID_ARG,
                           "need max_model_len >= 1, context >= 0, 0 < utilisation <= 1");
+    if (p->kv_dtype != LPX_KV_AUTO && p->kv_dtype != LPX_KV_BF16 && p->kv_dtype != LPX_KV_FP8)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "plan: KV dtype %s: expected bf16 or fp8",
+                          lpx_kv_dtype_name(p->kv_dtype));
+    const bool fp8 = p->kv_dtype == LPX_KV_FP8;
+    if (fp8 && m->kv_bytes_per_token_fp8 <= 0)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "plan: the model's fp8 KV bytes are not known");
+    out->kv_dtype = fp8 ? LPX_KV_FP8 : LPX_KV_BF16;
+    out->kv_bytes_per_token = fp8 ? m->kv_bytes_per_token_fp8 : m->kv_bytes_per_token;
+    const int64_t bpt = out->kv_bytes_per_token;
     out->floor_ms = (double)m->decode_bytes_per_step / g->bandwidth * 1e3;
     out->floor_tok_s = 1e3 / out->floor_ms;
     out->usable_bytes = (int64_t)((double)g->mem_bytes * p->mem_utilization);
-    if (!lpx_mul_i64(p->max_model_len, m->kv_bytes_per_token, &out->kv_bytes_per_seq))
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "max_model_len %lld x KV bytes overflows",
-                          (long long)p->max_model_len);
     out->kv_budget = out->usable_bytes - m->weight_bytes - p->reserve_bytes;
-    out->max_tokens = out->kv_budget > 0 ? out->kv_budget / m->kv_bytes_per_token : 0;
-    out->max_seqs = out->kv_budget > 0 ? out->kv_budget / out->kv_bytes_per_seq : 0;
+    const int64_t per_dtype[2] = {m->kv_bytes_per_token, m->kv_bytes_per_token_fp8};
+    for (int d = 0; d < 2; d++) {
+        lpx_plan_kv *k = &out->kv[d];
+        k->dtype = d ? LPX_KV_FP8 : LPX_KV_BF16;
+        k->bytes_per_token = per_dtype[d] > 0 ? per_dtype[d] : 0;
+        if (!k->bytes_per_token) continue;
+        if (!lpx_mul_i64(p->max_model_len, k->bytes_per_token, &k->bytes_per_seq))
+            return lpx_errorf(LPX_ERR_INVALID_ARG, "max_model_len %lld x KV bytes overflows",
+                              (long long)p->max_model_len);
+        k->max_tokens = out->kv_budget > 0 ? out->kv_budget / k->bytes_per_token : 0;
+        k->max_seqs = out->kv_budget > 0 ? out->kv_budget / k->bytes_per_seq : 0;
+    }
+    const lpx_plan_kv *at = &out->kv[fp8];
+    out->kv_bytes_per_seq = at->bytes_per_seq;
+    out->max_tokens = at->max_tokens;
+    out->max_seqs = at->max_seqs;
     out->fits = out->max_seqs >= 1;
     for (int i = 0; i < p->n_batches; i++) {
         lpx_plan_row *r = &out->rows[out->n_rows++];
         r->batch = p->batches[i];
         int64_t toks, kv;
-        if (!lpx_mul_i64(r->batch, p->context, &toks) ||
-            !lpx_mul_i64(toks, m->kv_bytes_per_token, &kv) ||
+        if (!lpx_mul_i64(r->batch, p->context, &toks) || !lpx_mul_i64(toks, bpt, &kv) ||
             !lpx_add_i64(kv, m->decode_bytes_per_step, &r->bytes_per_step))
             return lpx_errorf(LPX_ERR_INVALID_ARG, "batch %lld x context %lld overflows",
                               (long long)r->batch, (long long)p->context);

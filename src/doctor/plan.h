@@ -5,7 +5,9 @@
  *     bytes_per_step = decode_bytes_per_step + B * T * kv_bytes_per_token
  *     floor_ms       = bytes_per_step / bandwidth
  * and sequences of max_model_len tokens fit while
- *     weights + reserve + n * max_model_len * kv_bytes_per_token <= mem * utilisation. */
+ *     weights + reserve + n * max_model_len * kv_bytes_per_token <= mem * utilisation.
+ * kv_bytes_per_token is that of the KV dtype planned for (bf16 by default; fp8 about
+ * half); the plan also gives the memory side for each dtype (lpx_plan.kv). */
 #ifndef LPX_DOCTOR_PLAN_H
 #define LPX_DOCTOR_PLAN_H
 
@@ -16,9 +18,10 @@
 
 /* What plan needs of a model (lpx_model_info has all of it). */
 typedef struct lpx_plan_model {
-    int64_t weight_bytes;          /* held in GPU memory */
-    int64_t decode_bytes_per_step; /* read per decode step at batch 1 */
-    int64_t kv_bytes_per_token;    /* K and V of every layer */
+    int64_t weight_bytes;           /* held in GPU memory */
+    int64_t decode_bytes_per_step;  /* read per decode step at batch 1 */
+    int64_t kv_bytes_per_token;     /* K and V of every layer, bf16 */
+    int64_t kv_bytes_per_token_fp8; /* the same in fp8 with its scales; 0: unknown */
     int64_t max_position_embeddings;
 } lpx_plan_model;
 
@@ -58,7 +61,17 @@ typedef struct lpx_plan_params {
     int64_t reserve_bytes;  /* CUDA context, workspaces, activations (an estimate) */
     int64_t batches[LPX_PLAN_MAX_BATCHES];
     int n_batches;
+    lpx_kv_dtype kv_dtype; /* the KV cache planned for: bf16 (auto) or fp8 */
 } lpx_plan_params;
+
+/* The memory side of the plan at one KV dtype. */
+typedef struct lpx_plan_kv {
+    lpx_kv_dtype dtype;      /* LPX_KV_BF16 or LPX_KV_FP8 */
+    int64_t bytes_per_token; /* 0: not known for this model */
+    int64_t bytes_per_seq;   /* at max_model_len */
+    int64_t max_seqs;        /* sequences of max_model_len that fit in the KV budget */
+    int64_t max_tokens;      /* KV tokens that fit */
+} lpx_plan_kv;
 
 typedef struct lpx_plan_row {
     int64_t batch;
@@ -69,7 +82,9 @@ typedef struct lpx_plan_row {
 } lpx_plan_row;
 
 typedef struct lpx_plan {
-    double floor_ms; /* batch 1, empty context: weights alone */
+    lpx_kv_dtype kv_dtype;      /* the dtype of the figures below (params' auto: bf16) */
+    int64_t kv_bytes_per_token; /* at that dtype */
+    double floor_ms;            /* batch 1, empty context: weights alone */
     double floor_tok_s;
     int64_t usable_bytes;     /* mem_bytes * mem_utilization */
     int64_t kv_bytes_per_seq; /* at max_model_len */
@@ -79,6 +94,7 @@ typedef struct lpx_plan {
     bool fits;                /* weights + reserve + one full sequence */
     lpx_plan_row rows[LPX_PLAN_MAX_BATCHES];
     int n_rows;
+    lpx_plan_kv kv[2]; /* bf16, fp8: bytes per token and what fits in the same budget */
 } lpx_plan;
 
 void lpx_plan_params_default(lpx_plan_params *p);

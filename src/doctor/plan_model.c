@@ -16,6 +16,7 @@ lpx_status lpx_plan_model_load(const char *path, lpx_plan_model *out, lpx_model_
     out->weight_bytes = mi.weight_bytes;
     out->decode_bytes_per_step = mi.decode_bytes_per_step;
     out->kv_bytes_per_token = mi.kv_bytes_per_token;
+    out->kv_bytes_per_token_fp8 = mi.kv_bytes_per_token_fp8;
     out->max_position_embeddings = mi.max_position_embeddings;
     if (info) *info = mi;
     return LPX_OK;

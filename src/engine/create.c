@@ -23,8 +23,7 @@ void lpx_engine_opts_init(lpx_engine_opts *o) {
 #define LPX_CPU_KV_CAP ((int64_t)1 << 30)
 
 /* Device string to backend (lpx_backend_select); no device means cuda when
- * this build has it and a GPU answers, else cpu. KV element size: the CPU
- * backend keeps fp32, the CUDA backend bf16. */
+ * this build has it and a GPU answers, else cpu. */
 static lpx_status pick_device(const char *dev, lpx_engine_config *c) {
     if (!dev || !dev[0]) {
         dev = "cpu";
@@ -34,13 +33,10 @@ static lpx_status pick_device(const char *dev, lpx_engine_config *c) {
 #endif
     }
     LPX_TRY(lpx_backend_select(dev, &c->ops, &c->device));
-    c->kv_bytes_per_token = 4;
     snprintf(c->device_name, sizeof c->device_name, "cpu");
 #ifdef LPX_HAVE_CUDA
-    if (c->ops == &lpx_cuda_backend_ops) {
-        c->kv_bytes_per_token = 2;
+    if (c->ops == &lpx_cuda_backend_ops)
         snprintf(c->device_name, sizeof c->device_name, "cuda:%d", c->device);
-    }
 #endif
     return LPX_OK;
 }
@@ -108,6 +104,11 @@ lpx_status lpx_engine_create(const lpx_model *m, const lpx_engine_opts *opts, lp
                           "engine options: step_ahead %d, device_sampling %d, prefix_caching %d: "
                           "expected -1 (off), 0 (default) or 1 (on)",
                           o.step_ahead, o.device_sampling, o.prefix_caching);
+    if ((unsigned)o.kv_cache_dtype > LPX_KV_F32)
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "engine options: kv_cache_dtype %d: expected an "
+                          "lpx_kv_dtype (auto, bf16, fp8)",
+                          (int)o.kv_cache_dtype);
     lpx_engine_config c = {0};
     LPX_TRY(pick_device(o.device, &c));
     bool gpu = strcmp(c.device_name, "cpu") != 0;
@@ -135,7 +136,8 @@ lpx_status lpx_engine_create(const lpx_model *m, const lpx_engine_opts *opts, lp
     c.prefix_caching = o.prefix_caching >= 0;
     c.dev_tune = o.dev_tune;
     c.dev_trace = o.dev_trace;
-    c.kv_bytes_per_token = lpx_kv_bytes_per_token(&m->cfg, c.kv_bytes_per_token);
+    c.kv_dtype = lpx_kv_dtype_resolve(c.ops, o.kv_cache_dtype);
+    c.kv_bytes_per_token = lpx_kv_bytes_per_token(&m->cfg, c.kv_dtype);
     int64_t budget = o.kv_cache_bytes ? o.kv_cache_bytes : default_kv_budget(m, &o, &c);
     if (budget <= 0 && !o.kv_cache_bytes) /* default_kv_budget said why */
         return lpx_error_wrap(LPX_ERR_NOMEM, "engine on %s", c.device_name);

@@ -56,8 +56,8 @@ static void *alloc_array(size_t n, size_t elem, bool *ok) {
 
 /* The root of the prefix cache's hash chains: what else than the tokens makes
  * a block's K/V differ (the model: its file and every tensor's name, type and
- * size; the backend; the KV element size), so that no hash is shared across
- * them. */
+ * size; the backend; the KV dtype and its bytes per token), so that no hash is
+ * shared across them. */
 static uint64_t cache_seed(const lpx_model *m, const lpx_engine_config *c) {
     uint64_t h = lpx_kv_hash_bytes(0, m->path, strnlen(m->path, sizeof m->path));
     h = lpx_kv_hash_bytes(h, m->format, strnlen(m->format, sizeof m->format));
@@ -67,7 +67,7 @@ static uint64_t cache_seed(const lpx_model *m, const lpx_engine_config *c) {
         h = lpx_kv_hash_bytes(h, t->name, strnlen(t->name, sizeof t->name));
         h = lpx_kv_hash_bytes(h, desc, sizeof desc);
     }
-    int64_t kv[2] = {(int64_t)c->kv_bytes_per_token, c->block_size};
+    int64_t kv[3] = {(int64_t)c->kv_bytes_per_token, c->block_size, (int64_t)c->kv_dtype};
     h = lpx_kv_hash_bytes(h, c->ops->name, strlen(c->ops->name));
     return lpx_kv_hash_bytes(h, kv, sizeof kv);
 }
@@ -144,6 +144,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
             .max_seqs = c->max_num_seqs,
             .tune = c->dev_tune,
             .trace = c->dev_trace,
+            .kv_dtype = c->kv_dtype,
         };
         st = c->ops->create(m, &bo, &e->be);
         if (st != LPX_OK) lpx_error_wrap(st, "engine"); /* the backend names itself */
@@ -156,6 +157,9 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
     e->st.block_size = c->block_size;
     e->st.kv_blocks_total = c->n_blocks;
     e->st.kv_bytes = (int64_t)c->n_blocks * c->block_size * (int64_t)c->kv_bytes_per_token;
+    e->st.kv_bytes_per_token = (int64_t)c->kv_bytes_per_token;
+    snprintf(e->st.kv_cache_dtype, sizeof e->st.kv_cache_dtype, "%s",
+             lpx_kv_dtype_name(c->kv_dtype));
     e->st.max_model_len = c->max_model_len;
     e->st.max_num_seqs = c->max_num_seqs;
     e->st.max_num_batched_tokens = c->max_num_batched_tokens;
@@ -207,6 +211,36 @@ static uint64_t fresh_seed(uint64_t id) {
     return x ^ (x >> 29);
 }
 
+/* "1.23 GiB" or "45.6 MiB". */
+static void mem_text(double bytes, char *buf, size_t cap) {
+    if (bytes >= 1073741824.0)
+        snprintf(buf, cap, "%.2f GiB", bytes / 1073741824.0);
+    else
+        snprintf(buf, cap, "%.1f MiB", bytes / 1048576.0);
+}
+
+/* LPX_ERR_TOO_LONG for a request of `want` tokens (prompt n + max_tokens, or + 1)
+ * against a KV pool of pool_tokens: the memory it needs, the pool's, and what helps. */
+static lpx_status too_long_for_pool(const lpx_engine *e, size_t n, int32_t max_tokens, int64_t want,
+                                    int64_t pool_tokens) {
+    const double bpt = (double)e->cfg.kv_bytes_per_token;
+    char need[32], have[32], asked[40];
+    mem_text((double)want * bpt, need, sizeof need);
+    mem_text((double)pool_tokens * bpt, have, sizeof have);
+    if (max_tokens > 0)
+        snprintf(asked, sizeof asked, "max_tokens %d", max_tokens);
+    else
+        snprintf(asked, sizeof asked, "1 output token");
+    bool fp8 = e->cfg.kv_dtype == LPX_KV_FP8, cuda = strcmp(e->st.device, "cpu") != 0;
+    return lpx_errorf(LPX_ERR_TOO_LONG,
+                      "prompt of %zu tokens + %s is too long for the KV cache: it needs %s "
+                      "(%s, %.0f B/token) and the KV pool holds %s (%lld tokens): use %sa "
+                      "larger KV budget (--kv-bytes)%s",
+                      n, asked, need, lpx_kv_dtype_name(e->cfg.kv_dtype), bpt, have,
+                      (long long)pool_tokens, fp8 ? "" : "--kv-cache-dtype fp8, ",
+                      cuda ? " or more --gpu-memory-utilization" : "");
+}
+
 lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb cb, void *user,
                              uint64_t *id) {
     if (!e || !r || !cb || !id)
@@ -236,13 +270,16 @@ lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb c
     if (st == LPX_OK && (int64_t)n + 1 > e->cfg.max_model_len)
         st = lpx_errorf(LPX_ERR_TOO_LONG,
                         "prompt of %zu tokens is too long: max_model_len is %d (prompt + 1 "
-                        "output token must fit)",
-                        n, e->cfg.max_model_len);
-    if (st == LPX_OK && (int64_t)n + 1 > pool_tokens)
-        st = lpx_errorf(LPX_ERR_TOO_LONG,
-                        "prompt of %zu tokens is too long: the KV cache holds %lld tokens (prompt "
-                        "+ 1 output token must fit)",
-                        n, (long long)pool_tokens);
+                        "output token must fit; the model's own limit is %d positions)",
+                        n, e->cfg.max_model_len, e->model->cfg.max_position_embeddings);
+    /* The whole pool is the most one sequence can hold: a request that cannot fit
+     * it even alone fails now, with what it needs, and so does one whose max_tokens
+     * max_model_len allows but the pool does not (it could never finish); a
+     * max_tokens beyond max_model_len is cut there, so only prompt + 1 counts. */
+    int32_t asked = r->max_tokens;
+    if (asked <= 0 || (int64_t)n + asked > e->cfg.max_model_len) asked = -1;
+    int64_t want = (int64_t)n + (asked > 0 ? asked : 1);
+    if (st == LPX_OK && want > pool_tokens) st = too_long_for_pool(e, n, asked, want, pool_tokens);
     if (st != LPX_OK) {
         free(ids);
         return st;

@@ -21,6 +21,7 @@ typedef struct lpx_engine_config {
     int32_t max_model_len;
     int32_t block_size;
     int32_t n_blocks;
+    lpx_kv_dtype kv_dtype; /* resolved: never auto */
     size_t kv_bytes_per_token;
     bool step_ahead;      /* begin step N+1 before step N ends where the batch allows it */
     bool device_sampling; /* steps with sample (tokens back) when every row allows it */

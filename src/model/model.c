@@ -5,6 +5,7 @@
 
 #include "base/checked.h"
 #include "base/error.h"
+#include "format/kv_dtype.h"
 #include "tokenizer/tokenizer.h"
 
 #include <errno.h>
@@ -467,7 +468,10 @@ lpx_status lpx_model_info_get(const lpx_model *m, lpx_model_info *out) {
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             count(out, ts[i]);
     }
-    /* K and V of every layer at 2 bytes per element (the bf16 KV cache). */
-    out->kv_bytes_per_token = (int64_t)c->n_layers * 2 * c->n_kv_heads * c->head_dim * 2;
+    /* K and V of every layer in a bf16 KV cache and in an fp8 one. */
+    out->kv_bytes_per_token =
+        lpx_kv_token_bytes(c->n_layers, c->n_kv_heads, c->head_dim, LPX_KV_BF16);
+    out->kv_bytes_per_token_fp8 =
+        lpx_kv_token_bytes(c->n_layers, c->n_kv_heads, c->head_dim, LPX_KV_FP8);
     return LPX_OK;
 }

@@ -93,7 +93,8 @@ def test_engine_policy_flags_are_taken(lpx_bin, words):
 def test_bench_depth_and_threads(lpx_bin):
     for opt in ("-d", "--depth"):
         r = lpx(lpx_bin, "bench", "-m", "x", opt, "0")
-        assert r.stderr.startswith(f"lpx bench: {opt}: expected a whole number from 1 to 65536")
+        assert r.stderr.startswith(f"lpx bench: {opt}: expected a comma-separated list of at "
+                                   "most 8 whole numbers from 1 to 65536"), r.stderr
     r = lpx(lpx_bin, "bench", "-m", "x", "-c", "8")
     assert r.returncode == 2 and "unknown option '-c'" in r.stderr  # bench takes no context size
     for words in (["bench", "-m", "x"], ["logits", "-m", "x", "--ids", "1"]):

@@ -478,7 +478,18 @@ static void test_select(void) {
     lpx_status s = lpx_backend_select("cuda:1", &ops, &ord);
     CHECK(s == LPX_OK ? ord == 1 && ops != NULL : s == LPX_ERR_UNSUPPORTED);
     lpx_config c = {.n_layers = 30, .n_kv_heads = 3, .head_dim = 64};
-    CHECK(lpx_kv_bytes_per_token(&c, 4) == 30 * 2 * 3 * 64 * 4);
+    CHECK(lpx_kv_bytes_per_token(&c, LPX_KV_F32) == 30 * 2 * 3 * 64 * 4);
+    CHECK(lpx_kv_bytes_per_token(&c, LPX_KV_BF16) == 30 * 2 * 3 * 64 * 2);
+    CHECK(lpx_kv_bytes_per_token(&c, LPX_KV_AUTO) == 30 * 2 * 3 * 64 * 2);
+    CHECK(lpx_kv_bytes_per_token(&c, LPX_KV_FP8) == 30 * 2 * 3 * (64 + 4));
+    CHECK(lpx_kv_dtype_resolve(&lpx_cpu_backend_ops, LPX_KV_AUTO) == LPX_KV_F32);
+    CHECK(lpx_kv_dtype_resolve(&lpx_cpu_backend_ops, LPX_KV_FP8) == LPX_KV_FP8);
+    lpx_kv_dtype d;
+    CHECK(lpx_kv_dtype_parse("fp8_e4m3", &d) == LPX_OK && d == LPX_KV_FP8);
+    CHECK(lpx_kv_dtype_parse("bf16", &d) == LPX_OK && d == LPX_KV_BF16);
+    CHECK(lpx_kv_dtype_parse("auto", &d) == LPX_OK && d == LPX_KV_AUTO);
+    CHECK(lpx_kv_dtype_parse("f32", &d) == LPX_ERR_INVALID_ARG);
+    CHECK(strstr(lpx_last_error(), "expected auto, bf16 or fp8") != NULL);
 }
 
 int main(void) {

@@ -251,7 +251,7 @@ static void faults(const lpx_model *m, const req *reqs, const ctx *ref, int at_b
                              .max_model_len = 128,
                              .block_size = 16,
                              .n_blocks = 64,
-                             .kv_bytes_per_token = lpx_kv_bytes_per_token(&m->cfg, 4),
+                             .kv_bytes_per_token = lpx_kv_bytes_per_token(&m->cfg, LPX_KV_F32),
                              .step_ahead = true,
                              .device_sampling = true};
     snprintf(cfg.device_name, sizeof cfg.device_name, "cpu");
@@ -408,7 +408,7 @@ int main(void) {
         {.prompt = 2, .sp = hot, .max_tokens = 8, .stop_id = -1, .ignore_eos = true},
         {.prompt = 3, .sp = greedy, .max_tokens = 8, .stop_id = -1, .ignore_eos = true},
     };
-    int64_t bpt = (int64_t)lpx_kv_bytes_per_token(&m->cfg, 4);
+    int64_t bpt = (int64_t)lpx_kv_bytes_per_token(&m->cfg, LPX_KV_F32);
     compare(m, "tight pool", tight, 4, 6 * 4 * bpt, false);
     {
         static ctx t;

@@ -119,7 +119,8 @@ int main(void) {
     /* A KV pool of 6 blocks of 4 tokens for 8 sequences of 100 tokens in all:
      * preemption and recompute, the same tokens. */
     /* KV elements: fp32 on the CPU backend, bf16 on CUDA. */
-    int64_t bpt = (int64_t)lpx_kv_bytes_per_token(&m->cfg, strcmp(device, "cpu") ? 2 : 4);
+    int64_t bpt =
+        (int64_t)lpx_kv_bytes_per_token(&m->cfg, strcmp(device, "cpu") ? LPX_KV_BF16 : LPX_KV_F32);
     run(m, 0, N_PROMPTS, 6 * 4 * bpt, NULL, GEN, tight, &pre);
     printf("preemptions with a 24-token KV pool: %lld\n", (long long)pre);
     CHECK(pre > 0);

@@ -177,7 +177,8 @@ int main(void) {
     /* A pool of TIGHT blocks of 4 tokens for 3 sequences of up to 78 tokens:
      * preemptions, evictions (what was evicted is computed again: fewer hits
      * than with room for everything), recompute; the same tokens. */
-    int64_t bpt = (int64_t)lpx_kv_bytes_per_token(&m->cfg, strcmp(device, "cpu") ? 2 : 4);
+    int64_t bpt =
+        (int64_t)lpx_kv_bytes_per_token(&m->cfg, strcmp(device, "cpu") ? LPX_KV_BF16 : LPX_KV_F32);
     lpx_engine_stats s_tight = run(m, true, TIGHT * 4 * bpt, 4, NULL, order, N_REQ, false, tight);
     printf("%d-block pool: %lld preemptions, %lld of %lld tokens from the cache, %d cached "
            "at the end\n",

@@ -4,15 +4,13 @@
  * integer dot products against activations quantized to int8 per block of 32
  * (cpu_qdot.h; the kernels, AVX2 or plain C, picked per instance at create),
  * plain F32/F16/BF16 weights are dequantized a row at a time; everything else
- * is fp32, with a paged fp32 KV cache and a thread pool that splits every
- * product over its output rows and attention over (token, head).
- *
- * KV memory: n_blocks contiguous blocks; block b holds, for every layer, K then V
- * of its block_size slots:
- *   kv[b][layer][0 = K, 1 = V][slot][kv_head][head_dim]
- * so copy_block is one memcpy and a layer's keys of one block are contiguous. */
+ * is fp32, with a paged KV cache (fp32 by default, bf16 or fp8 on request: cpu_kv.h,
+ * which has its layout) and a thread pool that splits every product over its output
+ * rows and attention over (token, head). Attention reads bf16/fp8 keys and values
+ * decoded to fp32, then runs the same fp32 arithmetic in the same order. */
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_kv.h"
 #include "base/checked.h"
 #include "base/error.h"
 #include "base/threadpool.h"
@@ -38,10 +36,10 @@ typedef struct cpu_backend {
     cpu_matmul_env env;    /* pool, kernels and scratch of every product */
     int64_t q_dim, kv_dim; /* n_heads * head_dim, n_kv_heads * head_dim */
     int64_t ctx_cap;       /* n_blocks * block_size: the longest possible context */
-    int64_t block_floats;  /* floats in one KV block */
     size_t bytes;          /* weights + everything allocated here */
 
-    float *kv;              /* [n_blocks][n_layers][2][block_size][n_kv_heads][head_dim] */
+    cpu_kv kv;              /* the KV cache (cpu_kv.h) */
+    float *kv_rows;         /* [n_threads][head_dim] a K or V head decoded (bf16, fp8) */
     float *vec_store;       /* 1-D weights converted to float */
     cpu_layer_vecs *layers; /* [n_layers], pointers into vec_store */
     const float *out_norm;  /* (d_model) */
@@ -206,7 +204,8 @@ static void cpu_destroy(lpx_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     if (!b) return;
     lpx_threadpool_destroy(b->pool);
-    free(b->kv);
+    cpu_kv_free(&b->kv);
+    free(b->kv_rows);
     free(b->vec_store);
     free(b->layers);
     free(b->inv_freq);
@@ -243,12 +242,8 @@ static lpx_status cpu_create_into(cpu_backend *b, const lpx_model *m) {
     b->q_dim = (int64_t)c->n_heads * hd;
     b->kv_dim = (int64_t)c->n_kv_heads * hd;
     b->ctx_cap = (int64_t)o->n_blocks * o->block_size;
-    b->block_floats = L * 2 * o->block_size * b->kv_dim;
-    int64_t kv_floats;
-    if (!lpx_mul_i64(b->block_floats, o->n_blocks, &kv_floats))
-        return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: KV cache of %d blocks overflows",
-                          o->n_blocks);
-    LPX_TRY(alloc_floats(b, &b->kv, kv_floats, "KV cache"));
+    LPX_TRY(cpu_kv_init(&b->kv, c, o->kv_dtype, o->n_blocks, o->block_size));
+    b->bytes += b->kv.bytes;
 
     /* 1-D weights: per layer 2 norms, up to 3 biases and 2 q/k norms; out_norm. */
     int64_t per_layer = 2 * d + b->q_dim + 2 * b->kv_dim + 2 * hd;
@@ -297,6 +292,7 @@ static lpx_status cpu_create_into(cpu_backend *b, const lpx_model *m) {
     if (!lpx_mul_i64(b->ctx_cap, b->n_threads, &score_floats))
         return lpx_errorf(LPX_ERR_NOMEM, "cpu backend: attention scratch overflows");
     LPX_TRY(alloc_floats(b, &b->scores, score_floats, "attention scratch"));
+    LPX_TRY(alloc_floats(b, &b->kv_rows, b->n_threads * hd, "attention scratch"));
     b->tok_seq = calloc((size_t)T, sizeof *b->tok_seq);
     b->ahead_tokens[0] = calloc((size_t)T, sizeof(int32_t));
     b->ahead_tokens[1] = calloc((size_t)T, sizeof(int32_t));
@@ -417,13 +413,6 @@ static lpx_status check_batch(const cpu_backend *b, const lpx_batch *bt) {
     return LPX_OK;
 }
 
-/* K (which = 0) or V (1) of one token slot of one layer: [n_kv_heads][head_dim]. */
-static float *kv_slot(const cpu_backend *b, int32_t block, int layer, int which, int64_t slot) {
-    int64_t bs = b->base.opts.block_size;
-    return b->kv + block * b->block_floats + ((int64_t)layer * 2 + which) * bs * b->kv_dim +
-           slot * b->kv_dim;
-}
-
 typedef struct attn_ctx {
     cpu_backend *b;
     const lpx_batch *bt;
@@ -442,6 +431,7 @@ static void attention_items(void *arg, int64_t begin, int64_t end, int thread) {
     const int group = c->n_heads / c->n_kv_heads;
     const float scale = 1.0f / sqrtf((float)hd);
     float *scores = b->scores + (int64_t)thread * b->ctx_cap;
+    float *row = b->kv_rows + (int64_t)thread * hd; /* (head_dim) */
     for (int64_t it = begin; it < end; it++) {
         int64_t t = it / c->n_heads;
         int h = (int)(it % c->n_heads), kvh = h / group;
@@ -453,7 +443,7 @@ static void attention_items(void *arg, int64_t begin, int64_t end, int thread) {
         float *out = b->xb + t * b->q_dim + h * hd;    /* (head_dim) */
         float mx = -INFINITY;
         for (int64_t j = lo; j <= pos; j++) {
-            const float *k = kv_slot(b, table[j / bs], a->layer, 0, j % bs) + kvh * hd;
+            const float *k = cpu_kv_read(&b->kv, table[j / bs], a->layer, 0, j % bs, kvh, row);
             float s = cpu_dot(q, k, hd) * scale;
             scores[j - lo] = s;
             if (s > mx) mx = s;
@@ -467,7 +457,7 @@ static void attention_items(void *arg, int64_t begin, int64_t end, int thread) {
         memset(out, 0, (size_t)hd * sizeof *out);
         float inv = 1.0f / sum;
         for (int64_t j = lo; j <= pos; j++) {
-            const float *v = kv_slot(b, table[j / bs], a->layer, 1, j % bs) + kvh * hd;
+            const float *v = cpu_kv_read(&b->kv, table[j / bs], a->layer, 1, j % bs, kvh, row);
             cpu_axpy(out, scores[j - lo] * inv, v, hd);
         }
     }
@@ -509,9 +499,8 @@ static void layer_forward(cpu_backend *b, const lpx_batch *bt, int l) {
          * each token attending only up to its own position. */
         const int32_t *table = bt->block_table + (int64_t)b->tok_seq[t] * bt->max_blocks;
         int64_t pos = bt->positions[t];
-        size_t row = (size_t)b->kv_dim * sizeof(float);
-        memcpy(kv_slot(b, table[pos / bs], l, 0, pos % bs), b->k + t * b->kv_dim, row);
-        memcpy(kv_slot(b, table[pos / bs], l, 1, pos % bs), b->v + t * b->kv_dim, row);
+        cpu_kv_write(&b->kv, table[pos / bs], l, 0, pos % bs, b->k + t * b->kv_dim, b->kv_rows);
+        cpu_kv_write(&b->kv, table[pos / bs], l, 1, pos % bs, b->v + t * b->kv_dim, b->kv_rows);
     }
 
     attn_ctx a = {b, bt, l};
@@ -587,9 +576,9 @@ static lpx_status forward_sample(lpx_backend *base, const lpx_batch *bt, const l
     for (int32_t i = 0; i < bt->n_logits; i++) {
         const lpx_sample_row *r = &sb->rows[i];
         const bool pen = lpx_sampling_penalized(&r->p);
-        tokens[i] = lpx_sample(&b->sampler, &r->p, r->seed, r->index,
-                               b->sample_logits + (size_t)i * V, pen ? sb->seen + r->seen_start : NULL,
-                               pen ? r->n_seen : 0, NULL, NULL);
+        tokens[i] =
+            lpx_sample(&b->sampler, &r->p, r->seed, r->index, b->sample_logits + (size_t)i * V,
+                       pen ? sb->seen + r->seen_start : NULL, pen ? r->n_seen : 0, NULL, NULL);
     }
     return LPX_OK;
 }
@@ -680,9 +669,7 @@ static lpx_status cpu_copy_block(lpx_backend *base, int32_t src, int32_t dst) {
     if (src < 0 || dst < 0 || src >= base->opts.n_blocks || dst >= base->opts.n_blocks)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "cpu backend: copy block %d to %d of %d", src, dst,
                           base->opts.n_blocks);
-    if (src != dst)
-        memcpy(b->kv + dst * b->block_floats, b->kv + src * b->block_floats,
-               (size_t)b->block_floats * sizeof(float));
+    cpu_kv_copy_block(&b->kv, src, dst);
     return LPX_OK;
 }
 

@@ -890,6 +890,9 @@ static lpx_status gather_facts(const qa_plan *qa, const cudaDeviceProp *prop, in
 static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const lpx_backend_opts *o) {
     const lpx_config *c = &m->cfg;
     LPX_TRY(check_config(c));
+    if (o->kv_dtype != LPX_KV_AUTO && o->kv_dtype != LPX_KV_BF16)
+        return lpx_errorf(LPX_ERR_UNSUPPORTED, "cuda: --kv-cache-dtype %s is not supported on the "
+                          "CUDA backend yet (bf16 is)", lpx_kv_dtype_name(o->kv_dtype));
     cudaDeviceProp prop;
     LPX_TRY(pick_device(o->device, &prop));
     b->device = o->device;
