@@ -28,9 +28,10 @@ static void usage(FILE *f) {
                "  --mode MODE           prefill: all ids in one step (default);\n"
                "                        decode: one id per step through the KV cache\n"
                "  --chunk N[,N...]      ids per step for each sequence (overrides --mode)\n"
-               "  --tail N              only each sequence's last N positions: fed one id a\n"
-               "                        step (decode at depth), the ids before them in steps\n"
-               "                        of --chunk (default all); the file holds N rows a sequence\n"
+               "  --tail N              write only each sequence's last N positions (N rows a\n"
+               "                        sequence); with --mode decode they are fed one id a step\n"
+               "                        (decode at depth), the ids before them in steps of\n"
+               "                        --chunk (default all)\n"
                "  --block-size N        KV block size in tokens (default 16)\n"
                "  --kv-cache-dtype D    auto (default), bf16 or fp8 (lpx run --help)\n"
                "  -t, --threads N       CPU threads, 1 to 4096 (default: all cores)\n"
@@ -55,7 +56,8 @@ static double now_s(clockid_t clock) {
 typedef struct seq {
     int32_t *ids; /* prompt ids, then generated ones: [n_ids + n_greedy] */
     int32_t n_ids, chunk, done, *blocks;
-    int32_t keep; /* first position whose logits are kept, and fed one a step (--tail) */
+    int32_t keep; /* first position whose logits are kept (--tail); with --mode decode
+                     those are fed one a step */
     bool tail;
     int32_t fed;  /* ids the last step fed */
 } seq;
@@ -78,7 +80,7 @@ static lpx_status step(run *r, int32_t upto_greedy, int32_t *n_fed) {
         int32_t end = q->n_ids + upto_greedy, take = end - q->done;
         q->fed = 0;
         if (take <= 0) continue;
-        /* --tail: the ids before keep in chunks, those from it one a step */
+        /* --tail with --mode decode: the ids before keep in chunks, those from it one a step */
         const int32_t most = q->tail && q->done >= q->keep ? 1 : q->chunk;
         if (q->done < q->keep && take > q->keep - q->done) take = q->keep - q->done;
         if (take > most) take = most;
@@ -190,8 +192,8 @@ int cmd_logits(int argc, char **argv) {
                    : !strcmp(mode, "decode") ? 1
                                              : q->n_ids;
         q->keep = tail && tail < q->n_ids ? q->n_ids - tail : 0;
-        q->tail = tail > 0;
-        if (tail && !n_chunks) q->chunk = q->n_ids;
+        q->tail = tail > 0 && !strcmp(mode, "decode");
+        if (q->tail && !n_chunks) q->chunk = q->n_ids;
         total_ids += q->n_ids;
         max_step += q->chunk < q->n_ids ? q->chunk : q->n_ids;
     }
@@ -233,8 +235,9 @@ int cmd_logits(int argc, char **argv) {
     r.seq_start = malloc(((size_t)n_seqs + 1) * sizeof(int32_t));
     r.seq_len = malloc((size_t)n_seqs * sizeof(int32_t));
     r.table = malloc((size_t)n_blocks * sizeof(int32_t));
-    /* --tail: a step keeps one row a sequence at most */
-    r.logits = malloc((size_t)(tail ? n_seqs : max_step) * (size_t)r.vocab * sizeof(float));
+    /* --tail with --mode decode: a step keeps one row a sequence at most */
+    r.logits = malloc((size_t)(tail && !strcmp(mode, "decode") ? n_seqs : max_step) *
+                      (size_t)r.vocab * sizeof(float));
     if (!r.tokens || !r.positions || !r.rows || !r.seq_start || !r.seq_len || !r.table || !r.logits)
         goto oom;
     if (ops->create(m, &o, &r.b) != LPX_OK) {

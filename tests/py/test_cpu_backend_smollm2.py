@@ -86,9 +86,10 @@ def test_greedy_matches_transformers(lpx_bin, smollm2, kernels):
 
 
 def test_logits_tail_decodes_at_depth(lpx_bin, smollm2, tmp_path):
-    """--tail N: the last N positions fed one id a step after the rest in chunks (a
-    decode at depth) give the logits of the same positions of a whole prefill, in a
-    file of N rows a sequence (exact kernels: the paths agree to float32 rounding)."""
+    """--tail N: the last N positions, fed one id a step after the rest in chunks
+    (--mode decode: a decode at depth) or in chunks, give the logits of the same
+    positions of a whole prefill, in a file of N rows a sequence (exact kernels: the
+    paths agree to float32 rounding)."""
     ids = [(i * 7919 + 13) % 49152 for i in range(300)]
     other = ids[:77]
     full, tail = tmp_path / "full.f32", tmp_path / "tail.f32"
@@ -97,12 +98,13 @@ def test_logits_tail_decodes_at_depth(lpx_bin, smollm2, tmp_path):
             "--ids", ",".join(map(str, other))]
     r = subprocess.run(base + ["-o", str(full)], capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run(base + ["--chunk", "64", "--tail", "5", "-o", str(tail)],
-                       capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stderr
     f = np.fromfile(full, dtype="<f4").reshape(300 + 77, -1)
-    t = np.fromfile(tail, dtype="<f4").reshape(10, -1)
     want = np.concatenate([f[295:300], f[300 + 72:]])
-    err = np.abs(t - want).max() / np.abs(want).max()
-    assert err < 1e-4, f"tail vs whole prefill: max rel error {err:.3g}"
-    assert (t.argmax(1) == want.argmax(1)).all()
+    for extra in (["--mode", "decode"], []):  # decode at depth, and prefill in chunks
+        r = subprocess.run(base + ["--chunk", "64", "--tail", "5", "-o", str(tail)] + extra,
+                           capture_output=True, text=True, env=env)
+        assert r.returncode == 0, r.stderr
+        t = np.fromfile(tail, dtype="<f4").reshape(10, -1)
+        err = np.abs(t - want).max() / np.abs(want).max()
+        assert err < 1e-4, f"tail {extra} vs whole prefill: max rel error {err:.3g}"
+        assert (t.argmax(1) == want.argmax(1)).all()
