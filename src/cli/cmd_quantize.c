@@ -62,9 +62,10 @@ int cmd_quantize(int argc, char **argv) {
     for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++)
         signal(sigs[i], on_signal);
     lpx_quantize_result r;
-    if (lpx_quantize_model(in, out, &o, &r) != LPX_OK) {
+    lpx_status s = lpx_quantize_model(in, out, &o, &r);
+    if (s != LPX_OK) {
         fprintf(stderr, "lpx quantize: %s\n", lpx_last_error());
-        return 1;
+        return s == LPX_ERR_INVALID_ARG ? 2 : 1;
     }
     fprintf(stderr, "lpx quantize: %lld tensors, %.2f MiB -> %.2f MiB (%s)\n",
             (long long)r.n_tensors, (double)r.bytes_in / 1048576, (double)r.bytes_out / 1048576,
