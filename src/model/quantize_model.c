@@ -9,6 +9,7 @@
 #include "format/ggml.h"
 #include "format/gguf_write.h"
 #include "format/quantize.h"
+#include "model/hf_gguf_tokenizer.h"
 #include "model/loader.h"
 
 #include <math.h>
@@ -321,6 +322,13 @@ static lpx_status write_all(job *j, lpx_gguf_writer *w, lpx_threadpool *pool,
     } else {
         const lpx_arch_info *ai = lpx_arch_get(m->cfg.arch);
         hf_metadata(w, m, ai->gguf_arch ? ai->gguf_arch : "llama");
+        char why[160], msg[256];
+        LPX_TRY(lpx_hf_tokenizer_gguf(m->path, m->cfg.vocab_size, w, why, sizeof why));
+        if (*why) {
+            snprintf(msg, sizeof msg, "%s: the file gets no tokenizer (runs on token ids only)",
+                     why);
+            warn(j, msg);
+        }
     }
     lpx_gguf_kv_u32(w, "general.file_type", j->k->file_type);
     lpx_gguf_kv_u32(w, "general.quantization_version", 2);

@@ -214,3 +214,48 @@ def test_refusals(lpx_bin, smollm2, tmp_path):
     assert r.returncode == 1, r.stderr
     assert "blk.1.ffn_up.weight" in r.stderr and "row 3, column 5" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad", "o.gguf"]
+
+
+@pytest.mark.parametrize("tok,model", [("smollm2", "llama"), ("qwen3", "qwen3")])
+def test_hf_tokenizer_carried_over(lpx_bin, tmp_path, tok, model):
+    """A directory's byte-level BPE tokenizer becomes tokenizer.ggml.* keys that give the
+    same ids (on the tokenizer corpus) as the directory's tokenizer.json, with the tokens
+    and merges of that file; a tiny model of the family carries it (its embedding padded
+    to the vocabulary)."""
+    import lzma
+    src_tok = ROOT / "tests/fixtures/tokenizer" / tok
+    tj = json.loads(lzma.open(src_tok / "tokenizer.json.xz").read())
+    vocab = 151936 if tok == "qwen3" else 49152
+    d = tmp_path / "dir"
+    d.mkdir()
+    cfg = json.loads((ROOT / "tests/fixtures/models" / model / "config.json").read_text())
+    cfg.update(vocab_size=vocab, tie_word_embeddings=True)
+    (d / "config.json").write_text(json.dumps(cfg))
+    (d / "tokenizer.json").write_text(json.dumps(tj))
+    (d / "tokenizer_config.json").write_bytes((src_tok / "tokenizer_config.json").read_bytes())
+    ts = load_file(ROOT / "tests/fixtures/models" / model / "model.safetensors")
+    ts.pop("lm_head.weight", None)
+    rng = np.random.default_rng(0)
+    ts["model.embed_tokens.weight"] = (0.02 * rng.standard_normal((vocab, cfg["hidden_size"]))
+                                       ).astype(np.float32)
+    save_file(ts, d / "model.safetensors")
+    out = tmp_path / "t.gguf"
+    r = run_quantize(lpx_bin, d, out, "q8_0")
+    assert r.returncode == 0 and "warning" not in r.stderr, r.stderr
+    rd = gguf.GGUFReader(out)
+    tokens = rd.fields["tokenizer.ggml.tokens"]
+    texts = [bytes(tokens.parts[i]).decode() for i in tokens.data]
+    by_id = {i: t for t, i in tj["model"]["vocab"].items()}
+    by_id.update({a["id"]: a["content"] for a in tj["added_tokens"]})
+    assert texts == [by_id.get(i, f"[PAD{i}]") for i in range(vocab)]
+    merges = rd.fields["tokenizer.ggml.merges"]
+    got = [bytes(merges.parts[i]).decode() for i in merges.data]
+    assert got == [m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]]
+    assert field(rd, "tokenizer.ggml.pre") == ("qwen2" if tok == "qwen3" else "gpt-2")
+    corpus = ROOT / "tests/fixtures/tokenizer/corpus.jsonl"
+    want = subprocess.run([lpx_bin, "tokenize", "-m", str(d), "--jsonl", str(corpus)],
+                          capture_output=True, text=True, timeout=300)
+    have = subprocess.run([lpx_bin, "tokenize", "-m", str(out), "--jsonl", str(corpus)],
+                          capture_output=True, text=True, timeout=300)
+    assert want.returncode == 0 and have.returncode == 0, (want.stderr, have.stderr)
+    assert have.stdout == want.stdout and len(want.stdout.splitlines()) > 2000
