@@ -323,6 +323,13 @@ static lpx_status write_all(job *j, lpx_gguf_writer *w, lpx_threadpool *pool,
         const lpx_arch_info *ai = lpx_arch_get(m->cfg.arch);
         hf_metadata(w, m, ai->gguf_arch ? ai->gguf_arch : "llama");
         char why[160], msg[256];
+        if (m->cfg.sliding_window > 0 && m->cfg.sliding_window < m->cfg.max_position_embeddings) {
+            snprintf(msg, sizeof msg,
+                     "sliding_window %d has no llama.cpp key: the file attends over the whole "
+                     "context",
+                     m->cfg.sliding_window);
+            warn(j, msg);
+        }
         LPX_TRY(lpx_hf_tokenizer_gguf(m->path, m->cfg.vocab_size, w, why, sizeof why));
         if (*why) {
             snprintf(msg, sizeof msg, "%s: the file gets no tokenizer (runs on token ids only)",
