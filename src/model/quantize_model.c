@@ -252,10 +252,11 @@ static lpx_status collect(job *j) {
     for (int64_t i = 0; i < m->n_tensors; i++) {
         const lpx_tensor *t = &m->tensors[i];
         job_tensor *jt = &j->ts[j->n];
-        if (!lpx_model_gguf_name(m, t->name, jt->name, sizeof jt->name) ||
-            (hf && c->tied_embeddings && !strcmp(jt->name, "output.weight"))) {
+        bool named = lpx_model_gguf_name(m, t->name, jt->name, sizeof jt->name);
+        if (!named || (hf && c->tied_embeddings && !strcmp(jt->name, "output.weight"))) {
             char msg[192];
-            snprintf(msg, sizeof msg, "tensor %s has no llama.cpp name: left out", t->name);
+            snprintf(msg, sizeof msg, "tensor %s %s: left out", t->name,
+                     named ? "is the tied embedding's copy" : "has no llama.cpp name");
             warn(j, msg);
             continue;
         }
