@@ -19,6 +19,8 @@ int cmd_run(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_slice(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_monitor(int argc, char **argv);
 int cmd_plan(int argc, char **argv);

@@ -118,6 +118,25 @@ static const struct role {
     {"mlp.down_proj.weight", "ffn_down.weight", offsetof(lpx_layer, w_down), ALWAYS, SH_DOWN},
 };
 
+bool lpx_model_gguf_name(const lpx_model *m, const char *name, char *out, size_t cap) {
+    static const char *const globals[][2] = {{"model.embed_tokens.weight", "token_embd.weight"},
+                                             {"model.norm.weight", "output_norm.weight"},
+                                             {"lm_head.weight", "output.weight"}};
+    if (!strcmp(m->format, "gguf")) return snprintf(out, cap, "%s", name) < (int)cap;
+    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
+        if (!strcmp(name, globals[i][0])) return snprintf(out, cap, "%s", globals[i][1]) < (int)cap;
+    const char *prefix = "model.layers.";
+    size_t n = strlen(prefix);
+    char *end;
+    if (strncmp(name, prefix, n)) return false;
+    long l = strtol(name + n, &end, 10);
+    if (end == name + n || *end != '.' || l < 0) return false;
+    for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++)
+        if (!strcmp(end + 1, roles[r].hf))
+            return snprintf(out, cap, "blk.%ld.%s", l, roles[r].gguf) < (int)cap;
+    return false;
+}
+
 /* ---- store: mappings and buffers released at close ----------------------- */
 
 lpx_status lpx_store_map_file(lpx_model_store *st, const char *path, const void **data,

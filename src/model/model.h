@@ -36,39 +36,39 @@ typedef enum lpx_rope_scaling {
 typedef struct lpx_config {
     lpx_arch arch;
     int32_t n_layers;
-    int32_t d_model;     /* hidden_size */
-    int32_t n_heads;     /* query heads */
-    int32_t n_kv_heads;  /* key/value heads (GQA) */
-    int32_t head_dim;    /* may differ from d_model / n_heads (Qwen3) */
-    int32_t d_ff;        /* intermediate_size */
+    int32_t d_model;    /* hidden_size */
+    int32_t n_heads;    /* query heads */
+    int32_t n_kv_heads; /* key/value heads (GQA) */
+    int32_t head_dim;   /* may differ from d_model / n_heads (Qwen3) */
+    int32_t d_ff;       /* intermediate_size */
     int32_t vocab_size;
     int32_t max_position_embeddings;
     float rms_norm_eps;
     float rope_theta;
     bool rope_interleaved;
     lpx_rope_scaling rope_scaling;
-    float rope_factor;              /* llama3 and linear */
-    float rope_low_freq_factor;     /* llama3 */
-    float rope_high_freq_factor;    /* llama3 */
-    int32_t rope_original_max_pos;  /* llama3: original_max_position_embeddings */
-    bool qkv_bias;                  /* Qwen2 */
-    bool qk_norm;                   /* Qwen3: RMSNorm over head_dim on q and k */
-    bool tied_embeddings;           /* lm_head == tok_embd */
-    int32_t sliding_window;         /* 0 = none (Mistral may set it) */
+    float rope_factor;             /* llama3 and linear */
+    float rope_low_freq_factor;    /* llama3 */
+    float rope_high_freq_factor;   /* llama3 */
+    int32_t rope_original_max_pos; /* llama3: original_max_position_embeddings */
+    bool qkv_bias;                 /* Qwen2 */
+    bool qk_norm;                  /* Qwen3: RMSNorm over head_dim on q and k */
+    bool tied_embeddings;          /* lm_head == tok_embd */
+    int32_t sliding_window;        /* 0 = none (Mistral may set it) */
 } lpx_config;
 
 typedef struct lpx_layer {
-    const lpx_tensor *attn_norm; /* (d_model) */
-    const lpx_tensor *wq;        /* (n_heads*head_dim, d_model) */
-    const lpx_tensor *wk;        /* (n_kv_heads*head_dim, d_model) */
-    const lpx_tensor *wv;        /* (n_kv_heads*head_dim, d_model) */
-    const lpx_tensor *bq, *bk, *bv; /* (rows of wq/wk/wv), NULL unless qkv_bias */
+    const lpx_tensor *attn_norm;       /* (d_model) */
+    const lpx_tensor *wq;              /* (n_heads*head_dim, d_model) */
+    const lpx_tensor *wk;              /* (n_kv_heads*head_dim, d_model) */
+    const lpx_tensor *wv;              /* (n_kv_heads*head_dim, d_model) */
+    const lpx_tensor *bq, *bk, *bv;    /* (rows of wq/wk/wv), NULL unless qkv_bias */
     const lpx_tensor *q_norm, *k_norm; /* (head_dim), NULL unless qk_norm */
-    const lpx_tensor *wo;        /* (d_model, n_heads*head_dim) */
-    const lpx_tensor *ffn_norm;  /* (d_model) */
-    const lpx_tensor *w_gate;    /* (d_ff, d_model) */
-    const lpx_tensor *w_up;      /* (d_ff, d_model) */
-    const lpx_tensor *w_down;    /* (d_model, d_ff) */
+    const lpx_tensor *wo;              /* (d_model, n_heads*head_dim) */
+    const lpx_tensor *ffn_norm;        /* (d_model) */
+    const lpx_tensor *w_gate;          /* (d_ff, d_model) */
+    const lpx_tensor *w_up;            /* (d_ff, d_model) */
+    const lpx_tensor *w_down;          /* (d_model, d_ff) */
 } lpx_layer;
 
 typedef struct lpx_weights {
@@ -80,9 +80,9 @@ typedef struct lpx_weights {
 
 /* Defaults from generation_config.json or GGUF metadata. */
 typedef struct lpx_gen_defaults {
-    float temperature; /* < 0: not given */
-    float top_p;       /* < 0: not given */
-    int32_t top_k;     /* < 0: not given */
+    float temperature;        /* < 0: not given */
+    float top_p;              /* < 0: not given */
+    int32_t top_k;            /* < 0: not given */
     float repetition_penalty; /* < 0: not given */
     int32_t eos_ids[8];
     int32_t n_eos;
@@ -95,22 +95,25 @@ struct lpx_tokenizer; /* src/tokenizer/tokenizer.h */
 
 struct lpx_model {
     char path[4096];
-    char format[16];          /* "gguf" or "safetensors" */
+    char format[16]; /* "gguf" or "safetensors" */
     lpx_config cfg;
     lpx_weights w;
-    lpx_tensor *tensors;      /* all tensors of the file(s) */
+    lpx_tensor *tensors; /* all tensors of the file(s) */
     int64_t n_tensors;
     struct lpx_tokenizer *tok;
-    char *chat_template;      /* NUL-terminated, or NULL */
+    char *chat_template; /* NUL-terminated, or NULL */
     lpx_gen_defaults gen;
     /* What the load let pass with a warning (a sampling default out of range, ignored):
      * front ends print them, `lpx inspect` lists them. */
     char warnings[LPX_MODEL_MAX_WARNINGS][256];
     int32_t n_warnings;
-    void *impl;               /* loader-private: mappings, owned buffers */
+    void *impl; /* loader-private: mappings, owned buffers */
 };
 
 /* Looks up a tensor by name (NULL when absent). */
 const lpx_tensor *lpx_model_find_tensor(const lpx_model *m, const char *name);
+/* The GGUF name (llama.cpp's) of the model's tensor `name`: the name itself for GGUF
+ * models, the mapped one for Hugging Face names; false when it has none (or cap is short). */
+bool lpx_model_gguf_name(const lpx_model *m, const char *name, char *out, size_t cap);
 
 #endif

@@ -23,6 +23,9 @@ lpx_status lpx_tokenizer_load_json_file(const char *path, lpx_tokenizer **out);
 /* From GGUF metadata (tokenizer.ggml.*). */
 lpx_status lpx_tokenizer_load_gguf(const lpx_gguf *g, lpx_tokenizer **out);
 void lpx_tokenizer_free(lpx_tokenizer *t);
+/* The Split regex a GGUF tokenizer.ggml.pre name stands for ("llama-bpe", "qwen2"), NULL
+ * for names without one: what a converter matches a tokenizer.json's Split against. */
+const char *lpx_tokenizer_pre_regex(const char *pre);
 
 int32_t lpx_tokenizer_bos(const lpx_tokenizer *t); /* -1 when none */
 int32_t lpx_tokenizer_eos(const lpx_tokenizer *t); /* -1 when none */

@@ -22,6 +22,12 @@ static const char QWEN2_REGEX[] =
     "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
     "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+const char *lpx_tokenizer_pre_regex(const char *pre) {
+    if (!strcmp(pre, "llama-bpe")) return LLAMA3_REGEX;
+    if (!strcmp(pre, "qwen2")) return QWEN2_REGEX;
+    return NULL;
+}
+
 /* ggml token types. */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 

@@ -25,6 +25,8 @@ COMMANDS = [
     (["monitor"], "--count", "0"),
     (["logits", "-m", "x", "--ids", "1"], "--greedy", "-1"),
     (["slice", "-m", "x", "-o", "y"], "--layers", "0"),
+    (["quantize", "-m", "x", "-o", "y", "--type", "q8_0"], "-t", "0"),
+    (["perplexity", "-m", "x", "-f", "y"], "--ctx", "3"),
 ]
 
 
@@ -117,7 +119,7 @@ def test_help_lists_user_commands_before_developer_tools(lpx_bin):
     out = lpx(lpx_bin, "--help").stdout
     names = [l.split()[0] for l in out.splitlines() if l.startswith("  ")]
     assert names == ["run", "chat", "serve", "batch", "bench", "doctor", "plan", "monitor",
-                     "inspect", "tokenize", "template", "logits", "slice"]
+                     "quantize", "perplexity", "inspect", "tokenize", "template", "logits", "slice"]
     assert out.index("developer tools:") > out.index("  monitor")
 
 
