@@ -112,5 +112,7 @@ def test_the_cli_is_thin():
     sizes = {rel(p): len(p.read_text().splitlines()) for p in (SRC / "cli").glob("*.[ch]")}
     big = {f: n for f, n in sizes.items() if n > 550}
     assert not big, f"src/cli/ files over 550 lines: {big}"
-    # 3600 until quantize and perplexity (parse, call, print: ~75 lines each) came.
-    assert sum(sizes.values()) <= 3700, f"src/cli/ has {sum(sizes.values())} lines"
+    # 3600 until quantize and perplexity (parse, call, print: ~75 lines each) came;
+    # 3750 with --kv-cache-dtype on every model command and logits --tail. The next
+    # to move out: cmd_logits.c's stepping loop (357 lines) into the library.
+    assert sum(sizes.values()) <= 3750, f"src/cli/ has {sum(sizes.values())} lines"
