@@ -154,9 +154,10 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     lpx_dp_plan plan;
-    if (lpx_dp_plan_make(eo->device, dp, eo->n_threads, &plan) != LPX_OK) {
+    lpx_status pst = lpx_dp_plan_make(eo->device, dp, eo->n_threads, &plan);
+    if (pst != LPX_OK) {
         fprintf(stderr, "lpx serve: %s\n", lpx_last_error());
-        return 2;
+        return pst == LPX_ERR_INVALID_ARG ? 2 : 1;
     }
     char *file_key = key_file ? read_key_file(key_file) : NULL;
     if (key_file && !file_key) return 2;

@@ -24,7 +24,9 @@ typedef struct lpx_dp_plan {
  * given. With n > 1: "cuda" means cuda:0..n-1; "cpu" n CPU engines of n_threads / n
  * threads each (all cores / n when 0, at least 1). INVALID_ARG naming the flags for a
  * dp outside 1..LPX_DP_MAX, a list whose length contradicts dp, "cuda:K" with dp > 1,
- * fewer threads than engines. device points into the caller's string or into names. */
+ * fewer threads than engines; each entry of a list is checked by lpx_backend_select
+ * (UNSUPPORTED for cuda in a build without CUDA). device points into the caller's
+ * string or into names. */
 lpx_status lpx_dp_plan_make(const char *device, int32_t dp, int32_t n_threads, lpx_dp_plan *out);
 
 /* Creates and starts plan->n engines of m with options eo (device and n_threads

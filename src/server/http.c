@@ -386,7 +386,7 @@ static bool queue_ok(lpx_server *s, int32_t n, lpx_srv_error *e) {
         lpx_engine_stats st;
         if (lpx_engine_get_stats(s->e[i], &st) != LPX_OK) continue;
         int64_t w = (int64_t)atomic_load(&s->inflight[i]) - st.max_num_seqs;
-        waiting += st.n_waiting > w ? st.n_waiting : w > 0 ? w : 0;
+        waiting += st.n_waiting > w ? st.n_waiting : w;
     }
     if (waiting + n <= s->o.max_queue) return true;
     return lpx_srv_fail(e, 503, "service_unavailable", "queue_full", NULL,
@@ -422,13 +422,13 @@ static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx
         ok = lpx_job_prompt_ids(s->m, &p, k, &ids[k], &n_ids[k], &e) && fits(s, &p, n_ids[k], &e);
     ok = ok && queue_ok(s, (int32_t)n_prompts * p.n, &e);
     pthread_mutex_lock(&s->place_mu);
-    int k = ok ? place(s) : 0;
-    if (ok && !(j = lpx_job_new(s->e[k], lpx_model_tokenizer(s->m), &s->metrics, &s->inflight[k],
+    int ei = ok ? place(s) : 0;
+    if (ok && !(j = lpx_job_new(s->e[ei], lpx_model_tokenizer(s->m), &s->metrics, &s->inflight[ei],
                                 s->model_name, &p, c->t0)))
         ok = lpx_srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
     if (ok) {
         c->job = j;
-        c->engine = k;
+        c->engine = ei;
         jobs_add(s, j);
         ok = lpx_job_submit(j, &p, ids, n_ids, &e);
     }

@@ -241,9 +241,11 @@ static double engine_value(const lpx_engine_stats *s, int k) {
 }
 
 /* Series k over st[n]: the server's figure is the sum, except the cache usage, which is
- * the blocks in use over the blocks of every pool. */
+ * the blocks in use over the blocks of every pool. Under vLLM's names only the server's
+ * figure: a gateway's endpoint picker reads one series per pod. */
 static void engine_series(buf *b, const char *ns, int k, const char *model,
                           const lpx_engine_stats *st, int n) {
+    bool per_engine = n > 1 && !strcmp(ns, "lpx");
     const char *sfx = series[k].counter ? "_total" : "";
     put(b, "# HELP %s:%s%s %s\n# TYPE %s:%s%s %s\n", ns, series[k].name, sfx, series[k].help, ns,
         series[k].name, sfx, series[k].counter ? "counter" : "gauge");
@@ -255,7 +257,7 @@ static void engine_series(buf *b, const char *ns, int k, const char *model,
     }
     put(b, "%s:%s%s{model_name=\"%s\"} %.17g\n", ns, series[k].name, sfx, model,
         k == E_KV_USE ? usage(used, total) : sum);
-    for (int i = 0; n > 1 && i < n; i++)
+    for (int i = 0; per_engine && i < n; i++)
         put(b, "%s:%s%s{engine=\"%d\",model_name=\"%s\"} %.17g\n", ns, series[k].name, sfx, i,
             model, engine_value(&st[i], k));
 }

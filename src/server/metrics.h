@@ -38,7 +38,8 @@ void lpx_metrics_finish(lpx_metrics *m, lpx_finish_reason r, double e2e_s, doubl
 /* The Prometheus text exposition (version 0.0.4) as a malloc'd string;
  * model_name labels every series; st[n_engines] (1 or more) give the engine
  * series: the server's figure without an engine label (the sum; the cache usage
- * over every pool) and, when n_engines > 1, each engine's with engine="i";
+ * over every pool) and, when n_engines > 1, each engine's with engine="i" (under
+ * lpx's names only; vLLM's compat names carry the server's figure alone);
  * gpus[n_gpus] (index i is GPU i) add the GPU gauges, each reading that is
  * LPX_TEL_NA left out. NULL when out of memory. */
 char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, int n_engines,

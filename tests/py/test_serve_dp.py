@@ -93,6 +93,18 @@ def test_metrics_totals_are_the_sums(dp):
     assert all("engine" not in s.labels for s in fams["lpx:e2e_request_latency_seconds"].samples)
 
 
+def test_vllm_compat_names_carry_the_total_alone(lpx_bin, smollm2):
+    # A gateway's endpoint picker reads one series per pod under vLLM's names.
+    s = Server(lpx_bin, smollm2, "--device", "cpu", "-dp", "2", "--metrics-compat", "vllm")
+    try:
+        fams = families(s)
+        for name in ["num_requests_running", "num_requests_waiting", "kv_cache_usage_perc"]:
+            assert [x.labels for x in fams["vllm:" + name].samples] == [{"model_name": "smollm2"}]
+            assert set(per_engine(fams["lpx:" + name], "lpx:" + name)) == {None, "0", "1"}
+    finally:
+        s.stop()
+
+
 def open_stream(srv, body):
     c = httpx.Client(timeout=120)
     r = c.send(c.build_request("POST", srv.url + "/v1/completions",
