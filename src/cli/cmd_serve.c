@@ -1,6 +1,7 @@
 /* lpx serve: the engine behind an OpenAI-compatible HTTP API (src/server/). */
 #include "cli/commands.h"
 #include "cli/gen_args.h"
+#include "engine/data_parallel.h"
 #include "lpx.h"
 #include "server/server.h"
 
@@ -41,7 +42,14 @@ static void usage(FILE *f) {
             "                          https://app.example) or '*' whose pages may call the API\n"
             "                          (default: none; the UI at / needs none). Requests with\n"
             "                          another Origin are refused (403)\n"
-            "  --max-num-seqs N        sequences decoded together, 1 to 4096 (default: engine's)\n"
+            "  -dp, --data-parallel-size N  engines of the model in this process, 1 to 64\n"
+            "                          (default 1; the model file is opened once): with --device\n"
+            "                          cuda on cuda:0..N-1, with cpu each on threads/N threads;\n"
+            "                          --device cuda:0,2 (a list) gives one engine per entry\n"
+            "                          and sets N. A request goes to the engine with the fewest\n"
+            "                          requests waiting + running (ties: the lowest index)\n"
+            "  --max-num-seqs N        sequences decoded together per engine, 1 to 4096\n"
+            "                          (default: engine's)\n"
             "  --gpu-memory-utilization F  fraction of GPU memory for weights + KV, 0.01 to 1\n"
             "                          (cuda, default 0.9)\n"
             "  --max-queue N           waiting requests before 503, 1 to 1048576 (default 1024)\n"
@@ -119,7 +127,7 @@ int cmd_serve(int argc, char **argv) {
     lpx_engine_args_init(&ea);
     lpx_engine_opts *eo = &ea.eo;
     double shutdown_timeout = 30, gpu_util = 0;
-    int32_t port = 8080;
+    int32_t port = 8080, dp = 0;
     lpx_opts a = {.cmd = CMD, .argc = argc, .argv = argv};
     while (lpx_opts_next(&a)) {
         if (!lpx_engine_args_opt(&a, &ea) && !lpx_opts_str(&a, "--host", &so.host) &&
@@ -130,6 +138,7 @@ int cmd_serve(int argc, char **argv) {
             !(lpx_opts_flag(&a, "--metrics-public") && (so.metrics_public = true)) &&
             !lpx_opts_str(&a, "--allowed-hosts", &so.allowed_hosts) &&
             !lpx_opts_str(&a, "--allowed-origins", &so.allowed_origins) &&
+            !lpx_opts_i32(&a, "-dp|--data-parallel-size", 1, LPX_DP_MAX, &dp) &&
             !lpx_opts_i32(&a, "--max-num-seqs", 1, 4096, &eo->max_num_seqs) &&
             !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1.0, &gpu_util) &&
             !lpx_opts_i32(&a, "--max-queue", 1, 1 << 20, &so.max_queue) &&
@@ -143,6 +152,12 @@ int cmd_serve(int argc, char **argv) {
     if (!model) {
         fprintf(stderr, "lpx serve: -m MODEL is required (see lpx serve --help)\n");
         return 2;
+    }
+    lpx_dp_plan plan;
+    lpx_status pst = lpx_dp_plan_make(eo->device, dp, eo->n_threads, &plan);
+    if (pst != LPX_OK) {
+        fprintf(stderr, "lpx serve: %s\n", lpx_last_error());
+        return pst == LPX_ERR_INVALID_ARG ? 2 : 1;
     }
     char *file_key = key_file ? read_key_file(key_file) : NULL;
     if (key_file && !file_key) return 2;
@@ -167,32 +182,34 @@ int cmd_serve(int argc, char **argv) {
     /* Bind first, so probes see 503 "loading" rather than a refused connection;
      * "listening" is said once requests can be served. */
     lpx_model *m = NULL;
-    lpx_engine *e = NULL;
+    lpx_engine *e[LPX_DP_MAX] = {0};
     lpx_server *s = NULL;
     lpx_status st = lpx_server_start(&so, &s);
     if (st == LPX_OK)
-        fprintf(stderr,
-                "lpx serve: loading %s (port %d bound: /health answers 503 until ready)\n",
+        fprintf(stderr, "lpx serve: loading %s (port %d bound: /health answers 503 until ready)\n",
                 model, lpx_server_port(s));
     if (st == LPX_OK) st = lpx_model_open(model, &m);
-    if (st == LPX_OK) st = lpx_engine_create(m, eo, &e);
-    if (st == LPX_OK) st = lpx_engine_start(e);
-    if (st == LPX_OK) st = lpx_server_ready(s, m, e);
+    if (st == LPX_OK) st = lpx_dp_engines_start(m, eo, &plan, e);
+    if (st == LPX_OK) st = lpx_server_ready(s, m, e, plan.n);
     if (st != LPX_OK) {
         fprintf(stderr, "lpx serve: %s\n", lpx_last_error());
         lpx_server_stop(s);
-        lpx_engine_destroy(e);
+        lpx_dp_engines_destroy(e, plan.n);
         lpx_model_close(m);
         free(file_key);
         return st == LPX_ERR_INVALID_ARG ? 2 : 1;
     }
     lpx_engine_stats es;
-    lpx_engine_get_stats(e, &es);
+    lpx_engine_get_stats(e[0], &es);
     fprintf(stderr,
             "lpx serve: listening on http://%s:%d: model %s, device %s, max_model_len %d, "
-            "max_num_seqs %d\n",
+            "max_num_seqs %d",
             so.host, lpx_server_port(s), so.served_model_name, es.device, es.max_model_len,
             es.max_num_seqs);
+    if (plan.n > 1) fprintf(stderr, "; data parallel: %d engines (%s", plan.n, es.device);
+    for (int32_t i = 1; i < plan.n && lpx_engine_get_stats(e[i], &es) == LPX_OK; i++)
+        fprintf(stderr, ", %s", es.device);
+    fprintf(stderr, plan.n > 1 ? ")\n" : "\n");
 
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -202,8 +219,7 @@ int cmd_serve(int argc, char **argv) {
     if (pthread_create(&watcher, NULL, second_signal, &sigs) == 0) pthread_detach(watcher);
     lpx_server_drain(s, shutdown_timeout);
     lpx_server_stop(s);
-    lpx_engine_stop(e);
-    lpx_engine_destroy(e);
+    lpx_dp_engines_destroy(e, plan.n);
     lpx_model_close(m);
     fprintf(stderr, "lpx serve: stopped\n");
     free(file_key);

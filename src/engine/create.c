@@ -24,14 +24,16 @@ void lpx_engine_opts_init(lpx_engine_opts *o) {
 
 /* Device string to backend (lpx_backend_select); no device means cuda when
  * this build has it and a GPU answers, else cpu. */
-static lpx_status pick_device(const char *dev, lpx_engine_config *c) {
-    if (!dev || !dev[0]) {
-        dev = "cpu";
+const char *lpx_engine_default_device(void) {
 #ifdef LPX_HAVE_CUDA
-        int n = 0;
-        if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) dev = "cuda";
+    int n = 0;
+    if (cudaGetDeviceCount(&n) == cudaSuccess && n > 0) return "cuda";
 #endif
-    }
+    return "cpu";
+}
+
+static lpx_status pick_device(const char *dev, lpx_engine_config *c) {
+    if (!dev || !dev[0]) dev = lpx_engine_default_device();
     LPX_TRY(lpx_backend_select(dev, &c->ops, &c->device));
     snprintf(c->device_name, sizeof c->device_name, "cpu");
 #ifdef LPX_HAVE_CUDA

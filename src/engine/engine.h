@@ -29,6 +29,10 @@ typedef struct lpx_engine_config {
     const char *dev_tune, *dev_trace; /* for the backend (lpx_engine_opts); may be NULL */
 } lpx_engine_config;
 
+/* The device of an engine created without one: "cuda" when this build has CUDA and a
+ * GPU answers, else "cpu". */
+const char *lpx_engine_default_device(void);
+
 lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config *c,
                                     lpx_engine **out);
 

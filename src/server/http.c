@@ -8,6 +8,7 @@
 #include "server/server.h"
 
 #include "base/error.h"
+#include "engine/data_parallel.h"
 #include "model/model.h"
 #include "server/job.h"
 #include "server/metrics.h"
@@ -41,7 +42,8 @@
 
 struct lpx_server {
     const lpx_model *m;
-    lpx_engine *e;
+    lpx_engine *e[LPX_DP_MAX]; /* [n_engines], data parallel */
+    int n_engines;
     lpx_server_opts o;
     char *model_name;  /* owned copy */
     char *model_label; /* escaped for Prometheus label values */
@@ -53,8 +55,9 @@ struct lpx_server {
     lpx_job *jobs; /* in flight, linked through job->prev/next */
     bool loopback; /* bound to a loopback address: only loopback Host names by default */
     atomic_bool ready, draining;
-    atomic_int inflight; /* engine requests submitted and not finished */
-    lpx_telemetry *tel;  /* GPU gauges; NULL when there is no usable NVML */
+    atomic_int inflight[LPX_DP_MAX]; /* per engine: requests submitted and not finished */
+    pthread_mutex_t place_mu;        /* placement and submit, so loads are current */
+    lpx_telemetry *tel;              /* GPU gauges; NULL when there is no usable NVML */
     int n_gpus;
     pthread_mutex_t tel_mu;
     atomic_ullong next_rid;
@@ -70,6 +73,7 @@ typedef struct conn_ctx {
     bool too_large;
     int status;
     lpx_job *job; /* a generation request, registered in s->jobs */
+    int engine;   /* the job's engine (index into s->e) */
     int fd;
 } conn_ctx;
 
@@ -275,25 +279,32 @@ static enum MHD_Result do_models(conn_ctx *c, struct MHD_Connection *conn) {
     return send_json(c, conn, 200, o);
 }
 
+/* Ready once every engine is loaded and while each answers. */
 static enum MHD_Result do_health(conn_ctx *c, struct MHD_Connection *conn) {
     bool ready = atomic_load(&c->s->ready), draining = atomic_load(&c->s->draining);
+    lpx_engine_stats st;
+    for (int i = 0; ready && i < c->s->n_engines; i++)
+        ready = lpx_engine_get_stats(c->s->e[i], &st) == LPX_OK;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", draining ? "draining" : ready ? "ok" : "loading");
     return send_json(c, conn, ready && !draining ? 200 : 503, o);
 }
 
 static enum MHD_Result do_metrics(conn_ctx *c, struct MHD_Connection *conn) {
-    lpx_engine_stats st;
-    memset(&st, 0, sizeof st);
-    if (atomic_load(&c->s->ready) && lpx_engine_get_stats(c->s->e, &st) != LPX_OK)
-        return fail(c, conn, 500, "server_error", NULL, "engine stats: %s", lpx_last_error());
+    lpx_engine_stats st[LPX_DP_MAX];
+    memset(st, 0, sizeof st[0]);
+    int n_e = atomic_load(&c->s->ready) ? c->s->n_engines : 1; /* zeros while loading */
+    for (int i = 0; atomic_load(&c->s->ready) && i < n_e; i++)
+        if (lpx_engine_get_stats(c->s->e[i], &st[i]) != LPX_OK)
+            return fail(c, conn, 500, "server_error", NULL, "engine stats: %s", lpx_last_error());
     lpx_gpu_sample g[8];
     int n = 0;
     pthread_mutex_lock(&c->s->tel_mu);
     for (; c->s->tel && n < c->s->n_gpus && n < 8; n++)
         if (lpx_telemetry_sample(c->s->tel, n, &g[n]) != LPX_OK) break;
     pthread_mutex_unlock(&c->s->tel_mu);
-    return send_body(c, conn, 200, lpx_metrics_render(&c->s->metrics, &st, c->s->model_label, g, n),
+    return send_body(c, conn, 200,
+                     lpx_metrics_render(&c->s->metrics, st, n_e, c->s->model_label, g, n),
                      "text/plain; version=0.0.4; charset=utf-8");
 }
 
@@ -365,19 +376,33 @@ static bool fits(const lpx_server *s, const lpx_srv_params *p, size_t n_prompt, 
     return true;
 }
 
-/* Waiting requests: the engine's count, or, when higher, the requests this
- * server has in flight beyond what one batch holds (the engine's count is a
- * snapshot of its last step and misses what was submitted since). */
+/* Waiting requests, summed over the engines: each engine's count, or, when
+ * higher, the requests this server has in flight on it beyond what one batch
+ * holds (the engine's count is a snapshot of its last step and misses what was
+ * submitted since). */
 static bool queue_ok(lpx_server *s, int32_t n, lpx_srv_error *e) {
-    lpx_engine_stats st;
-    if (lpx_engine_get_stats(s->e, &st) != LPX_OK) return true;
-    int64_t waiting = (int64_t)atomic_load(&s->inflight) - st.max_num_seqs;
-    if (st.n_waiting > waiting) waiting = st.n_waiting;
+    int64_t waiting = 0;
+    for (int i = 0; i < s->n_engines; i++) {
+        lpx_engine_stats st;
+        if (lpx_engine_get_stats(s->e[i], &st) != LPX_OK) continue;
+        int64_t w = (int64_t)atomic_load(&s->inflight[i]) - st.max_num_seqs;
+        waiting += st.n_waiting > w ? st.n_waiting : w;
+    }
     if (waiting + n <= s->o.max_queue) return true;
     return lpx_srv_fail(e, 503, "service_unavailable", "queue_full", NULL,
                         "the server is at capacity (%lld requests waiting, --max-queue %d): retry "
                         "later",
                         (long long)waiting, s->o.max_queue);
+}
+
+/* The engine for a new request: the fewest requests in flight (waiting +
+ * running, counted by this server so that a request submitted a moment ago
+ * counts), ties to the lowest index. Caller holds place_mu. */
+static int place(lpx_server *s) {
+    int best = 0;
+    for (int i = 1; i < s->n_engines; i++)
+        if (atomic_load(&s->inflight[i]) < atomic_load(&s->inflight[best])) best = i;
+    return best;
 }
 
 static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx_srv_kind kind) {
@@ -396,14 +421,18 @@ static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx
     for (size_t k = 0; ok && k < n_prompts; k++)
         ok = lpx_job_prompt_ids(s->m, &p, k, &ids[k], &n_ids[k], &e) && fits(s, &p, n_ids[k], &e);
     ok = ok && queue_ok(s, (int32_t)n_prompts * p.n, &e);
-    if (ok && !(j = lpx_job_new(s->e, lpx_model_tokenizer(s->m), &s->metrics, &s->inflight,
+    pthread_mutex_lock(&s->place_mu);
+    int ei = ok ? place(s) : 0;
+    if (ok && !(j = lpx_job_new(s->e[ei], lpx_model_tokenizer(s->m), &s->metrics, &s->inflight[ei],
                                 s->model_name, &p, c->t0)))
         ok = lpx_srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
     if (ok) {
         c->job = j;
+        c->engine = ei;
         jobs_add(s, j);
         ok = lpx_job_submit(j, &p, ids, n_ids, &e);
     }
+    pthread_mutex_unlock(&s->place_mu);
     for (size_t k = 0; k < n_prompts; k++)
         free(ids[k]);
     bool stream = p.stream;
@@ -492,8 +521,8 @@ static enum MHD_Result do_options(conn_ctx *c, struct MHD_Connection *conn) {
     if (!r) return MHD_NO;
     MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD, POST, OPTIONS");
     if (cors_origin(c->s, conn)) {
-        const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                    "Access-Control-Request-Headers");
+        const char *h =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
         MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
         MHD_add_response_header(r, "Access-Control-Allow-Headers",
                                 h ? h : "Authorization, Content-Type");
@@ -653,6 +682,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!c) return;
     *con_cls = NULL;
     int32_t prompt = 0, gen = 0;
+    bool ran = c->job != NULL;
     if (c->job) {
         lpx_job *j = c->job;
         /* A client that left early: free its engine slots and KV now. */
@@ -668,8 +698,10 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     char method[sizeof c->method * 4], url[sizeof c->url * 4];
     log_escape(c->method, method, sizeof method);
     log_escape(c->url, url, sizeof url);
-    fprintf(stderr, "lpx serve: req %llu %s %s %d prompt=%d gen=%d %.1fms%s\n", c->rid, method, url,
-            c->status, prompt, gen, lpx_now_ms() - c->t0,
+    char where[24] = ""; /* data parallel: the engine that ran it */
+    if (ran && s->n_engines > 1) snprintf(where, sizeof where, " engine=%d", c->engine);
+    fprintf(stderr, "lpx serve: req %llu %s %s %d prompt=%d gen=%d%s %.1fms%s\n", c->rid, method,
+            url, c->status, prompt, gen, where, lpx_now_ms() - c->t0,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
     free(c->body.p);
     free(c);
@@ -707,12 +739,14 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     s->model_label = s->model_name ? label_escape(s->model_name) : NULL;
     atomic_init(&s->ready, false);
     atomic_init(&s->draining, false);
-    atomic_init(&s->inflight, 0);
+    for (int i = 0; i < LPX_DP_MAX; i++)
+        atomic_init(&s->inflight[i], 0);
     atomic_init(&s->next_rid, 1);
     lpx_metrics_init(&s->metrics);
     s->metrics.compat_vllm = o->metrics_compat_vllm;
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->tel_mu, NULL);
+    pthread_mutex_init(&s->place_mu, NULL);
     /* GPU gauges when NVML answers; a machine without a GPU just has none. */
     if (lpx_telemetry_open(0, &s->tel) == LPX_OK) {
         const lpx_telemetry_state *ts = lpx_telemetry_get_state(s->tel);
@@ -755,12 +789,21 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     return LPX_OK;
 }
 
-lpx_status lpx_server_ready(lpx_server *s, const lpx_model *m, lpx_engine *e) {
-    lpx_engine_stats st;
-    LPX_TRY(lpx_engine_get_stats(e, &st));
+lpx_status lpx_server_ready(lpx_server *s, const lpx_model *m, lpx_engine *const *e, int n) {
+    if (n < 1 || n > LPX_DP_MAX)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "server: %d engines: expected 1 to %d", n,
+                          LPX_DP_MAX);
+    /* Every engine serves the same model with the same options; the smallest
+     * context is the one a request may count on. */
+    s->max_model_len = INT32_MAX;
+    for (int i = 0; i < n; i++) {
+        lpx_engine_stats st;
+        LPX_TRY(lpx_engine_get_stats(e[i], &st));
+        if (st.max_model_len < s->max_model_len) s->max_model_len = st.max_model_len;
+        s->e[i] = e[i];
+    }
     s->m = m;
-    s->e = e;
-    s->max_model_len = st.max_model_len;
+    s->n_engines = n;
     atomic_store(&s->ready, true); /* publishes m, e and max_model_len to the handlers */
     return LPX_OK;
 }
@@ -809,6 +852,7 @@ void lpx_server_stop(lpx_server *s) {
     lpx_metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->tel_mu);
+    pthread_mutex_destroy(&s->place_mu);
     free(s->model_name);
     free(s->model_label);
     free(s);

@@ -37,8 +37,8 @@ typedef struct lpx_job_choice {
     char *error; /* LPX_FINISH_ERROR: the engine's message */
     int32_t n_output_tokens;
     int32_t n_cached_tokens; /* set on the finish: prompt tokens the prefix cache gave */
-    double t_last_token; /* ms, for inter-token latency */
-    lpx_strbuf text;     /* non-streaming: the output so far */
+    double t_last_token;     /* ms, for inter-token latency */
+    lpx_strbuf text;         /* non-streaming: the output so far */
     /* Non-streaming logprobs, one entry per output token. */
     int32_t n_lp, cap_lp;
     int32_t *lp_token;         /* [cap_lp] */

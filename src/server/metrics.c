@@ -79,30 +79,13 @@ static void put(buf *b, const char *fmt, ...) {
     }
 }
 
-static void header_in(buf *b, const char *ns, const char *name, const char *type,
-                      const char *help) {
-    put(b, "# HELP %s:%s %s\n# TYPE %s:%s %s\n", ns, name, help, ns, name, type);
-}
-
 static void header(buf *b, const char *name, const char *type, const char *help) {
-    header_in(b, "lpx", name, type, help);
-}
-
-/* ns: "lpx", or "vllm" for the names --metrics-compat vllm adds (docs/deploy.md). */
-static void gauge_in(buf *b, const char *ns, const char *name, const char *help, const char *model,
-                     double v) {
-    header_in(b, ns, name, "gauge", help);
-    put(b, "%s:%s{model_name=\"%s\"} %.17g\n", ns, name, model, v);
+    put(b, "# HELP lpx:%s %s\n# TYPE lpx:%s %s\n", name, help, name, type);
 }
 
 static void gauge(buf *b, const char *name, const char *help, const char *model, double v) {
-    gauge_in(b, "lpx", name, help, model, v);
-}
-
-/* The text format names a counter's family with its _total suffix. */
-static void counter(buf *b, const char *name, const char *help, const char *model, double v) {
-    put(b, "# HELP lpx:%s_total %s\n# TYPE lpx:%s_total counter\n", name, help, name);
-    put(b, "lpx:%s_total{model_name=\"%s\"} %.17g\n", name, model, v);
+    header(b, name, "gauge", help);
+    put(b, "lpx:%s{model_name=\"%s\"} %.17g\n", name, model, v);
 }
 
 static void histogram(buf *b, const char *name, const char *help, const char *model,
@@ -172,8 +155,115 @@ static char *escape_label(const char *v) {
     return e;
 }
 
-char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char *model_name,
-                         const lpx_gpu_sample *gpus, int n_gpus) {
+/* The series read from the engines: each is rendered for the whole server
+ * (no engine label) and, with several engines, once per engine (engine="i"). */
+enum {
+    E_RUNNING,
+    E_WAITING,
+    E_KV_USE, /* also under vLLM's names */
+    E_PROMPT,
+    E_GEN,
+    E_PREEMPT,
+    E_PC_QUERIES,
+    E_PC_HITS,
+    E_STEPS,
+    E_AHEAD, /* counters */
+    E_BLK_TOTAL,
+    E_BLK_USED,
+    E_BLK_CACHED,
+    E_TOK_S,
+    N_SERIES
+};
+
+static const struct {
+    const char *name, *help;
+    bool counter;
+} series[N_SERIES] = {
+    [E_RUNNING] = {"num_requests_running", "Requests in the running batch.", false},
+    [E_WAITING] = {"num_requests_waiting", "Requests waiting for a batch slot.", false},
+    [E_KV_USE] = {"kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).", false},
+    [E_PROMPT] = {"prompt_tokens", "Prompt tokens of admitted requests.", true},
+    [E_GEN] = {"generation_tokens", "Generated tokens.", true},
+    [E_PREEMPT] = {"preemptions", "Requests preempted for KV cache space.", true},
+    [E_PC_QUERIES] = {"prefix_cache_queries",
+                      "Tokens of admitted requests looked up in the prefix cache (vLLM's name).",
+                      true},
+    [E_PC_HITS] = {"prefix_cache_hits", "Of those, tokens whose KV came from the prefix cache.",
+                   true},
+    [E_STEPS] = {"engine_steps", "Engine steps (forward passes over a batch).", true},
+    [E_AHEAD] = {"engine_steps_ahead",
+                 "Engine steps queued before the previous step's tokens were read (one step "
+                 "ahead).",
+                 true},
+    [E_BLK_TOTAL] = {"kv_cache_blocks_total", "KV cache blocks in the pool.", false},
+    [E_BLK_USED] = {"kv_cache_blocks_used", "KV cache blocks in use.", false},
+    [E_BLK_CACHED] = {"kv_cache_blocks_cached",
+                      "KV cache blocks kept for prefix reuse, held or not.", false},
+    [E_TOK_S] = {"engine_tokens_per_second", "Generated tokens per second of engine busy time.",
+                 false},
+};
+
+static double usage(double used, double total) {
+    return total > 0 ? used / total : 0;
+}
+
+static double engine_value(const lpx_engine_stats *s, int k) {
+    switch (k) {
+    case E_RUNNING:
+        return (double)s->n_running;
+    case E_WAITING:
+        return (double)s->n_waiting;
+    case E_KV_USE:
+        return usage(s->kv_blocks_used, s->kv_blocks_total);
+    case E_PROMPT:
+        return (double)s->prompt_tokens;
+    case E_GEN:
+        return (double)s->generated_tokens;
+    case E_PREEMPT:
+        return (double)s->n_preemptions;
+    case E_PC_QUERIES:
+        return (double)s->prefix_cache_queries;
+    case E_PC_HITS:
+        return (double)s->prefix_cache_hits;
+    case E_STEPS:
+        return (double)s->n_steps;
+    case E_AHEAD:
+        return (double)s->steps_ahead;
+    case E_BLK_TOTAL:
+        return s->kv_blocks_total;
+    case E_BLK_USED:
+        return s->kv_blocks_used;
+    case E_BLK_CACHED:
+        return s->kv_blocks_cached;
+    default:
+        return s->tok_s;
+    }
+}
+
+/* Series k over st[n]: the server's figure is the sum, except the cache usage, which is
+ * the blocks in use over the blocks of every pool. Under vLLM's names only the server's
+ * figure: a gateway's endpoint picker reads one series per pod. */
+static void engine_series(buf *b, const char *ns, int k, const char *model,
+                          const lpx_engine_stats *st, int n) {
+    bool per_engine = n > 1 && !strcmp(ns, "lpx");
+    const char *sfx = series[k].counter ? "_total" : "";
+    put(b, "# HELP %s:%s%s %s\n# TYPE %s:%s%s %s\n", ns, series[k].name, sfx, series[k].help, ns,
+        series[k].name, sfx, series[k].counter ? "counter" : "gauge");
+    double sum = 0, used = 0, total = 0;
+    for (int i = 0; i < n; i++) {
+        sum += engine_value(&st[i], k);
+        used += st[i].kv_blocks_used;
+        total += st[i].kv_blocks_total;
+    }
+    put(b, "%s:%s%s{model_name=\"%s\"} %.17g\n", ns, series[k].name, sfx, model,
+        k == E_KV_USE ? usage(used, total) : sum);
+    for (int i = 0; per_engine && i < n; i++)
+        put(b, "%s:%s%s{engine=\"%d\",model_name=\"%s\"} %.17g\n", ns, series[k].name, sfx, i,
+            model, engine_value(&st[i], k));
+}
+
+char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, int n_engines,
+                         const char *model_name, const lpx_gpu_sample *gpus, int n_gpus) {
     char *model = escape_label(model_name);
     if (!model) return NULL;
     buf b = {.cap = 16384};
@@ -184,31 +274,11 @@ char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char 
     b.p[0] = '\0';
     /* The Gateway API Inference Extension's endpoint pickers scrape these three under vLLM's
      * names by default; the compat names carry the same values. */
-    double kv_use = st->kv_blocks_total > 0 ? (double)st->kv_blocks_used / st->kv_blocks_total : 0;
-    for (int compat = 0; compat <= (m->compat_vllm ? 1 : 0); compat++) {
-        const char *ns = compat ? "vllm" : "lpx";
-        gauge_in(&b, ns, "num_requests_running", "Requests in the running batch.", model,
-                 (double)st->n_running);
-        gauge_in(&b, ns, "num_requests_waiting", "Requests waiting for a batch slot.", model,
-                 (double)st->n_waiting);
-        gauge_in(&b, ns, "kv_cache_usage_perc", "Fraction of KV cache blocks in use (1 = full).",
-                 model, kv_use);
-    }
-    counter(&b, "prompt_tokens", "Prompt tokens of admitted requests.", model,
-            (double)st->prompt_tokens);
-    counter(&b, "generation_tokens", "Generated tokens.", model, (double)st->generated_tokens);
-    counter(&b, "preemptions", "Requests preempted for KV cache space.", model,
-            (double)st->n_preemptions);
-    counter(&b, "prefix_cache_queries",
-            "Tokens of admitted requests looked up in the prefix cache (vLLM's name).", model,
-            (double)st->prefix_cache_queries);
-    counter(&b, "prefix_cache_hits", "Of those, tokens whose KV came from the prefix cache.", model,
-            (double)st->prefix_cache_hits);
-    counter(&b, "engine_steps", "Engine steps (forward passes over a batch).", model,
-            (double)st->n_steps);
-    counter(&b, "engine_steps_ahead",
-            "Engine steps queued before the previous step's tokens were read (one step ahead).",
-            model, (double)st->steps_ahead);
+    for (int compat = 0; compat <= (m->compat_vllm ? 1 : 0); compat++)
+        for (int k = E_RUNNING; k <= E_KV_USE; k++)
+            engine_series(&b, compat ? "vllm" : "lpx", k, model, st, n_engines);
+    for (int k = E_PROMPT; k <= E_AHEAD; k++)
+        engine_series(&b, "lpx", k, model, st, n_engines);
 
     pthread_mutex_lock(&m->mu);
     header(&b, "request_success_total", "counter", "Finished requests by finish reason.");
@@ -230,13 +300,9 @@ char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char 
               "Time from arrival to the first scheduling of a request.", model, &m->queue);
     pthread_mutex_unlock(&m->mu);
 
-    gauge(&b, "kv_cache_blocks_total", "KV cache blocks in the pool.", model,
-          (double)st->kv_blocks_total);
-    gauge(&b, "kv_cache_blocks_used", "KV cache blocks in use.", model, (double)st->kv_blocks_used);
-    gauge(&b, "kv_cache_blocks_cached", "KV cache blocks kept for prefix reuse, held or not.",
-          model, (double)st->kv_blocks_cached);
-    gauge(&b, "engine_tokens_per_second", "Generated tokens per second of engine busy time.", model,
-          st->tok_s);
+    for (int k = E_BLK_TOTAL; k < N_SERIES; k++)
+        engine_series(&b, "lpx", k, model, st, n_engines);
+    /* One process: every engine reports the same figure. */
     gauge(&b, "process_peak_rss_bytes", "Peak resident memory of the server process.", model,
           (double)st->peak_rss);
     gpu_gauge(&b, "gpu_utilization_perc", "GPU busy percent over the driver's sample period.",

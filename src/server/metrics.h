@@ -36,9 +36,13 @@ void lpx_histogram_observe(lpx_histogram *h, double v); /* caller holds m->mu */
 void lpx_metrics_finish(lpx_metrics *m, lpx_finish_reason r, double e2e_s, double queue_s);
 
 /* The Prometheus text exposition (version 0.0.4) as a malloc'd string;
- * model_name labels every series; gpus[n_gpus] (index i is GPU i) add the GPU
- * gauges, each reading that is LPX_TEL_NA left out. NULL when out of memory. */
-char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, const char *model_name,
-                         const lpx_gpu_sample *gpus, int n_gpus);
+ * model_name labels every series; st[n_engines] (1 or more) give the engine
+ * series: the server's figure without an engine label (the sum; the cache usage
+ * over every pool) and, when n_engines > 1, each engine's with engine="i" (under
+ * lpx's names only; vLLM's compat names carry the server's figure alone);
+ * gpus[n_gpus] (index i is GPU i) add the GPU gauges, each reading that is
+ * LPX_TEL_NA left out. NULL when out of memory. */
+char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, int n_engines,
+                         const char *model_name, const lpx_gpu_sample *gpus, int n_gpus);
 
 #endif

@@ -47,9 +47,11 @@ typedef struct lpx_server lpx_server;
 /* Starts listening while the model still loads: /health answers 503
  * "loading" and the API 503 until lpx_server_ready. */
 lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out);
-/* Serves model m through engine e from now on. The engine must be started
- * (lpx_engine_start); both must outlive the server. */
-lpx_status lpx_server_ready(lpx_server *s, const lpx_model *m, lpx_engine *e);
+/* Serves model m through the engines e[n] (1..LPX_DP_MAX, engine/data_parallel.h) from
+ * now on: each new request goes to the engine with the fewest requests in flight
+ * (waiting + running), ties to the lowest index. The engines must be started
+ * (lpx_engine_start); they and m must outlive the server. */
+lpx_status lpx_server_ready(lpx_server *s, const lpx_model *m, lpx_engine *const *e, int n);
 int lpx_server_port(const lpx_server *s);
 /* Refuses new work (503, /health 503), waits up to timeout_s for in-flight
  * requests, then ends the rest with an error. */

@@ -274,7 +274,7 @@ static void test_metrics_text(void) {
     st.kv_blocks_total = 8;
     st.kv_blocks_used = 2;
     st.generated_tokens = 77;
-    char *t = lpx_metrics_render(&m, &st, "m", NULL, 0);
+    char *t = lpx_metrics_render(&m, &st, 1, "m", NULL, 0);
     CHECK(t != NULL);
     CHECK(strstr(t, "lpx:num_requests_running{model_name=\"m\"} 2\n") != NULL);
     CHECK(strstr(t, "lpx:kv_cache_usage_perc{model_name=\"m\"} 0.25\n") != NULL);
@@ -303,12 +303,12 @@ static void test_metrics_text(void) {
         g[i].mem_clock_mhz = LPX_TEL_NA;
     }
     /* a served name with the text format's special characters stays one label value */
-    t = lpx_metrics_render(&m, &st, "a\"b\\c\nd", NULL, 0);
+    t = lpx_metrics_render(&m, &st, 1, "a\"b\\c\nd", NULL, 0);
     CHECK(t != NULL);
     CHECK(strstr(t, "lpx:num_requests_running{model_name=\"a\\\"b\\\\c\\nd\"} 2\n") != NULL);
     free(t);
 
-    t = lpx_metrics_render(&m, &st, "m", g, 2);
+    t = lpx_metrics_render(&m, &st, 1, "m", g, 2);
     CHECK(strstr(t, "lpx:gpu_utilization_perc{gpu=\"1\",model_name=\"m\"} 51\n") != NULL);
     CHECK(strstr(t, "lpx:gpu_power_watts{gpu=\"0\",model_name=\"m\"} 250.5") != NULL);
     CHECK(strstr(t, "lpx:gpu_memory_clock_mhz") == NULL);

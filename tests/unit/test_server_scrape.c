@@ -23,7 +23,7 @@ static void test_server_exposition(void) {
                            .kv_blocks_used = 100,
                            .tok_s = 55.5};
     lpx_gpu_sample gpu = {.util_gpu = 97, .mem_used = 1 << 30, .mem_total = 2LL << 30};
-    char *text = lpx_metrics_render(&m, &st, "smollm2", &gpu, 1);
+    char *text = lpx_metrics_render(&m, &st, 1, "smollm2", &gpu, 1);
     CHECK(text != NULL);
     lpx_scrape s;
     CHECK(lpx_scrape_parse(text, &s) == LPX_OK);
