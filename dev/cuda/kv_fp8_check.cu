@@ -12,6 +12,8 @@
  *   dev/cuda/build-kv-fp8-check.sh OUT && OUT/kv_fp8_check */
 #include "format/kv_fp8.h"
 
+#include "check_util.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -20,14 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));    \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 
 struct mismatches {
     unsigned long long fp8, bf16;
@@ -115,12 +109,10 @@ int main(void) {
     CK(cudaMallocManaged(&x, (size_t)n_heads * HD * sizeof(float)));
     CK(cudaMallocManaged(&codes, (size_t)n_heads * HD));
     CK(cudaMallocManaged(&scales, (size_t)n_heads * sizeof(float)));
-    uint64_t r = 12345;
     for (int h = 0; h < n_heads; h++) {
         const float mag = ldexpf(1.0f, (h % 200) - 100); /* 2^-100 .. 2^99 */
         for (int i = 0; i < HD; i++) {
-            r = r * 6364136223846793005ull + 1442695040888963407ull;
-            const float v = ((float)(r >> 40) / (float)(1 << 24) * 2.0f - 1.0f) * mag;
+            const float v = frand() * mag;
             x[(size_t)h * HD + i] = lpx_kv_bf16_f32(lpx_kv_bf16_bits(v));
         }
     }
