@@ -294,6 +294,13 @@ static int32_t *plan_part(const cuda_backend *b, int32_t *base) {
 /* The compute stream, with the instance's PDL choice, for the launchers. */
 static kstream kst(const cuda_backend *b) { return kstream{b->stream, b->tune.pdl}; }
 
+/* Whether a step of T tokens runs the batch-1 decode's q/k/v projection and
+ * attention as one kernel (qkv_attn.cuh): up to tune.qa_ctx keys (long_step). */
+static bool uses_fused(const cuda_backend *b, int T, int n_tiles) {
+    return T == 1 && n_tiles == 0 && b->qa.cluster && !b->long_step &&
+           !(b->tune.skip & (SK_QKV | SK_ATTN));
+}
+
 /* Layer l's q/k/v projection and attention as separate kernels (every step but
  * the batch-1 decode that qkv_attn.cuh fuses). */
 static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles) {
@@ -368,10 +375,7 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
     const float eps = c->rms_norm_eps;
     int32_t *in = b->in_dev;
     const unsigned sk = b->tune.skip;
-    /* batch-1 decode: the q/k/v projection and attention as one kernel (qkv_attn.cuh),
-     * up to tune.qa_ctx keys */
-    const bool fused = T == 1 && n_tiles == 0 && b->qa.cluster && !b->long_step &&
-                       !(sk & (SK_QKV | SK_ATTN));
+    const bool fused = uses_fused(b, T, n_tiles);
     const layer_flags f = layer_flags_of(&b->tune, T, fused);
     cuda_trace *tr = b->trace;
     // x = tok_embd[tokens]
@@ -640,8 +644,8 @@ static lpx_status enqueue_step(cuda_backend *b, const lpx_batch *bt, const int32
                             : flash_tiles(bt->seq_start, bt->n_seqs,
                                           b->cfg.n_heads / b->cfg.n_kv_heads,
                                           in_part(b, b->in_host, IN_TILES));
-    size_t plan_elems = 0;
-    if (n_tiles == 0) LPX_TRY(plan_attention(b, T_pad, &plan_elems));
+    size_t plan_elems = 0; /* the fused kernel reads no plan */
+    if (n_tiles == 0 && !uses_fused(b, T_pad, 0)) LPX_TRY(plan_attention(b, T_pad, &plan_elems));
     cudaGraphExec_t *gx = NULL;
     if (decode) {
         const int gi = graph_index(b, k);
