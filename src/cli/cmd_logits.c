@@ -56,15 +56,14 @@ static double now_s(clockid_t clock) {
 typedef struct seq {
     int32_t *ids; /* prompt ids, then generated ones: [n_ids + n_greedy] */
     int32_t n_ids, chunk, done, *blocks;
-    int32_t keep; /* first position whose logits are kept (--tail); with --mode decode
-                     those are fed one a step */
-    bool tail;
+    int32_t keep; /* first position whose logits are kept (--tail) */
     int32_t fed;  /* ids the last step fed */
 } seq;
 
 typedef struct run {
     lpx_backend *b;
     int32_t n_seqs, vocab, max_blocks;
+    bool tail_decode; /* --tail with --mode decode: kept positions fed one a step */
     seq *seqs;
     int32_t *tokens, *positions, *seq_start, *seq_len, *table, *rows;
     float *logits; /* [max batch tokens][vocab] */
@@ -80,10 +79,11 @@ static lpx_status step(run *r, int32_t upto_greedy, int32_t *n_fed) {
         int32_t end = q->n_ids + upto_greedy, take = end - q->done;
         q->fed = 0;
         if (take <= 0) continue;
-        /* --tail with --mode decode: the ids before keep in chunks, those from it one a step */
-        const int32_t most = q->tail && q->done >= q->keep ? 1 : q->chunk;
-        if (q->done < q->keep && take > q->keep - q->done) take = q->keep - q->done;
-        if (take > most) take = most;
+        if (take > q->chunk) take = q->chunk;
+        if (r->tail_decode) { /* the ids before keep in chunks, those from it one a step */
+            if (q->done < q->keep && take > q->keep - q->done) take = q->keep - q->done;
+            if (q->done >= q->keep) take = 1;
+        }
         q->fed = take;
         r->seq_start[ns] = n;
         for (int32_t i = 0; i < take; i++, n++) {
@@ -171,6 +171,8 @@ int cmd_logits(int argc, char **argv) {
     int rc = 1;
     run r = {0};
     r.n_seqs = n_seqs;
+    const bool decode = !strcmp(mode, "decode");
+    r.tail_decode = tail > 0 && decode;
     r.seqs = calloc((size_t)n_seqs, sizeof *r.seqs);
     lpx_model *m = NULL;
     FILE *out = NULL;
@@ -188,12 +190,10 @@ int cmd_logits(int argc, char **argv) {
             rc = 2;
             goto done;
         }
-        q->chunk = n_chunks                  ? chunks[n_chunks == 1 ? 0 : s]
-                   : !strcmp(mode, "decode") ? 1
-                                             : q->n_ids;
+        q->chunk = n_chunks               ? chunks[n_chunks == 1 ? 0 : s]
+                   : decode && !r.tail_decode ? 1
+                                              : q->n_ids;
         q->keep = tail && tail < q->n_ids ? q->n_ids - tail : 0;
-        q->tail = tail > 0 && !strcmp(mode, "decode");
-        if (q->tail && !n_chunks) q->chunk = q->n_ids;
         total_ids += q->n_ids;
         max_step += q->chunk < q->n_ids ? q->chunk : q->n_ids;
     }
@@ -236,8 +236,8 @@ int cmd_logits(int argc, char **argv) {
     r.seq_len = malloc((size_t)n_seqs * sizeof(int32_t));
     r.table = malloc((size_t)n_blocks * sizeof(int32_t));
     /* --tail with --mode decode: a step keeps one row a sequence at most */
-    r.logits = malloc((size_t)(tail && !strcmp(mode, "decode") ? n_seqs : max_step) *
-                      (size_t)r.vocab * sizeof(float));
+    r.logits = malloc((size_t)(r.tail_decode ? n_seqs : max_step) * (size_t)r.vocab *
+                      sizeof(float));
     if (!r.tokens || !r.positions || !r.rows || !r.seq_start || !r.seq_len || !r.table || !r.logits)
         goto oom;
     if (ops->create(m, &o, &r.b) != LPX_OK) {
