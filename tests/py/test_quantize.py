@@ -101,6 +101,20 @@ def smollm2_src(smollm2):
     return {n: (v, tn) for n, (v, tn, _) in tensors(smollm2).items()}
 
 
+def logits_rel_rms(lpx_bin, model, hf_dir, tmp_path):
+    """Relative RMS error of lpx's logits of MODEL on hf_dir's first manifest sequence
+    against the transformers logits stored beside it."""
+    seq = json.loads((hf_dir / "manifest.json").read_text())["sequences"][0]
+    logits = tmp_path / "l.f32"
+    r = subprocess.run([lpx_bin, "logits", "-m", str(model), "--ids",
+                        ",".join(map(str, seq["ids"])), "-o", str(logits)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = np.fromfile(logits, "<f4").reshape(len(seq["ids"]), -1)
+    ref = np.fromfile(hf_dir / seq["logits"], "<f4").reshape(got.shape)
+    return np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean())
+
+
 @pytest.mark.parametrize("typ", [t if t in ("q8_0", "q4_k_m", "f16") else
                                  pytest.param(t, marks=pytest.mark.slow) for t in TYPES])
 def test_smollm2_every_type(lpx_bin, smollm2, smollm2_src, tmp_path, typ):
@@ -177,15 +191,7 @@ def test_hf_directory(lpx_bin, tmp_path, typ):
                       ("llama.attention.head_count_kv", "num_key_value_heads"),
                       ("llama.context_length", "max_position_embeddings")]:
         assert field(rd, key) == cfg[want], key
-    man = json.loads((HF / "manifest.json").read_text())
-    seq = man["sequences"][0]
-    logits = tmp_path / "l.f32"
-    r = subprocess.run([lpx_bin, "logits", "-m", str(out), "--ids", ",".join(map(str, seq["ids"])),
-                        "-o", str(logits)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    got = np.fromfile(logits, "<f4").reshape(len(seq["ids"]), -1)
-    ref = np.fromfile(HF / seq["logits"], "<f4").reshape(got.shape)
-    rel = np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean())
+    rel = logits_rel_rms(lpx_bin, out, HF, tmp_path)
     print(f"{typ}: logits' relative RMS error {rel:.4g}")
     assert rel < LOGIT_TOL[typ]
 
@@ -271,13 +277,6 @@ def test_hf_families_f16(lpx_bin, tmp_path, family):
     r = run_quantize(lpx_bin, d, out, "f16")
     assert r.returncode == 0, r.stderr
     assert ("sliding_window 16 has no llama.cpp key" in r.stderr) == (family == "mistral")
-    seq = json.loads((d / "manifest.json").read_text())["sequences"][0]
-    logits = tmp_path / "l.f32"
-    r = subprocess.run([lpx_bin, "logits", "-m", str(out), "--ids", ",".join(map(str, seq["ids"])),
-                        "-o", str(logits)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    got = np.fromfile(logits, "<f4").reshape(len(seq["ids"]), -1)
-    ref = np.fromfile(d / seq["logits"], "<f4").reshape(got.shape)
-    rel = np.sqrt(((got - ref) ** 2).mean() / (ref ** 2).mean())
+    rel = logits_rel_rms(lpx_bin, out, d, tmp_path)
     # measured: 1.2e-3 at most; Mistral (window 16, 20 ids) 0.27
     assert rel < 2e-3 or (family == "mistral" and 0.05 < rel < 1), rel
