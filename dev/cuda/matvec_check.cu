@@ -18,9 +18,17 @@
  *    with programmatic dependent launch (as the backend does), distinct weights per
  *    layer (more than L2 holds), median of 200 replays; then each projection alone,
  *    100 back-to-back launches (cycling over the layers' weights) in one graph.
+ * 3. the same correctness cases with the weights kept quantized (wpack.h's packings,
+ *    written from rows quantized by lpx_quantize_row to Q8_0, Q4_0, Q4_1, Q4_K, Q5_K,
+ *    Q6_K): the reference is the float64 product with the packed values
+ *    (lpx_wp_unpack_row), the same 1e-3 bound; and the timing of step 2 for Q8_0 and
+ *    Q4_0 weights (bytes a layer from the packing).
  * Usage: matvec_check [--quick] [--no-pdl]   (--quick: correctness only)
  * Exit 1 on any FAIL or CUDA error. Build: dev/cuda/build-matvec-check.sh OUTDIR. */
 #include "backend/cuda/matmul.cuh"
+extern "C" {
+#include "format/quantize.h"
+}
 
 #include <algorithm>
 #include <math.h>
@@ -69,12 +77,16 @@ static cuda_tuning g_tune = tune_of(true);
 
 /* The old batch-1..8 path: every product on matvec_kernel (matvec_launch). */
 template <int B>
-static cudaError_t old_launch(float *y, bf16 *act, const bf16 *W, const void *x,
+static cudaError_t old_launch(float *y, bf16 *act, const wmat &W, const void *x,
                               const float *norm_w, int rows, int cols, int n_sms, bool accumulate,
                               kstream st) {
-    return matvec_launch<B>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, EPS, st);
+    switch (W.kind) {
+    case WF_Q8: return matvec_launch<B, WF_Q8>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, EPS, st);
+    case WF_Q4: return matvec_launch<B, WF_Q4>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, EPS, st);
+    default: return matvec_launch<B, WF_BF16>(y, act, W, x, norm_w, rows, cols, n_sms, accumulate, EPS, st);
+    }
 }
-static cudaError_t old_tokens(int T, float *y, bf16 *act, const bf16 *W, const void *x,
+static cudaError_t old_tokens(int T, float *y, bf16 *act, const wmat &W, const void *x,
                               const float *norm_w, int rows, int cols, int n_sms, bool accumulate,
                               kstream st) {
     switch (T) {
@@ -93,7 +105,7 @@ static cudaError_t old_tokens(int T, float *y, bf16 *act, const bf16 *W, const v
 /* matmul()'s path for T <= MV_MAX_TOKENS (matvec_tokens: no cuBLAS, so this program
  * needs none): matvec_any picks matvec_tma_kernel or matvec_kernel; with old, the
  * old path. */
-static lpx_status mv(const matmul_ctx *mc, float *y, bf16 *act, const bf16 *W, const void *x,
+static lpx_status mv(const matmul_ctx *mc, float *y, bf16 *act, const wmat &W, const void *x,
                      const float *norm_w, int T, int rows, int cols, bool accumulate,
                      cudaStream_t s, bool old, int flags = 0) {
     if (T < 1 || T > MV_MAX_TOKENS)
@@ -108,23 +120,88 @@ static lpx_status mv(const matmul_ctx *mc, float *y, bf16 *act, const bf16 *W, c
 }
 
 /* Which kernel matmul() picks, as text. */
-static void describe(char *buf, size_t n, const op_spec &op, int T, int n_sms) {
-    const int rpb = T <= MV_MAX_TOKENS ? matvec_tma_rows(T, op.rows, op.cols, n_sms, op.act,
-                                                         (const bf16 *)(uintptr_t)256)
+static void describe(char *buf, size_t n, const op_spec &op, int T, int n_sms, int row_bytes) {
+    const wmat probe = {(const void *)(uintptr_t)256, 0, row_bytes, 0, 0};
+    const int rpb = T <= MV_MAX_TOKENS ? matvec_tma_rows(T, op.rows, op.cols, n_sms, op.act, probe)
                                        : 0;
     if (rpb)
         snprintf(buf, n, "tma %3d rows x %4d blk %6.1f KB", rpb, ceil_div(op.rows, rpb),
-                 ((double)rpb + T) * op.cols * 2 / 1024.0);
+                 ((double)rpb * row_bytes + (double)T * op.cols * 2) / 1024.0);
     else
         snprintf(buf, n, "old (slice does not fit)");
 }
 
 /* Runs op through matmul() with the new selection and on the old path, checks
  * both against float64; returns false on FAIL. */
-static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
+/* Random blocks of a GGUF type: every byte random (codes, 6-bit scales and mins over
+ * their whole range), then the f16 fields set to random values of about 1/64. */
+static void random_blocks(lpx_dtype type, uint8_t *row, size_t bytes) {
+    static uint64_t h = 0x243F6A8885A308D3ull;
+    for (size_t i = 0; i < bytes; i++) {
+        h ^= h << 13, h ^= h >> 7, h ^= h << 17;
+        row[i] = (uint8_t)(h >> 32);
+    }
+    int bb = lpx_dtype_block_bytes(type), offs[2] = {0, -1};
+    if (type == LPX_DT_Q4_1 || type == LPX_DT_Q4_K || type == LPX_DT_Q5_K) offs[1] = 2;
+    if (type == LPX_DT_Q6_K) offs[0] = 208;
+    for (size_t b = 0; b + bb <= bytes; b += bb)
+        for (int k = 0; k < 2; k++) {
+            if (offs[k] < 0) continue;
+            const uint16_t v = lpx_f32_to_f16((0.5f + 0.5f * fabsf(frand())) / 64.0f);
+            row[b + offs[k]] = (uint8_t)(v & 0xff);
+            row[b + offs[k] + 1] = (uint8_t)(v >> 8);
+        }
+}
+
+/* The weights of a check: rows x cols random values as GGUF type `type` (bf16:
+ * random floats; quantized: random blocks), packed as the backend packs them;
+ * ref: the packed values. */
+static wmat make_weights(lpx_dtype type, int rows, int cols, std::vector<uint8_t> &packed,
+                         std::vector<double> &ref) {
+    size_t sb = 0;
+    if (!lpx_dtype_row_bytes(type, cols, &sb)) {
+        fprintf(stderr, "%d columns do not fit %s blocks\n", cols, lpx_dtype_name(type));
+        exit(1);
+    }
+    std::vector<uint8_t> file((size_t)rows * sb);
+    std::vector<float> row(cols);
+    for (int r = 0; r < rows; r++) {
+        if (type != LPX_DT_BF16) {
+            random_blocks(type, &file[(size_t)r * sb], sb);
+            continue;
+        }
+        for (auto &v : row) v = frand();
+        int64_t bad = -1;
+        if (!lpx_quantize_row(type, row.data(), &file[(size_t)r * sb], cols, &bad)) exit(1);
+    }
+    lpx_tensor t = {};
+    snprintf(t.name, sizeof t.name, "w");
+    t.type = type;
+    t.n_dims = 2;
+    t.shape[0] = rows;
+    t.shape[1] = cols;
+    t.data = file.data();
+    t.nbytes = file.size();
+    const lpx_tensor *ts[1] = {&t};
+    lpx_wp_format f;
+    LK(lpx_wp_choose(ts, 1, cols, &f));
+    const size_t rb = lpx_wp_row_bytes(f, cols);
+    packed.assign((size_t)rows * rb, 0);
+    LK(lpx_wp_pack_rows(f, &t, packed.data(), 0, 1, row.data()));
+    ref.resize((size_t)rows * cols);
+    for (int r = 0; r < rows; r++) {
+        lpx_wp_unpack_row(f, &packed[(size_t)r * rb], cols, row.data());
+        for (int i = 0; i < cols; i++) ref[(size_t)r * cols + i] = row[i];
+    }
+    return wmat{NULL, f.kind, (int)rb, f.group ? __builtin_ctz((unsigned)f.group) : 0, f.has_min};
+}
+
+static bool check_op(const char *model, const op_spec &op, int T, int n_sms,
+                     lpx_dtype type = LPX_DT_BF16) {
     const int rows = op.rows, cols = op.cols;
-    std::vector<uint16_t> W((size_t)rows * cols);
-    for (auto &v : W) v = f2bf_h(frand());
+    std::vector<uint8_t> W;
+    std::vector<double> wref;
+    wmat wm = make_weights(type, rows, cols, W, wref);
     std::vector<float> xf((size_t)T * cols), nw(cols), y0((size_t)T * rows);
     std::vector<uint16_t> xb((size_t)T * cols);
     for (auto &v : xf) v = 2.0f * frand();
@@ -146,9 +223,9 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
             for (int i = 0; i < cols; i++) xr[(size_t)b * cols + i] = bf2f_h(xb[(size_t)b * cols + i]);
         }
     }
-    std::vector<double> dot((size_t)T * rows), wrow(cols);
+    std::vector<double> dot((size_t)T * rows);
     for (int r = 0; r < rows; r++) {
-        for (int i = 0; i < cols; i++) wrow[i] = bf2f_h(W[(size_t)r * cols + i]);
+        const double *wrow = &wref[(size_t)r * cols];
         for (int b = 0; b < T; b++) {
             double s = 0;
             const double *xp = &xr[(size_t)b * cols];
@@ -157,20 +234,22 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
         }
     }
 
-    bf16 *dW, *dxb, *dact;
+    uint8_t *dW;
+    bf16 *dxb, *dact;
     float *dxf, *dnw, *dy;
     const int arows = op.act ? rows / 2 : 1;
-    CK(cudaMalloc(&dW, W.size() * 2));
+    CK(cudaMalloc(&dW, W.size()));
     CK(cudaMalloc(&dxb, xb.size() * 2));
     CK(cudaMalloc(&dxf, xf.size() * 4));
     CK(cudaMalloc(&dnw, nw.size() * 4));
     CK(cudaMalloc(&dy, y0.size() * 4));
     CK(cudaMalloc(&dact, (size_t)T * arows * 2));
-    CK(cudaMemcpy(dW, W.data(), W.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dW, W.data(), W.size(), cudaMemcpyHostToDevice));
+    wm.w = dW;
     CK(cudaMemcpy(dxb, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dxf, xf.data(), xf.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dnw, nw.data(), nw.size() * 4, cudaMemcpyHostToDevice));
-    matmul_ctx mc = {NULL, n_sms, &g_tune, NULL};
+    matmul_ctx mc = {NULL, NULL, 0, n_sms, &g_tune, NULL};
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
 
@@ -182,7 +261,7 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
         else
             CK(cudaMemset(dy, 0xff, y0.size() * 4));
         CK(cudaMemset(dact, 0xff, (size_t)T * arows * 2));
-        LK(mv(&mc, op.act ? NULL : dy, op.act ? dact : NULL, dW,
+        LK(mv(&mc, op.act ? NULL : dy, op.act ? dact : NULL, wm,
               op.norm ? (const void *)dxf : (const void *)dxb, op.norm ? dnw : NULL, T, rows, cols,
               op.accum, st, k == 1, k == 2 ? MM_PACE(1) : 0));
         CK(cudaStreamSynchronize(st));
@@ -227,11 +306,11 @@ static bool check_op(const char *model, const op_spec &op, int T, int n_sms) {
         }
     }
     char sel[64];
-    describe(sel, sizeof sel, op, T, n_sms);
+    describe(sel, sizeof sel, op, T, n_sms, wm.row_bytes);
     const bool ok = err[0] <= 1e-3 && err[1] <= 1e-3 && err[2] <= 1e-3;
-    printf("%-13s %-8s T=%d %5dx%-5d sms=%3d  %-32s err new %.1e paced %.1e old %.1e "
+    printf("%-5s %-13s %-8s T=%d %5dx%-5d sms=%3d  %-32s err new %.1e paced %.1e old %.1e "
            "|new-old| %.1e  %s\n",
-           model, op.name, T, rows, cols, n_sms, sel, err[0], err[2], err[1], diff,
+           lpx_dtype_name(type), model, op.name, T, rows, cols, n_sms, sel, err[0], err[2], err[1], diff,
            ok ? "ok" : "FAIL");
     cudaFree(dW);
     cudaFree(dxb);
@@ -290,7 +369,7 @@ static double time_graph(cudaGraphExec_t ge, cudaStream_t st, int reps) {
 }
 
 struct layer_bufs {
-    bf16 *w[4];
+    wmat w[4];
     float *nw[2];
 };
 
@@ -300,7 +379,7 @@ static cudaGraphExec_t capture(const model_spec &m, const op_spec ops[4],
                                const std::vector<layer_bufs> &L, int T, int n_sms, int only,
                                int n, float *xres, float *qkv, bf16 *attn, bf16 *act,
                                cudaStream_t st, bool old) {
-    matmul_ctx mc = {NULL, n_sms, &g_tune, NULL};
+    matmul_ctx mc = {NULL, NULL, 0, n_sms, &g_tune, NULL};
     CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
     for (int i = 0; i < n; i++) {
         const int l = only < 0 ? i : i % m.layers;
@@ -331,22 +410,31 @@ static cudaGraphExec_t capture(const model_spec &m, const op_spec ops[4],
     return ge;
 }
 
-static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sms) {
+/* f: the weights' packing (their values are random bits: small finite bf16 or, as
+ * scales, small f16; timing only). */
+static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sms,
+                       lpx_wp_format f) {
     op_spec ops[4];
     model_ops(m, ops);
     double bytes_op[4], bytes_layer = 0;
+    int rb[4];
     for (int k = 0; k < 4; k++) {
-        bytes_op[k] = 2.0 * ops[k].rows * ops[k].cols;
+        rb[k] = (int)lpx_wp_row_bytes(f, ops[k].cols);
+        bytes_op[k] = (double)ops[k].rows * rb[k];
         bytes_layer += bytes_op[k];
     }
-    printf("\n%s: %d layers, %.1f MB of weights a layer (%.2f GB in all), PDL %s\n", m.name,
-           m.layers, bytes_layer / 1e6, bytes_layer * m.layers / 1e9, g_tune.pdl ? "on" : "off");
+    printf("\n%s, %s: %d layers, %.1f MB of weights a layer (%.2f GB in all), PDL %s\n", m.name,
+           lpx_wp_name(f), m.layers, bytes_layer / 1e6, bytes_layer * m.layers / 1e9,
+           g_tune.pdl ? "on" : "off");
     std::vector<layer_bufs> L(m.layers);
     for (int l = 0; l < m.layers; l++) {
         for (int k = 0; k < 4; k++) {
-            const size_t n = (size_t)ops[k].rows * ops[k].cols;
-            CK(cudaMalloc(&L[l].w[k], n * 2));
-            fill_bf16<<<1024, 256>>>(L[l].w[k], n, 1000003ull * (l * 4 + k), 0.03f);
+            const size_t n = (size_t)ops[k].rows * rb[k] / 2;
+            bf16 *p;
+            CK(cudaMalloc(&p, n * 2));
+            fill_bf16<<<1024, 256>>>(p, n, 1000003ull * (l * 4 + k), 0.03f);
+            L[l].w[k] = wmat{p, f.kind, rb[k], f.group ? __builtin_ctz((unsigned)f.group) : 0,
+                             f.has_min};
         }
         for (int k = 0; k < 2; k++) {
             CK(cudaMalloc(&L[l].nw[k], (size_t)m.d * 4));
@@ -369,7 +457,7 @@ static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sm
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     for (int T : Ts) {
         char sel[4][64];
-        for (int k = 0; k < 4; k++) describe(sel[k], sizeof sel[k], ops[k], T, n_sms);
+        for (int k = 0; k < 4; k++) describe(sel[k], sizeof sel[k], ops[k], T, n_sms, rb[k]);
         printf("  T=%d   kernels: qkv %s | o %s | gate/up %s | down %s\n", T, sel[0], sel[1],
                sel[2], sel[3]);
         double chain[2], alone[2][4];
@@ -401,7 +489,7 @@ static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sm
     }
     CK(cudaStreamDestroy(st));
     for (auto &l : L) {
-        for (int k = 0; k < 4; k++) CK(cudaFree(l.w[k]));
+        for (int k = 0; k < 4; k++) CK(cudaFree((void *)l.w[k].w));
         for (int k = 0; k < 2; k++) CK(cudaFree(l.nw[k]));
     }
     CK(cudaFree(xres));
@@ -461,9 +549,40 @@ int main(int argc, char **argv) {
                 fails += !check_op("odd", op, T, sms);
                 cases++;
             }
+    /* quantized weights: every GGUF type the backend keeps quantized */
+    const lpx_dtype qtypes[] = {LPX_DT_Q8_0, LPX_DT_Q4_0, LPX_DT_Q4_1,
+                                LPX_DT_Q4_K, LPX_DT_Q5_K, LPX_DT_Q6_K};
+    for (lpx_dtype qt : qtypes) {
+        const int kq = lpx_dtype_block_elems(qt);
+        for (const auto &m : models) {
+            op_spec ops[4];
+            model_ops(m, ops);
+            for (int k = 0; k < 4; k++) {
+                if (ops[k].cols % kq) continue; /* e.g. Qwen2.5's 896 columns and K-quants */
+                for (int T : {1, 3, 8}) {
+                    fails += !check_op(m.name, ops[k], T, n_sms, qt);
+                    cases++;
+                }
+            }
+        }
+        const op_spec qodd[] = {
+            {"qkv", 4100, 1024, true, false, false},
+            {"gate/up", 6002, 1280, true, true, false},
+            {"down", 37, 4864, false, false, true},
+            {"down", 1001, 3328, false, false, true},
+            {"lm_head", 151936, 1024, false, false, false},
+        };
+        for (const auto &op : qodd)
+            for (int sms : {n_sms, 7}) {
+                fails += !check_op("odd", op, 2, sms, qt);
+                cases++;
+            }
+    }
     printf("%d of %d cases FAIL\n", fails, cases);
     if (!quick) {
-        for (const auto &m : models) time_model(m, {1, 2, 4, 8}, n_sms);
+        const lpx_wp_format fmts[3] = {{LPX_WP_BF16, 0, 0}, {LPX_WP_Q8, 32, 0}, {LPX_WP_Q4, 32, 0}};
+        for (const auto &f : fmts)
+            for (const auto &m : models) time_model(m, {1, 2, 4, 8}, n_sms, f);
     }
     printf("\n%s\n", fails ? "FAIL" : "PASS");
     return fails ? 1 : 0;

@@ -1,5 +1,5 @@
-/* The CUDA backend: weights uploaded once as bf16 (q/k/v merged, gate/up
- * interleaved), a bf16 paged KV cache, and one step = a flat sequence of kernel
+/* The CUDA backend: weights uploaded once (q/k/v merged, gate/up interleaved),
+ * bf16 or kept quantized in wpack.h's packings, a bf16 paged KV cache, and one step = a flat sequence of kernel
  * launches (forward_layers + forward_logits). Decode steps (one token per
  * sequence) replay a CUDA graph captured per batch-size bucket 1, 2, 4, ... so the
  * host issues three calls per step: copy inputs, launch graph, copy logits. */
@@ -38,12 +38,12 @@ static_assert(N_SLOTS == TRACE_SLOTS, "trace.cuh keeps timing events per slot");
 
 typedef struct cuda_layer {
     const float *attn_norm, *ffn_norm; /* (d_model) */
-    const bf16 *wqkv;   /* (n_heads*hd + 2*n_kv*hd, d_model): q rows, then k, then v */
+    wmat wqkv;          /* (n_heads*hd + 2*n_kv*hd, d_model): q rows, then k, then v */
     const float *bqkv;  /* (same rows) or NULL */
     const float *q_norm, *k_norm; /* (hd) or NULL */
-    const bf16 *wo;     /* (d_model, n_heads*hd) */
-    const bf16 *wgu;    /* (2*d_ff, d_model): row 2j = gate j, row 2j+1 = up j */
-    const bf16 *wdown;  /* (d_model, d_ff) */
+    wmat wo;            /* (d_model, n_heads*hd) */
+    wmat wgu;           /* (2*d_ff, d_model): row 2j = gate j, row 2j+1 = up j */
+    wmat wdown;         /* (d_model, d_ff) */
 } cuda_layer;
 
 typedef struct cuda_backend {
@@ -58,7 +58,7 @@ typedef struct cuda_backend {
     size_t mem_used;
 
     cuda_layer *layers; /* [n_layers], host array of device pointers */
-    const bf16 *tok_embd, *lm_head; /* (vocab, d_model) */
+    wmat tok_embd, lm_head;         /* (vocab, d_model) */
     const float *out_norm;          /* (d_model) */
     const float *inv_freq;          /* (hd/2), scaling applied */
     bf16 *kv;                       /* (n_blocks, block_stride) */
@@ -143,14 +143,6 @@ typedef struct cuda_backend {
 
 /* --- host-side conversion ------------------------------------------------ */
 
-static uint16_t f2bf_host(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 static lpx_status check_shape(const lpx_tensor *t, const char *what, int layer, int64_t rows,
                               int64_t cols) {
     if (!t) return lpx_errorf(LPX_ERR_FORMAT, "cuda: layer %d: tensor %s missing", layer, what);
@@ -160,19 +152,6 @@ static lpx_status check_shape(const lpx_tensor *t, const char *what, int layer, 
                           t->name, (long long)rows, (long long)cols,
                           (long long)lpx_tensor_rows(t), (long long)lpx_tensor_cols(t));
     return LPX_OK;
-}
-
-/* Writes row r of t, as bf16, to dst row (row0 + r*step) (rows of t's width). */
-static void convert_rows(const lpx_tensor *t, uint16_t *dst, int64_t row0, int64_t step,
-                         float *tmp) {
-    const int64_t rows = lpx_tensor_rows(t), cols = lpx_tensor_cols(t);
-    size_t rb = 0;
-    lpx_dtype_row_bytes(t->type, cols, &rb); /* validated by the loader */
-    for (int64_t r = 0; r < rows; r++) {
-        lpx_dequantize_row(t->type, (const uint8_t *)t->data + (size_t)r * rb, tmp, cols);
-        uint16_t *o = dst + (size_t)(row0 + r * step) * cols;
-        for (int64_t c = 0; c < cols; c++) o[c] = f2bf_host(tmp[c]);
-    }
 }
 
 /* --- device allocation ----------------------------------------------------- */
@@ -192,23 +171,22 @@ static lpx_status dalloc(cuda_backend *b, void **p, size_t bytes) {
 }
 
 /* Uploads the tensors ts[0..n) stacked (or, with interleave, row-interleaved) as
- * one bf16 matrix of width cols. */
-static lpx_status upload_matrix(cuda_backend *b, const bf16 **out, const lpx_tensor *const *ts,
-                                int n, bool interleave, int64_t cols, uint16_t *stage,
-                                float *tmp) {
+ * one matrix of width cols in the packing wpack.h chooses for them. */
+static lpx_status upload_matrix(cuda_backend *b, wmat *out, const lpx_tensor *const *ts, int n,
+                                bool interleave, int64_t cols, uint8_t *stage, float *tmp) {
+    lpx_wp_format f;
+    LPX_TRY(lpx_wp_choose(ts, n, cols, &f));
+    const size_t rb = lpx_wp_row_bytes(f, cols);
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {
-        if (interleave)
-            convert_rows(ts[i], stage, i, n, tmp);
-        else
-            convert_rows(ts[i], stage, rows, 1, tmp);
+        LPX_TRY(lpx_wp_pack_rows(f, ts[i], stage, interleave ? i : rows, interleave ? n : 1, tmp));
         rows += lpx_tensor_rows(ts[i]);
     }
     void *d;
-    const size_t bytes = (size_t)rows * cols * sizeof(bf16);
+    const size_t bytes = (size_t)rows * rb;
     LPX_TRY(dalloc(b, &d, bytes));
     LPX_CUDA_TRY(cudaMemcpy(d, stage, bytes, cudaMemcpyHostToDevice));
-    *out = (const bf16 *)d;
+    *out = wmat{d, f.kind, (int)rb, f.group ? __builtin_ctz((unsigned)f.group) : 0, f.has_min};
     return LPX_OK;
 }
 
@@ -385,7 +363,7 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         const cuda_layer *L = &b->layers[l];
         // attn = attention(rope(rmsnorm(x) · Wqkvᵀ + bqkv)), k/v into the cache
         if (fused)
-            LPX_TRY(qkv_attn(&b->qa, b->attn, b->kv, L->wqkv, b->x, L->attn_norm, L->bqkv,
+            LPX_TRY(qkv_attn(&b->qa, b->attn, b->kv, (const bf16 *)L->wqkv.w, b->x, L->attn_norm, L->bqkv,
                              L->q_norm, L->k_norm, b->inv_freq, in_part(b, in, IN_SEQ),
                              in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
                              in_part(b, in, IN_BT), b->max_blocks, b->geom, l, d, eps,
@@ -858,6 +836,86 @@ static void cuda_destroy(lpx_backend *base) {
     free(b);
 }
 
+/* A matrix the backend holds, merged from up to three of the file's tensors
+ * (stacked, or row-interleaved for gate/up). */
+typedef struct merged {
+    const lpx_tensor *ts[3];
+    int n;
+    bool interleave;
+    int64_t cols;
+} merged;
+
+/* Layer l's matrices: q/k/v, o, gate/up, down; their shapes checked. */
+static lpx_status layer_matrices(const lpx_config *c, const lpx_layer *L, int l, merged out[4]) {
+    const int d = c->d_model, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    LPX_TRY(check_shape(L->attn_norm, "attn_norm", l, 1, d));
+    LPX_TRY(check_shape(L->ffn_norm, "ffn_norm", l, 1, d));
+    LPX_TRY(check_shape(L->wq, "attn_q", l, qd, d));
+    LPX_TRY(check_shape(L->wk, "attn_k", l, kvd, d));
+    LPX_TRY(check_shape(L->wv, "attn_v", l, kvd, d));
+    LPX_TRY(check_shape(L->wo, "attn_output", l, d, qd));
+    LPX_TRY(check_shape(L->w_gate, "ffn_gate", l, c->d_ff, d));
+    LPX_TRY(check_shape(L->w_up, "ffn_up", l, c->d_ff, d));
+    LPX_TRY(check_shape(L->w_down, "ffn_down", l, d, c->d_ff));
+    out[0] = merged{{L->wq, L->wk, L->wv}, 3, false, d};
+    out[1] = merged{{L->wo, NULL, NULL}, 1, false, qd};
+    out[2] = merged{{L->w_gate, L->w_up, NULL}, 2, true, d};
+    out[3] = merged{{L->w_down, NULL, NULL}, 1, false, c->d_ff};
+    return LPX_OK;
+}
+
+/* What the weights will take on the device, before any is uploaded: their bytes,
+ * the largest matrix's (the host staging buffer), the dequantization tile the
+ * GEMM of a quantized matrix needs (elements; 0: every matrix is bf16), and
+ * whether some layer's q/k/v is quantized (the fused batch-1 kernel reads bf16). */
+typedef struct weight_plan {
+    size_t bytes, stage_bytes, tile_elems;
+    bool quant_qkv;
+} weight_plan;
+
+#define WTILE_MAX_ELEMS ((size_t)32 << 20) /* 64 MB of bf16 */
+
+static lpx_status plan_matrix(const merged *mt, weight_plan *p, bool *quant) {
+    lpx_wp_format f;
+    LPX_TRY(lpx_wp_choose(mt->ts, mt->n, mt->cols, &f));
+    int64_t rows = 0;
+    for (int i = 0; i < mt->n; i++) rows += lpx_tensor_rows(mt->ts[i]);
+    const size_t bytes = (size_t)rows * lpx_wp_row_bytes(f, mt->cols);
+    p->bytes += bytes;
+    if (bytes > p->stage_bytes) p->stage_bytes = bytes;
+    *quant = f.kind != LPX_WP_BF16;
+    if (*quant) {
+        size_t e = (size_t)rows * (size_t)mt->cols;
+        if (e > WTILE_MAX_ELEMS) e = WTILE_MAX_ELEMS;
+        if (e > p->tile_elems) p->tile_elems = e;
+    }
+    return LPX_OK;
+}
+
+static lpx_status plan_weights(const lpx_model *m, bool tied, weight_plan *p) {
+    const lpx_config *c = &m->cfg;
+    const lpx_weights *w = &m->w;
+    *p = weight_plan{0, 0, 0, false};
+    bool q;
+    LPX_TRY(check_shape(w->tok_embd, "token_embd", -1, c->vocab_size, c->d_model));
+    merged e = {{w->tok_embd, NULL, NULL}, 1, false, c->d_model};
+    LPX_TRY(plan_matrix(&e, p, &q));
+    if (!tied) {
+        LPX_TRY(check_shape(w->lm_head, "output", -1, c->vocab_size, c->d_model));
+        e.ts[0] = w->lm_head;
+        LPX_TRY(plan_matrix(&e, p, &q));
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        merged mt[4];
+        LPX_TRY(layer_matrices(c, &w->layers[l], l, mt));
+        for (int k = 0; k < 4; k++) {
+            LPX_TRY(plan_matrix(&mt[k], p, &q));
+            if (k == 0 && q) p->quant_qkv = true;
+        }
+    }
+    return LPX_OK;
+}
+
 static lpx_status check_config(const lpx_config *c) {
     if (c->head_dim != 64 && c->head_dim != 128 && c->head_dim != 256)
         return lpx_errorf(LPX_ERR_UNSUPPORTED, "cuda: head_dim %d (64, 128 or 256 supported)",
@@ -877,7 +935,7 @@ static lpx_status check_config(const lpx_config *c) {
 static lpx_status gather_facts(const qa_plan *qa, const cudaDeviceProp *prop, int solo_smem,
                                cuda_facts *f) {
     cudaFuncAttributes big, sm;
-    LPX_CUDA_TRY(cudaFuncGetAttributes(&big, matvec_tma_kernel<1>));
+    LPX_CUDA_TRY(cudaFuncGetAttributes(&big, matvec_tma_kernel<1, WF_BF16>));
     LPX_CUDA_TRY(cudaFuncGetAttributes(&sm, matvec_tma_small_kernel));
     f->n_sms = prop->multiProcessorCount;
     f->regs_per_sm = prop->regsPerMultiprocessor;
@@ -940,7 +998,10 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     cuda_tune_overrides ov;
     LPX_TRY(lpx_cuda_tune_parse(o->tune, &ov));
     const cuda_shape shape = {c->n_heads, c->n_kv_heads, hd, d, c->d_ff};
-    if (ov.qa != 0) b->qa = qkv_attn_plan(&shape);
+    const bool tied = c->tied_embeddings || m->w.lm_head == m->w.tok_embd;
+    weight_plan wp;
+    LPX_TRY(plan_weights(m, tied, &wp));
+    if (ov.qa != 0 && !wp.quant_qkv) b->qa = qkv_attn_plan(&shape);
     int solo_smem = 0;
     LPX_TRY(matvec_init(&solo_smem));
     cuda_facts facts;
@@ -959,10 +1020,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
 
     /* Memory plan, checked before any large allocation. */
     const size_t T = (size_t)b->tok_cap;
-    const size_t wl = (size_t)b->qkv_rows * d + (size_t)d * qd + 2 * (size_t)c->d_ff * d +
-                      (size_t)d * c->d_ff;
-    const bool tied = c->tied_embeddings || m->w.lm_head == m->w.tok_embd;
-    const size_t wbytes = 2 * (wl * c->n_layers + (size_t)c->vocab_size * d * (tied ? 1 : 2));
+    const size_t wbytes = wp.bytes + wp.tile_elems * sizeof(bf16);
     const size_t kvbytes = (size_t)eo->n_blocks * b->geom.block_stride * 2;
     const size_t prow = (size_t)b->plan_cap * (c->n_heads / c->n_kv_heads); /* item rows */
     const size_t scratch = T * (4 * d + 2 * d + 4 * b->qkv_rows + 4 * qd + 2 * qd +
@@ -993,52 +1051,39 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     LPX_CUBLAS_TRY(cublasSetStream(b->mc.blas, b->stream));
 
     /* Weights. One host staging buffer as large as the largest merged matrix. */
-    size_t stage_elems = (size_t)c->vocab_size * d;
-    if ((size_t)2 * c->d_ff * d > stage_elems) stage_elems = (size_t)2 * c->d_ff * d;
-    if ((size_t)b->qkv_rows * d > stage_elems) stage_elems = (size_t)b->qkv_rows * d;
     int64_t widest = d > c->d_ff ? d : c->d_ff;
     if (qd > widest) widest = qd;
     if (b->qkv_rows > widest) widest = b->qkv_rows;
-    uint16_t *stage = (uint16_t *)malloc(stage_elems * sizeof(uint16_t));
+    uint8_t *stage = (uint8_t *)malloc(wp.stage_bytes);
     float *tmp = (float *)malloc((size_t)widest * sizeof(float));
     b->layers = (cuda_layer *)calloc((size_t)c->n_layers, sizeof(cuda_layer));
     lpx_status s = LPX_OK;
     if (!stage || !tmp || !b->layers) s = lpx_errorf(LPX_ERR_NOMEM, "cuda: out of host memory");
     const lpx_weights *w = &m->w;
-    if (s == LPX_OK) s = check_shape(w->tok_embd, "token_embd", -1, c->vocab_size, d);
     if (s == LPX_OK) s = upload_matrix(b, &b->tok_embd, &w->tok_embd, 1, false, d, stage, tmp);
     if (s == LPX_OK) {
-        if (tied) {
+        if (tied)
             b->lm_head = b->tok_embd;
-        } else {
-            s = check_shape(w->lm_head, "output", -1, c->vocab_size, d);
-            if (s == LPX_OK) s = upload_matrix(b, &b->lm_head, &w->lm_head, 1, false, d, stage, tmp);
-        }
+        else
+            s = upload_matrix(b, &b->lm_head, &w->lm_head, 1, false, d, stage, tmp);
     }
     if (s == LPX_OK) s = check_shape(w->out_norm, "output_norm", -1, 1, d);
     if (s == LPX_OK) s = upload_vector(b, &b->out_norm, &w->out_norm, 1, tmp);
+    if (s == LPX_OK && wp.tile_elems) {
+        s = dalloc(b, (void **)&b->mc.wtile, wp.tile_elems * sizeof(bf16));
+        b->mc.wtile_elems = wp.tile_elems;
+    }
     for (int l = 0; s == LPX_OK && l < c->n_layers; l++) {
         const lpx_layer *L = &w->layers[l];
         cuda_layer *D = &b->layers[l];
-        const int kvd = c->n_kv_heads * hd;
-        if (s == LPX_OK) s = check_shape(L->attn_norm, "attn_norm", l, 1, d);
-        if (s == LPX_OK) s = check_shape(L->ffn_norm, "ffn_norm", l, 1, d);
-        if (s == LPX_OK) s = check_shape(L->wq, "attn_q", l, qd, d);
-        if (s == LPX_OK) s = check_shape(L->wk, "attn_k", l, kvd, d);
-        if (s == LPX_OK) s = check_shape(L->wv, "attn_v", l, kvd, d);
-        if (s == LPX_OK) s = check_shape(L->wo, "attn_output", l, d, qd);
-        if (s == LPX_OK) s = check_shape(L->w_gate, "ffn_gate", l, c->d_ff, d);
-        if (s == LPX_OK) s = check_shape(L->w_up, "ffn_up", l, c->d_ff, d);
-        if (s == LPX_OK) s = check_shape(L->w_down, "ffn_down", l, d, c->d_ff);
-        if (s != LPX_OK) break;
-        const lpx_tensor *qkv[3] = {L->wq, L->wk, L->wv};
-        const lpx_tensor *gu[2] = {L->w_gate, L->w_up};
-        s = upload_vector(b, &D->attn_norm, &L->attn_norm, 1, tmp);
+        merged mt[4];
+        s = layer_matrices(c, L, l, mt);
+        wmat *dst[4] = {&D->wqkv, &D->wo, &D->wgu, &D->wdown};
+        for (int k = 0; s == LPX_OK && k < 4; k++)
+            s = upload_matrix(b, dst[k], mt[k].ts, mt[k].n, mt[k].interleave, mt[k].cols, stage,
+                              tmp);
+        if (s == LPX_OK) s = upload_vector(b, &D->attn_norm, &L->attn_norm, 1, tmp);
         if (s == LPX_OK) s = upload_vector(b, &D->ffn_norm, &L->ffn_norm, 1, tmp);
-        if (s == LPX_OK) s = upload_matrix(b, &D->wqkv, qkv, 3, false, d, stage, tmp);
-        if (s == LPX_OK) s = upload_matrix(b, &D->wo, &L->wo, 1, false, qd, stage, tmp);
-        if (s == LPX_OK) s = upload_matrix(b, &D->wgu, gu, 2, true, d, stage, tmp);
-        if (s == LPX_OK) s = upload_matrix(b, &D->wdown, &L->w_down, 1, false, c->d_ff, stage, tmp);
         if (s == LPX_OK && c->qkv_bias) {
             if (!L->bq || !L->bk || !L->bv) {
                 s = lpx_errorf(LPX_ERR_FORMAT, "cuda: layer %d: q/k/v bias missing", l);

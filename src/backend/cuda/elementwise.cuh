@@ -3,15 +3,16 @@
 #define LPX_BACKEND_CUDA_ELEMENTWISE_CUH
 
 #include "common.cuh"
+#include "wquant.cuh"
 
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
-/* x[t] = emb[tokens[t]] as float. One block per token. A token -1-r stands for
+/* x[t] = emb[tokens[t]] as float (emb in any packing, wquant.cuh). One block per token. A token -1-r stands for
  * fed[r], the token the previous step drew for its logits row r (step_begin's
  * feed: the host did not know it when it queued this step). */
 __global__ void embed_kernel(float *__restrict__ x,          // (T, d)
-                             const bf16 *__restrict__ emb,   // (vocab, d)
+                             wmat emb,                       // (vocab, d)
                              const int32_t *__restrict__ tokens, // (T)
                              const int32_t *__restrict__ fed,    // (rows of the previous step) or NULL
                              int d) {
@@ -19,8 +20,7 @@ __global__ void embed_kernel(float *__restrict__ x,          // (T, d)
     grid_launch_next();
     const int t = blockIdx.x;
     const int id = tokens[t] >= 0 ? tokens[t] : fed[-1 - tokens[t]];
-    const bf16 *row = emb + (size_t)id * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) x[(size_t)t * d + i] = bf2f(row[i]);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) x[(size_t)t * d + i] = wm_value(emb, id, i, d);
 }
 
 /* out[r] = x[src] / rms(x[src]) * w, src = rows ? rows[r] : r. The residual stream
@@ -57,7 +57,7 @@ __global__ void silu_mul_kernel(bf16 *__restrict__ act,       // (T, d_ff)
 // ----------------------------------------------------------------------------
 // kernel launchers
 
-static lpx_status embed(float *x, const bf16 *emb, const int32_t *tokens, const int32_t *fed,
+static lpx_status embed(float *x, const wmat &emb, const int32_t *tokens, const int32_t *fed,
                         int T, int d, kstream st) {
     LPX_CUDA_TRY(launch(embed_kernel, dim3(T), dim3(256), 0, st, x, emb, tokens, fed, d));
     return LPX_OK;

@@ -12,6 +12,7 @@
 #include "common.cuh"
 #include "elementwise.cuh"
 #include "tuning.h"
+#include "wquant.cuh"
 
 #include <cublas_v2.h>
 
@@ -63,25 +64,29 @@
  * from global memory.
  * With act set, rows come in gate/up pairs (2j, 2j+1) and the block writes
  * act[j] = silu(gate)·up instead of y. With accumulate, y += result (the residual). */
-template <int B>
+template <int B, int F>
 __global__ void __launch_bounds__(MV_WARPS * 32)
-    matvec_kernel(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,
+    matvec_kernel(float *__restrict__ y, bf16 *__restrict__ act, const void *__restrict__ W,
                         const void *__restrict__ x, const float *__restrict__ norm_w,
-                        int xs_bytes, int rows, int cols, int ksplit, int accumulate, float eps) {
+                        int xs_bytes, int rows, int cols, int ksplit, int accumulate, float eps,
+                        int row_bytes, int gshift, int moff) {
     extern __shared__ uint4 xs_raw[];
+    constexpr int CH = wf_traits<F>::CH; /* elements a 16-byte chunk of W */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int rpb = MV_WARPS / ksplit;
     const int row = blockIdx.x * rpb + warp / ksplit;
     const int kp = warp % ksplit;
-    const int cols8 = cols / 8, nchunks = (cols + 255) / 256;
+    const int cols8 = cols / 8, nq = cols / CH, nchunks = (nq + 31) / 32;
     const int step = 4 * ksplit;
     const bool live = row < rows;
-    const uint4 *wr = reinterpret_cast<const uint4 *>(W + (size_t)(live ? row : 0) * cols);
+    const uint8_t *wrow = (const uint8_t *)W + (size_t)(live ? row : 0) * row_bytes;
+    const uint4 *wr = reinterpret_cast<const uint4 *>(wrow);
+    const __half *const sc[1] = {(const __half *)(wrow + wm_code_bytes(F, cols))};
     uint4 w[4];
 #pragma unroll
     for (int u = 0; u < 4; u++) {
         const int c = kp + u * ksplit, i = c * 32 + lane;
-        w[u] = live && c < nchunks && i < cols8 ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
+        w[u] = live && c < nchunks && i < nq ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
     }
     grid_wait();
     grid_launch_next();
@@ -104,23 +109,29 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
         __syncthreads();
         xv = xs_raw;
     }
-    float acc[B];
+    float acc[1][B];
 #pragma unroll
-    for (int b = 0; b < B; b++) acc[b] = 0.0f;
+    for (int b = 0; b < B; b++) acc[0][b] = 0.0f;
     if (live) {
         for (int c = kp; c < nchunks; c += step) {
             uint4 nw[4];
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int cc = c + step + u * ksplit, i = cc * 32 + lane;
-                nw[u] = cc < nchunks && i < cols8 ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
+                nw[u] = cc < nchunks && i < nq ? __ldg(wr + i) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int i = (c + u * ksplit) * 32 + lane;
-                if (c + u * ksplit < nchunks && i < cols8) {
+                if (c + u * ksplit < nchunks && i < nq) {
+                    if constexpr (F == WF_BF16) {
 #pragma unroll
-                    for (int b = 0; b < B; b++) acc[b] += dot8(w[u], xv[b * cols8 + i]);
+                        for (int b = 0; b < B; b++) acc[0][b] += dot8(w[u], xv[b * cols8 + i]);
+                    } else {
+                        const uint4 w1[1] = {w[u]};
+                        qdot_chunk<F, 1, B>(w1, sc, i, gshift, moff, xv + i * (CH / 8), cols8,
+                                            acc);
+                    }
                 }
                 w[u] = nw[u];
             }
@@ -129,7 +140,7 @@ __global__ void __launch_bounds__(MV_WARPS * 32)
     __shared__ float red[MV_WARPS][B];
 #pragma unroll
     for (int b = 0; b < B; b++) {
-        const float v = warp_sum(acc[b]);
+        const float v = warp_sum(acc[0][b]);
         if (lane == 0) red[warp][b] = v;
     }
     __syncthreads();
@@ -241,11 +252,11 @@ static __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) 
  * rows) as soon as the piece that holds them has landed. Few rows a block (o,
  * down): ks warps split each group of rows by columns. act and accumulate as in
  * matvec_kernel; rpb is even with act, so gate/up pairs stay in one group. */
-template <int B>
+template <int B, int F>
 static __device__ __forceinline__ void
-matvec_tma_body(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,
+matvec_tma_body(float *__restrict__ y, bf16 *__restrict__ act, const void *__restrict__ W,
                 const void *__restrict__ x, const float *__restrict__ norm_w, int rows, int cols,
-                int rpb, int accumulate, float eps,
+                int rpb, int accumulate, float eps, int row_bytes, int gshift, int moff,
                 long long *__restrict__ trace, // (MV_TRACE) or NULL: the mv trace
                 long long *__restrict__ bt) {  // (BT_BLOCKS, BT_MARKS) or NULL
     extern __shared__ __align__(128) uint4 mv2_smem[];
@@ -264,15 +275,15 @@ matvec_tma_body(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__res
     const int cols8 = cols / 8;
     const int ng = (nrows + MV2_ROWS - 1) / MV2_ROWS; /* row groups */
     const int np = min(MV2_PIECES, ng);               /* piece p: groups [p*ng/np, (p+1)*ng/np) */
-    const uint4 *ws = mv2_smem;                       /* (nrows, cols8): the slice */
-    uint4 *xs = mv2_smem + (size_t)rpb * cols8;       /* (B, cols8): x as bf16 */
+    const uint8_t *ws = reinterpret_cast<const uint8_t *>(mv2_smem); /* (nrows, row_bytes) */
+    uint4 *xs = reinterpret_cast<uint4 *>((uint8_t *)mv2_smem + (size_t)rpb * row_bytes); /* (B, cols8): x as bf16 */
     auto issue_piece = [&](int p) {
         const int rs = p * ng / np * MV2_ROWS;
         const int re = min((p + 1) * ng / np * MV2_ROWS, nrows);
-        const uint32_t bytes = (uint32_t)(re - rs) * (uint32_t)cols * 2u;
+        const uint32_t bytes = (uint32_t)(re - rs) * (uint32_t)row_bytes;
         mbar_expect_tx(smem_addr(&bars[p]), bytes);
-        bulk_load(smem_addr(ws + (size_t)rs * cols8), W + (size_t)(r0 + rs) * cols, bytes,
-                  smem_addr(&bars[p]));
+        bulk_load(smem_addr(ws + (size_t)rs * row_bytes),
+                  (const uint8_t *)W + (size_t)(r0 + rs) * row_bytes, bytes, smem_addr(&bars[p]));
     };
     const int pace = ((unsigned)accumulate >> 16) & 15u; /* MM_PACE */
     const int first = pace > 0 && pace < np ? pace : np;  /* pieces issued at the start */
@@ -392,21 +403,36 @@ matvec_tma_body(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__res
         const uint4 *wr[MV2_ROWS]; /* rows past the slice repeat its last row, unused */
 #pragma unroll
         for (int j = 0; j < MV2_ROWS; j++)
-            wr[j] = ws + (size_t)min(g * MV2_ROWS + j, nrows - 1) * cols8;
+            wr[j] = reinterpret_cast<const uint4 *>(
+                ws + (size_t)min(g * MV2_ROWS + j, nrows - 1) * row_bytes);
         float acc[MV2_ROWS][B];
 #pragma unroll
         for (int j = 0; j < MV2_ROWS; j++)
 #pragma unroll
             for (int b = 0; b < B; b++) acc[j][b] = 0.0f;
-        for (int i = kp * 32 + lane; i < cols8; i += 32 * ks) {
-            uint4 xv[B];
+        if constexpr (F == WF_BF16) {
+            for (int i = kp * 32 + lane; i < cols8; i += 32 * ks) {
+                uint4 xv[B];
 #pragma unroll
-            for (int b = 0; b < B; b++) xv[b] = xs[b * cols8 + i];
+                for (int b = 0; b < B; b++) xv[b] = xs[b * cols8 + i];
 #pragma unroll
-            for (int j = 0; j < MV2_ROWS; j++) {
-                const uint4 w = wr[j][i];
+                for (int j = 0; j < MV2_ROWS; j++) {
+                    const uint4 w = wr[j][i];
 #pragma unroll
-                for (int b = 0; b < B; b++) acc[j][b] += dot8(w, xv[b]);
+                    for (int b = 0; b < B; b++) acc[j][b] += dot8(w, xv[b]);
+                }
+            }
+        } else { /* a chunk of 16 bytes a lane: CH elements of each of the rows */
+            constexpr int CH = wf_traits<F>::CH;
+            const __half *sc[MV2_ROWS];
+#pragma unroll
+            for (int j = 0; j < MV2_ROWS; j++)
+                sc[j] = (const __half *)((const uint8_t *)wr[j] + wm_code_bytes(F, cols));
+            for (int i = kp * 32 + lane; i < cols / CH; i += 32 * ks) {
+                uint4 w[MV2_ROWS];
+#pragma unroll
+                for (int j = 0; j < MV2_ROWS; j++) w[j] = wr[j][i];
+                qdot_chunk<F, MV2_ROWS, B>(w, sc, i, gshift, moff, xs + i * (CH / 8), cols8, acc);
             }
         }
 #pragma unroll
@@ -490,12 +516,14 @@ matvec_tma_body(float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__res
 }
 
 #define MV2_ARGS                                                                                   \
-    float *__restrict__ y, bf16 *__restrict__ act, const bf16 *__restrict__ W,                     \
+    float *__restrict__ y, bf16 *__restrict__ act, const void *__restrict__ W,                     \
         const void *__restrict__ x, const float *__restrict__ norm_w, int rows, int cols, int rpb,  \
-        int accumulate, float eps, long long *__restrict__ trace, long long *__restrict__ bt
-template <int B>
+        int accumulate, float eps, int row_bytes, int gshift, int moff,                            \
+        long long *__restrict__ trace, long long *__restrict__ bt
+template <int B, int F>
 __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1) matvec_tma_kernel(MV2_ARGS) {
-    matvec_tma_body<B>(y, act, W, x, norm_w, rows, cols, rpb, accumulate, eps, trace, bt);
+    matvec_tma_body<B, F>(y, act, W, x, norm_w, rows, cols, rpb, accumulate, eps, row_bytes,
+                          gshift, moff, trace, bt);
 }
 /* The one-token kernel in MV2_SMALL_REGS registers a thread (72 otherwise): 21.5 K a
  * block instead of 27.6 K, so that a fused q/k/v + attention block (18.4 K at its 72
@@ -506,7 +534,8 @@ __global__ void __launch_bounds__(MV2_WARPS * 32, B <= 2 ? 2 : 1) matvec_tma_ker
  * gained) +21 us when forced (docs/lab/notebook.md row 49). */
 #define MV2_SMALL_REGS 56
 __global__ void __maxnreg__(MV2_SMALL_REGS) matvec_tma_small_kernel(MV2_ARGS) {
-    matvec_tma_body<1>(y, act, W, x, norm_w, rows, cols, rpb, accumulate, eps, trace, bt);
+    matvec_tma_body<1, WF_BF16>(y, act, W, x, norm_w, rows, cols, rpb, accumulate, eps, row_bytes,
+                                gshift, moff, trace, bt);
 }
 #undef MV2_ARGS
 
@@ -523,9 +552,9 @@ __global__ void __maxnreg__(MV2_SMALL_REGS) matvec_tma_small_kernel(MV2_ARGS) {
 
 #define MV_SMEM_MAX (64 * 1024) /* x staged in shared memory up to this size */
 
-/* Smallest split of a row over warps that still gives every SM two blocks. */
-static int matvec_ksplit(int rows, int cols, int n_sms, bool pairs) {
-    const int nchunks = (cols + 255) / 256;
+/* Smallest split of a row over warps that still gives every SM two blocks
+ * (chunks: 32-lane passes over a row). */
+static int matvec_ksplit(int rows, int nchunks, int n_sms, bool pairs) {
     int ks = 1;
     while (ks < (pairs ? MV_WARPS / 2 : MV_WARPS) && ks * 2 <= nchunks &&
            (int64_t)ceil_div(rows, MV_WARPS / ks) < 2 * (int64_t)n_sms)
@@ -533,14 +562,20 @@ static int matvec_ksplit(int rows, int cols, int n_sms, bool pairs) {
     return ks;
 }
 
-template <int B>
-static cudaError_t matvec_launch(float *y, bf16 *act, const bf16 *W, const void *x,
+/* A matrix's packing parameters for the kernels: bytes a row, log2 of the group,
+ * and the mins' offset from the scales in halves (0: none). */
+static int wm_moff(const wmat &W, int cols) { return W.has_min ? cols >> W.gshift : 0; }
+
+template <int B, int F>
+static cudaError_t matvec_launch(float *y, bf16 *act, const wmat &W, const void *x,
                                  const float *norm_w, int rows, int cols, int n_sms,
                                  bool accumulate, float eps, kstream st) {
     const int xs = B * cols * (int)sizeof(bf16) <= MV_SMEM_MAX ? B * cols * (int)sizeof(bf16) : 0;
-    const int ks = matvec_ksplit(rows, cols, n_sms, act != NULL);
-    return launch(matvec_kernel<B>, dim3(ceil_div(rows, MV_WARPS / ks)), dim3(MV_WARPS * 32),
-                  (size_t)xs, st, y, act, W, x, norm_w, xs, rows, cols, ks, (int)accumulate, eps);
+    const int nchunks = ceil_div(cols / wf_traits<F>::CH, 32);
+    const int ks = matvec_ksplit(rows, nchunks, n_sms, act != NULL);
+    return launch(matvec_kernel<B, F>, dim3(ceil_div(rows, MV_WARPS / ks)), dim3(MV_WARPS * 32),
+                  (size_t)xs, st, y, act, W.w, x, norm_w, xs, rows, cols, ks, (int)accumulate, eps,
+                  W.row_bytes, W.gshift, wm_moff(W, cols));
 }
 
 /* The trace hooks of the one-token matvec_tma launches (trace.cuh owns the buffers;
@@ -558,10 +593,13 @@ typedef struct mv_probe {
     long long *bt_next; /* (BT_BLOCKS, BT_MARKS) device, or NULL */
 } mv_probe;
 
-/* What the matmul launchers need of their instance: its cuBLAS handle, the SM
+/* What the matmul launchers need of their instance: its cuBLAS handle and
+ * dequantization tile, the SM
  * count, its tuning (mv_small, mv_solo_smem) and its trace hooks (NULL: off). */
 typedef struct matmul_ctx {
     cublasHandle_t blas;
+    bf16 *wtile;        /* dequantized rows of a quantized W for the GEMM, or NULL */
+    size_t wtile_elems; /* its size */
     int n_sms;
     const cuda_tuning *tune;
     mv_probe *probe;
@@ -571,9 +609,9 @@ typedef struct matmul_ctx {
  * blocks per SM (more than two run in waves: a block fetches its slice when it
  * starts, the first wave before the wait), the first whose slice plus staged x (T
  * tokens) fits MV2_SMEM_MAX; 0 where none does (long x): matvec_kernel then. */
-static int matvec_tma_rows(int T, int rows, int cols, int n_sms, bool pairs, const bf16 *W) {
-    if (((uintptr_t)W & 15) || cols % 8) return 0;
-    const int64_t xs = (int64_t)T * cols * 2, row_bytes = (int64_t)cols * 2;
+static int matvec_tma_rows(int T, int rows, int cols, int n_sms, bool pairs, const wmat &W) {
+    if (((uintptr_t)W.w & 15) || cols % 8 || W.row_bytes % 16) return 0;
+    const int64_t xs = (int64_t)T * cols * 2, row_bytes = W.row_bytes;
     for (int64_t m = 1; m <= 64; m *= 2) {
         int64_t rpb = ((int64_t)rows + m * n_sms - 1) / (m * n_sms);
         if (pairs) rpb += rpb & 1;
@@ -582,20 +620,21 @@ static int matvec_tma_rows(int T, int rows, int cols, int n_sms, bool pairs, con
     return 0;
 }
 
-/* matvec_tma_kernel where matvec_tma_rows allows it, else matvec_kernel. */
-template <int B>
-static cudaError_t matvec_any(const matmul_ctx *mc, float *y, bf16 *act, const bf16 *W,
-                              const void *x, const float *norm_w, int rows, int cols,
-                              int accumulate, float eps, kstream st) {
+/* matvec_tma_kernel where matvec_tma_rows allows it, else matvec_kernel; F: W's
+ * packing. */
+template <int B, int F>
+static cudaError_t matvec_any_f(const matmul_ctx *mc, float *y, bf16 *act, const wmat &W,
+                                const void *x, const float *norm_w, int rows, int cols,
+                                int accumulate, float eps, kstream st) {
     const int n_sms = mc->n_sms;
     const int rpb = matvec_tma_rows(B, rows, cols, n_sms, act != NULL, W);
     if (rpb == 0)
-        return matvec_launch<B>(y, act, W, x, norm_w, rows, cols, n_sms, (accumulate & MM_ADD) != 0,
-                                eps, st);
+        return matvec_launch<B, F>(y, act, W, x, norm_w, rows, cols, n_sms,
+                                   (accumulate & MM_ADD) != 0, eps, st);
     /* MM_PACE only where every block is resident from the start (one an SM), as it was
      * measured: in waves, a later block's pieces stream after it starts, on the path */
     if (ceil_div(rows, rpb) > n_sms) accumulate &= ~(MM_PACE(15) | MM_SOLO);
-    size_t smem = ((size_t)rpb + B) * (size_t)cols * sizeof(bf16);
+    size_t smem = (size_t)rpb * W.row_bytes + (size_t)B * cols * sizeof(bf16);
     const size_t solo = (size_t)mc->tune->mv_solo_smem;
     if (B == 1 && (accumulate & MM_SOLO) && smem < solo) smem = solo;
     long long *trace = NULL, *bt = NULL;
@@ -605,29 +644,47 @@ static cudaError_t matvec_any(const matmul_ctx *mc, float *y, bf16 *act, const b
         bt = pr->bt_next;
         pr->bt_next = NULL;
     }
-    return launch(B == 1 && mc->tune->mv_small ? matvec_tma_small_kernel : matvec_tma_kernel<B>,
-                  dim3(ceil_div(rows, rpb)), dim3(MV2_WARPS * 32), smem, st,
-                  y, act, W, x, norm_w, rows, cols, rpb, (int)accumulate, eps, trace, bt);
+    return launch(F == WF_BF16 && B == 1 && mc->tune->mv_small ? matvec_tma_small_kernel
+                                                               : matvec_tma_kernel<B, F>,
+                  dim3(ceil_div(rows, rpb)), dim3(MV2_WARPS * 32), smem, st, y, act, W.w, x,
+                  norm_w, rows, cols, rpb, (int)accumulate, eps, W.row_bytes, W.gshift,
+                  wm_moff(W, cols), trace, bt);
+}
+
+template <int B>
+static cudaError_t matvec_any(const matmul_ctx *mc, float *y, bf16 *act, const wmat &W,
+                              const void *x, const float *norm_w, int rows, int cols,
+                              int accumulate, float eps, kstream st) {
+    switch (W.kind) {
+    case WF_Q8:
+        return matvec_any_f<B, WF_Q8>(mc, y, act, W, x, norm_w, rows, cols, accumulate, eps, st);
+    case WF_Q4:
+        return matvec_any_f<B, WF_Q4>(mc, y, act, W, x, norm_w, rows, cols, accumulate, eps, st);
+    default:
+        return matvec_any_f<B, WF_BF16>(mc, y, act, W, x, norm_w, rows, cols, accumulate, eps, st);
+    }
 }
 
 /* Called at backend creation: lets every matvec instantiation take its shared
  * memory (MV_SMEM_MAX, MV2_SMEM_MAX; matvec_tma_kernel prefers the largest
  * shared-memory carveout, so that an SM can hold two of its blocks) and finds
  * MM_SOLO's shared memory for this device (*solo_smem: the dynamic shared memory
- * that leaves room for only one matvec_tma_kernel<1> block an SM: half the SM's,
+ * that leaves room for only one matvec_tma_kernel<1, WF_BF16> block an SM: half the SM's,
  * less the block's reserved and static shares, raised until the occupancy
  * calculator agrees; 0 where it cannot be had). */
 static lpx_status matvec_init(int *solo_smem) {
-#define MV_ATTR(B)                                                                                 \
-    LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_kernel<B>,                                            \
+#define MV_ATTR_F(B, F)                                                                            \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_kernel<B, F>,                                         \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, MV_SMEM_MAX));  \
-    LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<B>,                                        \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<B, F>,                                     \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, MV2_SMEM_MAX)); \
-    LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<B>,                                        \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<B, F>,                                     \
                                       cudaFuncAttributePreferredSharedMemoryCarveout,              \
                                       cudaSharedmemCarveoutMaxShared))
+#define MV_ATTR(B) MV_ATTR_F(B, WF_BF16); MV_ATTR_F(B, WF_Q8); MV_ATTR_F(B, WF_Q4)
     MV_ATTR(1); MV_ATTR(2); MV_ATTR(3); MV_ATTR(4); MV_ATTR(5); MV_ATTR(6); MV_ATTR(7); MV_ATTR(8);
 #undef MV_ATTR
+#undef MV_ATTR_F
     LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_small_kernel,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, MV2_SMEM_MAX));
     LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_small_kernel,
@@ -641,16 +698,16 @@ static lpx_status matvec_init(int *solo_smem) {
     LPX_CUDA_TRY(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
     LPX_CUDA_TRY(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     LPX_CUDA_TRY(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-    LPX_CUDA_TRY(cudaFuncGetAttributes(&fa, matvec_tma_kernel<1>));
+    LPX_CUDA_TRY(cudaFuncGetAttributes(&fa, matvec_tma_kernel<1, WF_BF16>));
     const int cap = optin - (int)fa.sharedSizeBytes;
     *solo_smem = 0;
     for (int s = per_sm / 2 - reserved - (int)fa.sharedSizeBytes + 1; s > 0 && s <= cap;
          s += 1024) {
         int n = 0;
         if (s > MV2_SMEM_MAX)
-            LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<1>,
+            LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<1, WF_BF16>,
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, s));
-        LPX_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matvec_tma_kernel<1>,
+        LPX_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matvec_tma_kernel<1, WF_BF16>,
                                                                    MV2_WARPS * 32, s));
         if (n <= 1) { /* 0: no size above this one fits either */
             if (n == 1) *solo_smem = s;
@@ -668,7 +725,7 @@ static lpx_status matvec_init(int *solo_smem) {
 
 /* y = x · Wᵀ for T = 1..MV_MAX_TOKENS tokens on the matvec kernels (matmul's path
  * for few tokens, without cuBLAS): matvec_any<T>. */
-static cudaError_t matvec_tokens(const matmul_ctx *mc, int T, float *y, bf16 *act, const bf16 *W,
+static cudaError_t matvec_tokens(const matmul_ctx *mc, int T, float *y, bf16 *act, const wmat &W,
                                  const void *x, const float *norm_w, int rows, int cols, int flags,
                                  float eps, kstream st) {
     switch (T) {
@@ -689,8 +746,10 @@ static cudaError_t matvec_tokens(const matmul_ctx *mc, int T, float *y, bf16 *ac
  * x is bf16, or, with norm_w set, the float residual stream that is RMS-normalised
  * (weight norm_w, eps) first (through h (T, cols) bf16 as scratch where not fused).
  * With act set (and W's rows gate/up pairs), writes act (T, rows/2) = silu(g)·u,
- * through gu (T, rows) float as scratch on the GEMM path. cols % 8 == 0. */
-static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, const bf16 *W,
+ * through gu (T, rows) float as scratch on the GEMM path. cols % 8 == 0. A
+ * quantized W meets the GEMM as bf16 tiles of whole rows that dequant_kernel
+ * writes into mc->wtile, each tile's product into its rows of the output. */
+static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, const wmat &W,
                          const void *x, const float *norm_w, bf16 *h, float eps, int T, int rows,
                          int cols, int flags, kstream st) {
     const bool fuse = T <= MV_MAX_TOKENS && T * cols * (int)sizeof(bf16) <= MV_SMEM_MAX;
@@ -707,9 +766,25 @@ static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, c
     const float alpha = 1.0f, beta = (flags & MM_ADD) ? 1.0f : 0.0f;
     float *out = act ? gu : y;
     LPX_CUBLAS_TRY(cublasSetStream(mc->blas, st.s));
-    LPX_CUBLAS_TRY(cublasGemmEx(mc->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, T, cols, &alpha, W,
-                                CUDA_R_16BF, cols, x, CUDA_R_16BF, cols, &beta, out, CUDA_R_32F,
-                                rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (W.kind == LPX_WP_BF16) {
+        LPX_CUBLAS_TRY(cublasGemmEx(mc->blas, CUBLAS_OP_T, CUBLAS_OP_N, rows, T, cols, &alpha, W.w,
+                                    CUDA_R_16BF, cols, x, CUDA_R_16BF, cols, &beta, out,
+                                    CUDA_R_32F, rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+        const int tile = (int)(mc->wtile_elems / (size_t)cols);
+        if (tile < 1) return lpx_errorf(LPX_ERR_DEVICE, "cuda: no dequantization tile");
+        for (int r0 = 0; r0 < rows; r0 += tile) {
+            const int n = rows - r0 < tile ? rows - r0 : tile;
+            const int64_t pairs = (int64_t)n * cols / 2;
+            const int blocks = (int)(pairs / 256 < 4 * mc->n_sms ? (pairs + 255) / 256 : 4 * mc->n_sms);
+            LPX_CUDA_TRY(launch(dequant_kernel, dim3(blocks), dim3(256), 0, st, mc->wtile, W,
+                                (int64_t)r0, n, cols));
+            LPX_CUBLAS_TRY(cublasGemmEx(mc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, T, cols, &alpha,
+                                        mc->wtile, CUDA_R_16BF, cols, x, CUDA_R_16BF, cols, &beta,
+                                        out + r0, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F,
+                                        CUBLAS_GEMM_DEFAULT));
+        }
+    }
     if (act) return silu_mul(act, gu, T, rows / 2, st);
     return LPX_OK;
 }
