@@ -130,6 +130,14 @@ static void check_bad(const char *s, bool trace, const char *want) {
         fprintf(stderr, "'%s': error '%s' does not name '%s'\n", s, lpx_last_error(), want);
 }
 
+/* wq: the weights' packing on the device (cuda_backend.cu reads it at create). */
+static void test_wq(void) {
+    cuda_tune_overrides o;
+    CHECK(lpx_cuda_tune_parse("", &o) == LPX_OK && o.wq == -1);
+    CHECK(lpx_cuda_tune_parse("wq=1", &o) == LPX_OK && o.wq == 1);
+    CHECK(lpx_cuda_tune_parse("qa=0,wq=0", &o) == LPX_OK && o.wq == 0 && o.qa == 0);
+}
+
 static void test_errors(void) {
     check_bad("bogus=1", false, "bogus");
     check_bad("pace=1,bogus", false, "bogus");
@@ -147,6 +155,7 @@ static void test_errors(void) {
     check_bad("skip=attn+foo", false, "foo");
     check_bad("skip=", false, "skip");
     check_bad("qa_ctx=-1", false, "qa_ctx=-1");
+    check_bad("wq=2", false, "wq=2");
     check_bad("attn_keys=16", false, "attn_keys=16");
     check_bad("LPX_CUDA_QA=0", false, "LPX_CUDA_QA");
     check_bad("nope", true, "nope");
@@ -185,6 +194,7 @@ int main(void) {
     test_defaults();
     test_isolation();
     test_keys();
+    test_wq();
     test_errors();
     test_trace();
     test_shape_fits();

@@ -139,6 +139,8 @@ typedef struct cuda_backend {
     /* batch-1 decode: q/k/v projection and attention in one cluster kernel
      * (qkv_attn.cuh); qa.cluster 0: the two-kernel path */
     qa_plan qa;
+    /* the weights were converted to bf16 at upload (else kept in wpack.h's packings) */
+    bool bf16_weights;
 } cuda_backend;
 
 /* --- host-side conversion ------------------------------------------------ */
@@ -171,11 +173,12 @@ static lpx_status dalloc(cuda_backend *b, void **p, size_t bytes) {
 }
 
 /* Uploads the tensors ts[0..n) stacked (or, with interleave, row-interleaved) as
- * one matrix of width cols in the packing wpack.h chooses for them. */
+ * one matrix of width cols: bf16, or (b->bf16_weights false) in the packing
+ * wpack.h chooses for them. */
 static lpx_status upload_matrix(cuda_backend *b, wmat *out, const lpx_tensor *const *ts, int n,
                                 bool interleave, int64_t cols, uint8_t *stage, float *tmp) {
-    lpx_wp_format f;
-    LPX_TRY(lpx_wp_choose(ts, n, cols, &f));
+    lpx_wp_format f = {LPX_WP_BF16, 0, 0};
+    if (!b->bf16_weights) LPX_TRY(lpx_wp_choose(ts, n, cols, &f));
     const size_t rb = lpx_wp_row_bytes(f, cols);
     int64_t rows = 0;
     for (int i = 0; i < n; i++) {
@@ -363,7 +366,7 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         const cuda_layer *L = &b->layers[l];
         // attn = attention(rope(rmsnorm(x) · Wqkvᵀ + bqkv)), k/v into the cache
         if (fused)
-            LPX_TRY(qkv_attn(&b->qa, b->attn, b->kv, (const bf16 *)L->wqkv.w, b->x, L->attn_norm, L->bqkv,
+            LPX_TRY(qkv_attn(&b->qa, b->attn, b->kv, L->wqkv, b->x, L->attn_norm, L->bqkv,
                              L->q_norm, L->k_norm, b->inv_freq, in_part(b, in, IN_SEQ),
                              in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
                              in_part(b, in, IN_BT), b->max_blocks, b->geom, l, d, eps,
@@ -866,25 +869,36 @@ static lpx_status layer_matrices(const lpx_config *c, const lpx_layer *L, int l,
 
 /* What the weights will take on the device, before any is uploaded: their bytes,
  * the largest matrix's (the host staging buffer), the dequantization tile the
- * GEMM of a quantized matrix needs (elements; 0: every matrix is bf16), and
- * whether some layer's q/k/v is quantized (the fused batch-1 kernel reads bf16). */
+ * GEMM of a quantized matrix needs (elements; 0: every matrix is bf16), and the
+ * packings of the layers' q/k/v (bits 1 << lpx_wp_kind) with their widest row
+ * (the fused batch-1 kernel's plan: qkv_attn_plan). */
 typedef struct weight_plan {
     size_t bytes, stage_bytes, tile_elems;
-    bool quant_qkv;
+    unsigned qkv_kinds;
+    int qkv_row_bytes;
 } weight_plan;
 
 #define WTILE_MAX_ELEMS ((size_t)32 << 20) /* 64 MB of bf16 */
 
-static lpx_status plan_matrix(const merged *mt, weight_plan *p, bool *quant) {
+/* The packing of a merged matrix: wpack.h's choice, or bf16. */
+static lpx_status matrix_format(const merged *mt, bool bf16, lpx_wp_format *f) {
+    if (bf16) {
+        *f = lpx_wp_format{LPX_WP_BF16, 0, 0};
+        return LPX_OK;
+    }
+    return lpx_wp_choose(mt->ts, mt->n, mt->cols, f);
+}
+
+static lpx_status plan_matrix(const merged *mt, bool bf16, weight_plan *p, lpx_wp_format *out) {
     lpx_wp_format f;
-    LPX_TRY(lpx_wp_choose(mt->ts, mt->n, mt->cols, &f));
+    LPX_TRY(matrix_format(mt, bf16, &f));
+    *out = f;
     int64_t rows = 0;
     for (int i = 0; i < mt->n; i++) rows += lpx_tensor_rows(mt->ts[i]);
     const size_t bytes = (size_t)rows * lpx_wp_row_bytes(f, mt->cols);
     p->bytes += bytes;
     if (bytes > p->stage_bytes) p->stage_bytes = bytes;
-    *quant = f.kind != LPX_WP_BF16;
-    if (*quant) {
+    if (f.kind != LPX_WP_BF16) {
         size_t e = (size_t)rows * (size_t)mt->cols;
         if (e > WTILE_MAX_ELEMS) e = WTILE_MAX_ELEMS;
         if (e > p->tile_elems) p->tile_elems = e;
@@ -892,25 +906,28 @@ static lpx_status plan_matrix(const merged *mt, weight_plan *p, bool *quant) {
     return LPX_OK;
 }
 
-static lpx_status plan_weights(const lpx_model *m, bool tied, weight_plan *p) {
+static lpx_status plan_weights(const lpx_model *m, bool tied, bool bf16, weight_plan *p) {
     const lpx_config *c = &m->cfg;
     const lpx_weights *w = &m->w;
-    *p = weight_plan{0, 0, 0, false};
-    bool q;
+    *p = weight_plan{0, 0, 0, 0u, 0};
+    lpx_wp_format q;
     LPX_TRY(check_shape(w->tok_embd, "token_embd", -1, c->vocab_size, c->d_model));
     merged e = {{w->tok_embd, NULL, NULL}, 1, false, c->d_model};
-    LPX_TRY(plan_matrix(&e, p, &q));
+    LPX_TRY(plan_matrix(&e, bf16, p, &q));
     if (!tied) {
         LPX_TRY(check_shape(w->lm_head, "output", -1, c->vocab_size, c->d_model));
         e.ts[0] = w->lm_head;
-        LPX_TRY(plan_matrix(&e, p, &q));
+        LPX_TRY(plan_matrix(&e, bf16, p, &q));
     }
     for (int l = 0; l < c->n_layers; l++) {
         merged mt[4];
         LPX_TRY(layer_matrices(c, &w->layers[l], l, mt));
         for (int k = 0; k < 4; k++) {
-            LPX_TRY(plan_matrix(&mt[k], p, &q));
-            if (k == 0 && q) p->quant_qkv = true;
+            LPX_TRY(plan_matrix(&mt[k], bf16, p, &q));
+            if (k > 0) continue;
+            p->qkv_kinds |= 1u << q.kind;
+            const int rb = (int)lpx_wp_row_bytes(q, mt[k].cols);
+            if (rb > p->qkv_row_bytes) p->qkv_row_bytes = rb;
         }
     }
     return LPX_OK;
@@ -998,10 +1015,41 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     cuda_tune_overrides ov;
     LPX_TRY(lpx_cuda_tune_parse(o->tune, &ov));
     const cuda_shape shape = {c->n_heads, c->n_kv_heads, hd, d, c->d_ff};
+    LPX_TRY(attention_init(&b->geom, b->mc.n_sms, &b->ag));
+    /* decode steps: at most seq_cap tokens, or a graph's bucket */
+    b->plan_cap = lpx_cuda_attn_plan_cap(b->seq_cap > top_bucket ? b->seq_cap : top_bucket,
+                                         c->n_kv_heads, b->ag.blocks);
+
+    /* Memory plan, checked before any large allocation. The weights are bf16 where
+     * those and the rest fit the free memory (the quantized packings are slower
+     * today for batches past 8 and prefill: docs/backend.md), else as the file
+     * keeps them (tune key wq: 0 always bf16, 1 always as the file). */
+    const size_t T = (size_t)b->tok_cap;
+    const size_t kvbytes = (size_t)eo->n_blocks * b->geom.block_stride * 2;
+    const size_t prow = (size_t)b->plan_cap * (c->n_heads / c->n_kv_heads); /* item rows */
+    const size_t scratch = T * (4 * d + 2 * d + 4 * b->qkv_rows + 4 * qd + 2 * qd +
+                                8 * c->d_ff + 2 * c->d_ff) +
+                           prow * (hd + 2) * 4 +
+                           (size_t)b->logit_cap * c->vocab_size * 4 + (64u << 20);
+    size_t free_b = 0, total_b = 0;
+    LPX_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
     const bool tied = c->tied_embeddings || m->w.lm_head == m->w.tok_embd;
     weight_plan wp;
-    LPX_TRY(plan_weights(m, tied, &wp));
-    if (ov.qa != 0 && !wp.quant_qkv) b->qa = qkv_attn_plan(&shape);
+    LPX_TRY(plan_weights(m, tied, true, &wp));
+    b->bf16_weights = ov.wq != 1 && (ov.wq == 0 || wp.bytes + kvbytes + scratch <= free_b);
+    if (!b->bf16_weights) LPX_TRY(plan_weights(m, tied, false, &wp));
+    const size_t wbytes = wp.bytes + wp.tile_elems * sizeof(bf16);
+    const size_t need = wbytes + kvbytes + scratch;
+    if (need > free_b)
+        return lpx_errorf(LPX_ERR_NOMEM,
+                          "cuda: %s: needs %.1f MiB (weights %.1f%s, KV cache %.1f for %d blocks, "
+                          "scratch %.1f) but %.1f MiB of %.1f are free",
+                          prop.name, need / 1048576.0, wbytes / 1048576.0,
+                          b->bf16_weights ? " as bf16" : " kept quantized", kvbytes / 1048576.0,
+                          eo->n_blocks, scratch / 1048576.0, free_b / 1048576.0,
+                          total_b / 1048576.0);
+
+    if (ov.qa != 0) b->qa = qkv_attn_plan(&shape, wp.qkv_kinds, wp.qkv_row_bytes);
     int solo_smem = 0;
     LPX_TRY(matvec_init(&solo_smem));
     cuda_facts facts;
@@ -1012,31 +1060,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     b->mc.probe = trace_probe(b->trace);
     b->tracing = trace_waits(b->trace);
     trace_report_plan(b->trace, &b->qa, &b->tune);
-    LPX_TRY(attention_init(&b->geom, b->mc.n_sms, &b->ag));
-    /* decode steps: at most seq_cap tokens, or a graph's bucket */
-    b->plan_cap = lpx_cuda_attn_plan_cap(b->seq_cap > top_bucket ? b->seq_cap : top_bucket,
-                                         c->n_kv_heads, b->ag.blocks);
     LPX_TRY(flash_prefill_init());
-
-    /* Memory plan, checked before any large allocation. */
-    const size_t T = (size_t)b->tok_cap;
-    const size_t wbytes = wp.bytes + wp.tile_elems * sizeof(bf16);
-    const size_t kvbytes = (size_t)eo->n_blocks * b->geom.block_stride * 2;
-    const size_t prow = (size_t)b->plan_cap * (c->n_heads / c->n_kv_heads); /* item rows */
-    const size_t scratch = T * (4 * d + 2 * d + 4 * b->qkv_rows + 4 * qd + 2 * qd +
-                                8 * c->d_ff + 2 * c->d_ff) +
-                           prow * (hd + 2) * 4 +
-                           (size_t)b->logit_cap * c->vocab_size * 4 + (64u << 20);
-    size_t free_b = 0, total_b = 0;
-    LPX_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-    const size_t need = wbytes + kvbytes + scratch;
-    if (need > free_b)
-        return lpx_errorf(LPX_ERR_NOMEM,
-                          "cuda: %s: needs %.1f MiB (weights %.1f, KV cache %.1f for %d blocks, "
-                          "scratch %.1f) but %.1f MiB of %.1f are free",
-                          prop.name, need / 1048576.0, wbytes / 1048576.0, kvbytes / 1048576.0,
-                          eo->n_blocks, scratch / 1048576.0, free_b / 1048576.0,
-                          total_b / 1048576.0);
 
     LPX_CUDA_TRY(cudaStreamCreateWithFlags(&b->stream, cudaStreamNonBlocking));
     LPX_CUDA_TRY(cudaStreamCreateWithFlags(&b->up, cudaStreamNonBlocking));

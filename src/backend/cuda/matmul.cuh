@@ -714,12 +714,20 @@ static lpx_status matvec_init(int *solo_smem) {
             break;
         }
     }
-    /* the same shared memory is a solo size for the small kernel too (shared memory,
-     * not registers, limits it to one block) */
-    if (*solo_smem > MV2_SMEM_MAX)
+    /* the same shared memory is a solo size for the small kernel and the quantized
+     * packings' one-token kernels too (shared memory, not registers, limits them to
+     * one block; their static shares are the bf16 kernel's) */
+    if (*solo_smem > MV2_SMEM_MAX) {
         LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_small_kernel,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           *solo_smem));
+        LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<1, WF_Q8>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          *solo_smem));
+        LPX_CUDA_TRY(cudaFuncSetAttribute(matvec_tma_kernel<1, WF_Q4>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          *solo_smem));
+    }
     return LPX_OK;
 }
 
@@ -775,10 +783,11 @@ static lpx_status matmul(const matmul_ctx *mc, float *y, bf16 *act, float *gu, c
         if (tile < 1) return lpx_errorf(LPX_ERR_DEVICE, "cuda: no dequantization tile");
         for (int r0 = 0; r0 < rows; r0 += tile) {
             const int n = rows - r0 < tile ? rows - r0 : tile;
-            const int64_t pairs = (int64_t)n * cols / 2;
-            const int blocks = (int)(pairs / 256 < 4 * mc->n_sms ? (pairs + 255) / 256 : 4 * mc->n_sms);
-            LPX_CUDA_TRY(launch(dequant_kernel, dim3(blocks), dim3(256), 0, st, mc->wtile, W,
-                                (int64_t)r0, n, cols));
+            const int64_t chunks = (int64_t)n * cols / (W.kind == WF_Q8 ? 16 : 32);
+            const int blocks = (int)(chunks < (int64_t)256 * 8 * mc->n_sms ? (chunks + 255) / 256
+                                                                          : 8 * mc->n_sms);
+            LPX_CUDA_TRY(launch(W.kind == WF_Q8 ? dequant_kernel<WF_Q8> : dequant_kernel<WF_Q4>,
+                                dim3(blocks), dim3(256), 0, st, mc->wtile, W, (int64_t)r0, n, cols));
             LPX_CUBLAS_TRY(cublasGemmEx(mc->blas, CUBLAS_OP_T, CUBLAS_OP_N, n, T, cols, &alpha,
                                         mc->wtile, CUDA_R_16BF, cols, x, CUDA_R_16BF, cols, &beta,
                                         out + r0, CUDA_R_32F, rows, CUBLAS_COMPUTE_32F,

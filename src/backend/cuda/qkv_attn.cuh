@@ -9,7 +9,7 @@
  *     of the cached keys and values (the earlier positions, split over the
  *     cluster) by cp.async;
  *  2. apply RMSNorm to the residual stream and compute their rows (the
- *     arithmetic of matvec_tma_kernel);
+ *     arithmetic of matvec_tma_kernel, for each weight packing of wquant.cuh: F);
  *  3. after a cluster barrier, read the head's projections from the blocks that
  *     own them (DSMEM) and each prepare the queries, key and value (bias, q/k
  *     RMSNorm, RoPE: attn_decode_kernel's arithmetic); the last block also writes
@@ -68,11 +68,11 @@ template <int HD, int GM> static constexpr size_t qa_fixed_bytes() {
     return (sizeof(qa_smem<HD, GM>) + 127) / 128 * 128;
 }
 
-template <int HD, int GM>
+template <int HD, int GM, int F>
 __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA_MAXNREG */
     qkv_attn_kernel(bf16 *__restrict__ out,               // (n_heads*HD)
                     bf16 *__restrict__ kv,                // cache
-                    const bf16 *__restrict__ W,           // (qkv rows, cols)
+                    const void *__restrict__ W,           // (qkv rows) of row_bytes
                     const float *__restrict__ x,          // (cols) residual stream
                     const float *__restrict__ norm_w,     // (cols)
                     const float *__restrict__ bias,       // (qkv rows) or NULL
@@ -83,8 +83,8 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
                     const int32_t *__restrict__ positions, // (1)
                     const int32_t *__restrict__ slots,    // (1)
                     const int32_t *__restrict__ block_table, // (n_seqs, max_blocks)
-                    int max_blocks, kv_geom g, int layer, int cols, int rb, float scale,
-                    float eps, int interleaved, int window,
+                    int max_blocks, kv_geom g, int layer, int cols, int rb, int row_bytes,
+                    int gshift, int moff, float scale, float eps, int interleaved, int window,
                     int next_at, // when the next kernel may launch: QA_NEXT_*
                     long long *__restrict__ trace, // (n_layers, AD_TRACE) or NULL
                     long long *__restrict__ btrace) { // (BT_BLOCKS, BT_MARKS) or NULL
@@ -93,8 +93,8 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
     constexpr int XR = 8; /* x values a thread keeps: cols <= XR * QA_THREADS */
     extern __shared__ __align__(128) uint4 qa_raw[];
     qa_smem<HD, GM> &sm = *reinterpret_cast<qa_smem<HD, GM> *>(qa_raw);
-    bf16 *ws = reinterpret_cast<bf16 *>(reinterpret_cast<char *>(qa_raw) + qa_fixed_bytes<HD, GM>());
-    bf16 *xs = ws + (size_t)rb * cols;
+    uint8_t *ws = reinterpret_cast<uint8_t *>(qa_raw) + qa_fixed_bytes<HD, GM>();
+    bf16 *xs = reinterpret_cast<bf16 *>(ws + (size_t)rb * row_bytes);
     float *proj = reinterpret_cast<float *>(xs + cols); /* cols % 8 == 0: 16-byte aligned */
     cg::cluster_group cl = cg::this_cluster();
     const int C = (int)cl.num_blocks(), rank = (int)cl.block_rank();
@@ -120,12 +120,13 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
     if (tid == 0) {
         mbar_init(bar, 1);
         mbar_fence_init();
-        mbar_expect_tx(bar, (uint32_t)rb * (uint32_t)cols * 2u);
+        mbar_expect_tx(bar, (uint32_t)rb * (uint32_t)row_bytes);
         for (int v = rank * rb, end = v + rb; v < end;) {
             const int seg_end = v < G * HD ? G * HD : v < (G + 1) * HD ? (G + 1) * HD : R;
             const int n = min(end, seg_end) - v;
-            bulk_load(smem_addr(ws + (size_t)(v - rank * rb) * cols), W + (size_t)wrow(v) * cols,
-                      (uint32_t)n * (uint32_t)cols * 2u, bar);
+            bulk_load(smem_addr(ws + (size_t)(v - rank * rb) * row_bytes),
+                      (const uint8_t *)W + (size_t)wrow(v) * row_bytes,
+                      (uint32_t)n * (uint32_t)row_bytes, bar);
             v += n;
         }
     }
@@ -228,19 +229,35 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
             const uint4 *wr[MV2_ROWS];
 #pragma unroll
             for (int j = 0; j < MV2_ROWS; j++)
-                wr[j] = reinterpret_cast<const uint4 *>(ws) + (size_t)min(gi * MV2_ROWS + j, rb - 1) * cols8;
-            float acc[MV2_ROWS];
+                wr[j] = reinterpret_cast<const uint4 *>(
+                    ws + (size_t)min(gi * MV2_ROWS + j, rb - 1) * row_bytes);
+            float acc[MV2_ROWS][1];
 #pragma unroll
-            for (int j = 0; j < MV2_ROWS; j++) acc[j] = 0.0f;
-            for (int i = lane; i < cols8; i += 32) {
-                const uint4 xq = xv[i];
+            for (int j = 0; j < MV2_ROWS; j++) acc[j][0] = 0.0f;
+            if constexpr (F == WF_BF16) {
+                for (int i = lane; i < cols8; i += 32) {
+                    const uint4 xq = xv[i];
 #pragma unroll
-                for (int j = 0; j < MV2_ROWS; j++) acc[j] += dot8(wr[j][i], xq);
+                    for (int j = 0; j < MV2_ROWS; j++) acc[j][0] += dot8(wr[j][i], xq);
+                }
+            } else {
+                constexpr int CH = wf_traits<F>::CH;
+                const __half *sc[MV2_ROWS];
+#pragma unroll
+                for (int j = 0; j < MV2_ROWS; j++)
+                    sc[j] = (const __half *)((const uint8_t *)wr[j] + wm_code_bytes(F, cols));
+                for (int i = lane; i < cols / CH; i += 32) {
+                    uint4 w[MV2_ROWS];
+#pragma unroll
+                    for (int j = 0; j < MV2_ROWS; j++) w[j] = wr[j][i];
+                    qdot_chunk<F, MV2_ROWS, 1>(w, sc, i, gshift, moff, xv + i * (CH / 8), cols8,
+                                               acc);
+                }
             }
 #pragma unroll
             for (int j = 0; j < MV2_ROWS; j++) {
-                acc[j] = warp_sum(acc[j]);
-                if (lane == j && gi * MV2_ROWS + j < rb) proj[gi * MV2_ROWS + j] = acc[j];
+                acc[j][0] = warp_sum(acc[j][0]);
+                if (lane == j && gi * MV2_ROWS + j < rb) proj[gi * MV2_ROWS + j] = acc[j][0];
             }
         }
     }
@@ -427,45 +444,55 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
 typedef struct qa_plan {
     int cluster; /* blocks per KV head, 0: the path does not apply */
     int rb;      /* projection rows a block */
-    size_t smem; /* dynamic shared memory a block */
-    int regs;    /* registers a thread of the kernel */
+    size_t smem; /* dynamic shared memory a block at most (the widest packing's rows) */
+    size_t fixed; /* of which the fixed part (qa_smem) */
+    int regs;    /* registers a thread of the kernel (the bf16 one where it is used) */
 } qa_plan;
 
 static int qa_gm(int G) { return G <= 2 ? 2 : G <= 4 ? 4 : 8; }
 
-template <int HD, int GM> static const void *qa_func(void) {
-    return reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM>);
+template <int HD, int GM> static const void *qa_func(int F) {
+    return F == WF_Q8   ? reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM, WF_Q8>)
+           : F == WF_Q4 ? reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM, WF_Q4>)
+                        : reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM, WF_BF16>);
 }
 
 /* Whether the fused path applies to this model on this GPU, and its shape: the
  * largest cluster (16, 8 or 4 blocks) whose rows a block split evenly in groups of
  * MV2_ROWS, whose shared memory fits QA_SMEM_MAX and of which n_kv clusters can be
- * resident at once (the tune key qa=0 leaves it unplanned: cuda_backend.cu). */
-static qa_plan qkv_attn_plan(const cuda_shape *sh) {
-    qa_plan p = {0, 0, 0, 0};
+ * resident at once (the tune key qa=0 leaves it unplanned: cuda_backend.cu).
+ * kinds: the bit (1 << lpx_wp_kind) of every packing the layers' q/k/v take,
+ * row_bytes the widest of their rows: every kernel those need must fit. */
+static qa_plan qkv_attn_plan(const cuda_shape *sh, unsigned kinds, int row_bytes) {
+    qa_plan p = {0, 0, 0, 0, 0};
     if (!lpx_cuda_qa_shape_fits(sh, 8 * QA_THREADS)) return p;
     const int n_kv = sh->n_kv, hd = sh->head_dim, cols = sh->d_model;
     const int G = sh->n_heads / n_kv;
     const int gm = qa_gm(G), R = (G + 2) * hd;
-    const void *f = NULL;
+    const void *fs[3] = {NULL, NULL, NULL};
     size_t fixed = 0;
 #define QA_PICK(HD, GM)                                                                            \
     if (hd == HD && gm == GM) {                                                                    \
-        f = qa_func<HD, GM>();                                                                     \
+        for (int k = 0; k < 3; k++) fs[k] = qa_func<HD, GM>(k);                                    \
         fixed = qa_fixed_bytes<HD, GM>();                                                          \
     }
     QA_VARIANTS(QA_PICK)
 #undef QA_PICK
+    if (!fs[0] || !kinds) return p;
     for (int c = QA_MAX_CLUSTER; c >= 4; c /= 2) {
         if (R % c || (R / c) % MV2_ROWS) continue;
         const int rb = R / c;
-        const size_t smem = fixed + (size_t)rb * cols * 2 + (size_t)cols * 2 + (size_t)rb * 4;
+        const size_t smem = fixed + (size_t)rb * row_bytes + (size_t)cols * 2 + (size_t)rb * 4;
         if (smem > QA_SMEM_MAX) continue;
-        if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ||
-            cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) {
-            cudaGetLastError();
-            return p;
-        }
+        bool all = true;
+        for (int k = 0; k < 3 && all; k++) {
+            if (!(kinds & (1u << k))) continue;
+            const void *f = fs[k];
+            if (cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) ||
+                cudaFuncSetAttribute(f, cudaFuncAttributeNonPortableClusterSizeAllowed, 1)) {
+                cudaGetLastError();
+                return p;
+            }
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(n_kv * c);
         cfg.blockDim = dim3(QA_THREADS);
@@ -477,14 +504,18 @@ static qa_plan qkv_attn_plan(const cuda_shape *sh) {
         attr[0].val.clusterDim.z = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        int n = 0;
-        if (cudaOccupancyMaxActiveClusters(&n, f, &cfg) != cudaSuccess) {
-            cudaGetLastError();
-            continue;
+            int n = 0;
+            if (cudaOccupancyMaxActiveClusters(&n, f, &cfg) != cudaSuccess) {
+                cudaGetLastError();
+                all = false;
+            } else if (n < n_kv) {
+                all = false;
+            }
         }
-        if (n < n_kv) continue;
+        if (!all) continue;
         cudaFuncAttributes fa;
-        if (cudaFuncGetAttributes(&fa, f) != cudaSuccess) {
+        const int k0 = kinds & 1u ? 0 : kinds & 2u ? 1 : 2;
+        if (cudaFuncGetAttributes(&fa, fs[k0]) != cudaSuccess) {
             cudaGetLastError();
             return p;
         }
@@ -492,6 +523,7 @@ static qa_plan qkv_attn_plan(const cuda_shape *sh) {
         p.cluster = c;
         p.rb = rb;
         p.smem = smem;
+        p.fixed = fixed;
         return p;
     }
     return p;
@@ -499,7 +531,7 @@ static qa_plan qkv_attn_plan(const cuda_shape *sh) {
 
 /* One token: out = attention of its q/k/v projection (RMSNorm(x; norm_w) · Wᵀ +
  * bias), the token's key and value into the cache. */
-static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W, const float *x,
+static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const wmat &W, const float *x,
                            const float *norm_w, const float *bias, const float *q_norm,
                            const float *k_norm, const float *inv_freq, const int32_t *tok_seq,
                            const int32_t *positions, const int32_t *slots,
@@ -511,7 +543,7 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W,
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(g.n_kv * p->cluster);
     cfg.blockDim = dim3(QA_THREADS);
-    cfg.dynamicSmemBytes = p->smem;
+    cfg.dynamicSmemBytes = p->fixed + (size_t)p->rb * W.row_bytes + (size_t)cols * 2 + (size_t)p->rb * 4;
     cfg.stream = st.s;
     cudaLaunchAttribute attr[2];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -523,14 +555,24 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const bf16 *W,
     cfg.attrs = attr;
     cfg.numAttrs = 2;
     cudaError_t e = cudaErrorInvalidValue;
+    const int moff = W.has_min ? cols >> W.gshift : 0;
+#define QA_LAUNCH_F(HD, GM, F)                                                                     \
+    e = cudaLaunchKernelEx(&cfg, qkv_attn_kernel<HD, GM, F>, out, kv, W.w, x, norm_w, bias, q_norm, \
+                           k_norm, inv_freq, tok_seq, positions, slots, block_table, max_blocks, g, \
+                           layer, cols, p->rb, W.row_bytes, W.gshift, moff, scale, eps,            \
+                           (int)interleaved, window, next_at, trace, bt)
 #define QA_LAUNCH(HD, GM)                                                                          \
-    if (g.head_dim == HD && gm == GM)                                                              \
-        e = cudaLaunchKernelEx(&cfg, qkv_attn_kernel<HD, GM>, out, kv, W, x, norm_w, bias, q_norm, \
-                               k_norm, inv_freq, tok_seq, positions, slots, block_table,           \
-                               max_blocks, g, layer, cols, p->rb, scale, eps, (int)interleaved,    \
-                               window, next_at, trace, bt);
+    if (g.head_dim == HD && gm == GM) {                                                            \
+        if (W.kind == WF_Q8)                                                                       \
+            QA_LAUNCH_F(HD, GM, WF_Q8);                                                            \
+        else if (W.kind == WF_Q4)                                                                  \
+            QA_LAUNCH_F(HD, GM, WF_Q4);                                                            \
+        else                                                                                       \
+            QA_LAUNCH_F(HD, GM, WF_BF16);                                                          \
+    }
     QA_VARIANTS(QA_LAUNCH)
 #undef QA_LAUNCH
+#undef QA_LAUNCH_F
     LPX_CUDA_TRY(e);
     return LPX_OK;
 }

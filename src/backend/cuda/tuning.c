@@ -109,7 +109,7 @@ static lpx_status skip_of(const item *it, unsigned *out) {
 }
 
 lpx_status lpx_cuda_tune_parse(const char *s, cuda_tune_overrides *o) {
-    const cuda_tune_overrides none = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0};
+    const cuda_tune_overrides none = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0};
     *o = none;
     item it;
     while (next_item(&s, &it)) {
@@ -138,12 +138,14 @@ lpx_status lpx_cuda_tune_parse(const char *s, cuda_tune_overrides *o) {
             st = int_of(w, &it, 32, 1 << 20, &o->attn_keys);
         else if (key_is(&it, "attn_waves"))
             st = int_of(w, &it, 1, 64, &o->attn_waves);
+        else if (key_is(&it, "wq"))
+            st = flag_of(w, &it, &o->wq);
         else if (key_is(&it, "skip"))
             st = skip_of(&it, &o->skip);
         else
             return lpx_errorf(LPX_ERR_INVALID_ARG,
                               "cuda tune: unknown key '%.*s' (qa, mv_small, early, late, solo, "
-                              "pace, graphs, pdl, qa_ctx, attn_keys, attn_waves, skip; "
+                              "pace, graphs, pdl, qa_ctx, attn_keys, attn_waves, wq, skip; "
                               "docs/dev.md)",
                               it.klen, it.key);
         LPX_TRY(st);

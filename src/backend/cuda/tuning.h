@@ -86,6 +86,7 @@ typedef struct cuda_tune_overrides {
     int qa_ctx;            /* -1 default */
     int attn_keys;         /* -1 default */
     int attn_waves;        /* -1 default */
+    int wq;                /* -1 default (bf16 where it fits), 0 bf16, 1 kept quantized */
     unsigned skip;         /* SK_* set */
 } cuda_tune_overrides;
 

@@ -129,17 +129,45 @@ static __device__ __forceinline__ float wm_value(const wmat &m, int64_t row, int
     return fmaf(s, (float)v, mn);
 }
 
-/* out (n, cols) bf16 = rows [r0, r0 + n) of m: a thread an element pair. */
+/* out (n, cols) bf16 = rows [r0, r0 + n) of m (q8 or q4): a thread a 16-byte chunk
+ * of codes (one group's scale and min), its CH values written as 16-byte stores. */
+template <int F>
 __global__ void dequant_kernel(bf16 *__restrict__ out, wmat m, int64_t r0, int n, int cols) {
+    constexpr int CH = wf_traits<F>::CH;
     grid_wait();
     grid_launch_next();
-    const int64_t pairs = (int64_t)n * cols / 2;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < pairs;
+    const int per_row = cols / CH, groups = cols >> m.gshift;
+    const float bias = wq_bias(F, m.has_min);
+    const int64_t chunks = (int64_t)n * per_row;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < chunks;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t e = 2 * i, r = e / cols;
-        const int c = (int)(e % cols);
-        out[e] = f2bf(wm_value(m, r0 + r, c, cols));
-        out[e + 1] = f2bf(wm_value(m, r0 + r, c + 1, cols));
+        const int64_t r = i / per_row;
+        const int ci = (int)(i % per_row);
+        const uint8_t *row = (const uint8_t *)m.w + (size_t)(r0 + r) * m.row_bytes;
+        const uint4 w = __ldg(reinterpret_cast<const uint4 *>(row) + ci);
+        const __half *sc = (const __half *)(row + wm_code_bytes(F, cols));
+        const int gi = (ci * CH) >> m.gshift;
+        const float s = __half2float(sc[gi]), mn = m.has_min ? __half2float(sc[gi + groups]) : 0.0f;
+        uint4 *o = reinterpret_cast<uint4 *>(out + (size_t)r * cols + (size_t)ci * CH);
+#pragma unroll
+        for (int p = 0; p < CH / 8; p++) { /* 8 elements: words a then c, as qdot_chunk */
+            uint32_t a = p & 1 ? w.z : w.x, c = p & 1 ? w.w : w.y;
+            if (F == WF_Q4) {
+                const int sh = (p >> 1) * 4;
+                a = (a >> sh) & 0x0F0F0F0Fu;
+                c = (c >> sh) & 0x0F0F0F0Fu;
+            }
+            uint32_t v[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const uint32_t word = k < 2 ? a : c;
+                const float lo = fmaf(s, wq_code(word, 2 * (k & 1), bias), mn);
+                const float hi = fmaf(s, wq_code(word, 2 * (k & 1) + 1, bias), mn);
+                v[k] = (uint32_t)__bfloat16_as_ushort(f2bf(lo)) |
+                       ((uint32_t)__bfloat16_as_ushort(f2bf(hi)) << 16);
+            }
+            o[p] = make_uint4(v[0], v[1], v[2], v[3]);
+        }
     }
 }
 
