@@ -635,7 +635,7 @@ static void prep_generate(conn_ctx *c) {
     bool ok = model_ok(s, &p, e) && lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, e);
     for (size_t k = 0; ok && k < n_prompts; k++)
         ok = lpx_job_prompt_ids(s->m, &p, k, limit, &ids[k], &n_ids[k], e) &&
-             fits(s, &p, n_ids[k], n_ids[k] <= limit, e);
+             fits(s, &p, n_ids[k], n_ids[k] <= limit || (p.n_prompts && p.prompts[k].ids), e);
     ok = ok && queue_ok(s, (int32_t)n_prompts * p.n, e);
     pthread_mutex_lock(&s->place_mu);
     int ei = ok ? place(s) : 0;
@@ -659,9 +659,33 @@ static void prep_generate(conn_ctx *c) {
     c->failed = !ok;
 }
 
+/* cJSON spends about 100 bytes on each value: a body of more values than any valid
+ * request has (LPX_SRV_MAX_PROMPTS prompts of max_model_len ids, and the other
+ * fields) is refused before it is parsed, so that 4 MiB of "1,1,1,..." costs 4 MiB. */
+static bool values_ok(conn_ctx *c) {
+    size_t n = 0, max = LPX_SRV_MAX_PROMPTS * ((size_t)c->s->max_model_len + 1) + 4096;
+    bool in_str = false;
+    for (size_t i = 0; i < c->body.n; i++) {
+        char ch = c->body.p[i];
+        if (in_str && ch == '\\')
+            i++; /* the escaped character */
+        else if (ch == '"')
+            in_str = !in_str;
+        else if (!in_str && ch == ',')
+            n++;
+    }
+    if (n <= max) return true;
+    return lpx_srv_fail(&c->err, 400, "invalid_request_error", NULL, NULL,
+                        "the request body holds more than %zu JSON values, more than any valid "
+                        "request for a context of %d tokens",
+                        max, c->s->max_model_len);
+}
+
 static void prep_task(void *arg) {
     conn_ctx *c = arg;
-    if (c->kind == LPX_SRV_TOKENIZE || c->kind == LPX_SRV_DETOKENIZE)
+    if (!values_ok(c))
+        c->failed = true;
+    else if (c->kind == LPX_SRV_TOKENIZE || c->kind == LPX_SRV_DETOKENIZE)
         prep_tokenize(c);
     else
         prep_generate(c);
