@@ -146,6 +146,8 @@ static const char *cors_origin(const lpx_server *s, struct MHD_Connection *conn)
     return star ? "*" : origin;
 }
 
+static void sock_busy(lpx_server *s, sock_ctx *k, bool busy);
+
 static enum MHD_Result send_response(conn_ctx *c, struct MHD_Connection *conn, int status,
                                      struct MHD_Response *r, const char *ctype) {
     if (!r) return MHD_NO;
@@ -158,6 +160,7 @@ static enum MHD_Result send_response(conn_ctx *c, struct MHD_Connection *conn, i
         MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Origin");
     }
     c->status = status;
+    sock_busy(c->s, c->sock, true); /* answering (a 413 before the body, too): no deadline */
     pthread_mutex_lock(&c->s->metrics.mu);
     if (status >= 100 && status < 600) c->s->metrics.http[status / 100]++;
     pthread_mutex_unlock(&c->s->metrics.mu);
@@ -341,7 +344,6 @@ static void on_socket(void *cls, struct MHD_Connection *conn, void **socket_cont
  * next request, so it is only closed), then shut down; libmicrohttpd sees the end
  * and closes them. */
 static void expire_reads(lpx_server *s, double now) {
-    if (s->o.read_timeout_s <= 0) return;
     int n408 = 0;
     pthread_mutex_lock(&s->sock_mu);
     for (sock_ctx *k = s->socks; k; k = k->next) {
@@ -1061,6 +1063,8 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
         return lpx_errorf(LPX_ERR_NOMEM, "server: out of memory");
     }
     if (!s->o.max_connections) s->o.max_connections = 4096;
+    if (!s->o.max_connections_per_ip) s->o.max_connections_per_ip = 256;
+    if (s->o.read_timeout_s <= 0) s->o.read_timeout_s = 30;
     /* every connection has at most one body on the queue */
     lpx_status qst = lpx_workq_create(PREP_THREADS, (size_t)s->o.max_connections, &s->prep);
     if (qst != LPX_OK) {

@@ -33,9 +33,9 @@ typedef struct lpx_server_opts {
     const char *api_key;            /* NULL: no authentication */
     int32_t max_queue;              /* waiting engine requests before 503; 0 = 1024 */
     double request_timeout_s;       /* 0 = none */
-    double read_timeout_s;          /* a request's head and body must arrive within; 0 = none */
+    double read_timeout_s;          /* a request's head and body must arrive within; 0 = 30 */
     int32_t max_connections;        /* open connections at most; 0 = 4096 */
-    int32_t max_connections_per_ip; /* from one client address at most; 0 = no limit */
+    int32_t max_connections_per_ip; /* from one client address at most; 0 = 256 */
     size_t max_body_bytes;          /* 0 = 4 MiB */
     const lpx_web_asset *assets;    /* NULL-path-terminated, or NULL */
     const char *allowed_origins;    /* CORS: comma-separated origins ("https://a.example") or
