@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -55,6 +56,9 @@ static void usage(FILE *f) {
             "  --max-queue N           waiting requests before 503, 1 to 1048576 (default 1024)\n"
             "  --request-timeout S     end requests running longer than S seconds with 504,\n"
             "                          0.001 to 1e7 (default: none)\n"
+            "  --read-timeout S        seconds for a request's head + body, else 408 (default 30)\n"
+            "  --max-connections N     1 to 1048576 (default 4096)\n"
+            "  --max-connections-per-ip N  1 to 1048576 (default 256; raise it behind a proxy)\n"
             "  --shutdown-timeout S    on SIGTERM, wait up to S seconds for requests, 0 to 1e7\n"
             "                          (default 30); a second SIGTERM/SIGINT exits at once\n"
             "  --metrics-compat vllm   /metrics also under vLLM's queue and KV gauge names\n"
@@ -143,6 +147,9 @@ int cmd_serve(int argc, char **argv) {
             !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1.0, &gpu_util) &&
             !lpx_opts_i32(&a, "--max-queue", 1, 1 << 20, &so.max_queue) &&
             !lpx_opts_num(&a, "--request-timeout", 0.001, 1e7, &so.request_timeout_s) &&
+            !lpx_opts_num(&a, "--read-timeout", 0.001, 1e7, &so.read_timeout_s) &&
+            !lpx_opts_i32(&a, "--max-connections", 1, 1 << 20, &so.max_connections) &&
+            !lpx_opts_i32(&a, "--max-connections-per-ip", 1, 1 << 20, &so.max_connections_per_ip) &&
             !lpx_opts_num(&a, "--shutdown-timeout", 0, 1e7, &shutdown_timeout) &&
             !compat_opt(&a, &so))
             lpx_opts_unknown(&a);
@@ -178,6 +185,9 @@ int cmd_serve(int argc, char **argv) {
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    struct rlimit nf; /* a connection is a file descriptor: as many as the hard limit */
+    if (getrlimit(RLIMIT_NOFILE, &nf) == 0 && nf.rlim_cur < nf.rlim_max)
+        setrlimit(RLIMIT_NOFILE, &(struct rlimit){nf.rlim_max, nf.rlim_max});
 
     /* Bind first, so probes see 503 "loading" rather than a refused connection;
      * "listening" is said once requests can be served. */

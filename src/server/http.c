@@ -1,9 +1,14 @@
-/* libmicrohttpd glue. One thread per connection: a handler may block while
- * its request runs (non-streaming) and an SSE body is produced by a content
- * reader that blocks for the next engine event, both in slices of 100 ms in
- * which they also look for a client that went away (the socket's peer
- * closed: POLLRDHUP) and for the request timeout. MHD's completion callback
- * cancels whatever is still running when a connection ends early. */
+/* libmicrohttpd glue. A small pool of threads serves every connection (epoll),
+ * and none of them ever blocks: parsing and tokenizing a body runs on the
+ * server's work queue (workq.h) while the connection is parked (suspended), a
+ * non-streaming request parks until its job finishes, and an SSE body's reader
+ * parks when it has nothing to send; the engine thread wakes (resumes) the
+ * connection with the next event. A ticker thread, every 100 ms, closes
+ * connections whose request head and body did not arrive within --read-timeout
+ * (a 408 when it was their first request), ends requests past --request-timeout,
+ * cancels parked requests whose client went away (the socket's peer closed:
+ * POLLRDHUP) and wakes idle streams for an SSE keep-alive. MHD's completion
+ * callback cancels whatever is still running when a connection ends early. */
 #define _GNU_SOURCE /* POLLRDHUP */
 #include "server/server.h"
 
@@ -15,6 +20,7 @@
 #include "server/openai.h"
 #include "model/prompt.h"
 #include "server/params.h"
+#include "server/workq.h"
 #include "telemetry/telemetry.h"
 
 #include <cjson/cJSON.h>
@@ -36,6 +42,10 @@
  * is not taken for a stalled one. */
 #define IDLE_S 30
 #define KEEPALIVE_MS 10000
+/* The threads that serve connections, and those that parse and tokenize bodies
+ * (which bounds the memory that work takes: docs/server.md "Limits"). */
+#define POOL_THREADS 4
+#define PREP_THREADS 2
 /* After --shutdown-timeout, how long the ended requests may take to send their
  * error before their connections are closed. */
 #define DRAIN_GRACE_MS 10000
@@ -61,7 +71,29 @@ struct lpx_server {
     int n_gpus;
     pthread_mutex_t tel_mu;
     atomic_ullong next_rid;
+    lpx_workq *prep;         /* parse + tokenize of request bodies */
+    pthread_mutex_t park_mu; /* parking and waking connections, against stopping */
+    atomic_bool stopping;    /* lpx_server_stop began: nothing parks any more */
+    pthread_mutex_t sock_mu;
+    struct sock_ctx *socks; /* every open connection, for the read deadline */
+    pthread_t ticker;
+    bool ticker_started;
+    atomic_bool ticker_stop;
+    char timeout_resp[512]; /* the 408 a connection gets at the read deadline */
 };
+
+/* One connection (MHD's socket context), from accept to close. */
+typedef struct sock_ctx {
+    struct sock_ctx *prev, *next;
+    int fd;
+    double t_start; /* ms: the connection opened, or its last request ended */
+    bool busy;      /* a request's head and body are in: no read deadline */
+    bool served;    /* a request was answered: at the deadline it is only closed */
+    bool expired;
+} sock_ctx;
+
+/* A request's progress: read, parked while its body is parsed, then answered. */
+typedef enum conn_phase { PH_NEW, PH_PREP, PH_PREPARED } conn_phase;
 
 typedef struct conn_ctx {
     lpx_server *s;
@@ -75,6 +107,15 @@ typedef struct conn_ctx {
     lpx_job *job; /* a generation request, registered in s->jobs */
     int engine;   /* the job's engine (index into s->e) */
     int fd;
+    struct MHD_Connection *conn;
+    sock_ctx *sock;
+    conn_phase phase;
+    bool parked; /* suspended; under s->park_mu */
+    lpx_srv_kind kind;
+    /* set by the work queue: an error, or a tokenize answer, or a submitted job */
+    bool failed, stream;
+    lpx_srv_error err;
+    char *answer;
 } conn_ctx;
 
 /* ---- responses -------------------------------------------------------------- */
@@ -105,6 +146,8 @@ static const char *cors_origin(const lpx_server *s, struct MHD_Connection *conn)
     return star ? "*" : origin;
 }
 
+static void sock_busy(lpx_server *s, sock_ctx *k, bool busy);
+
 static enum MHD_Result send_response(conn_ctx *c, struct MHD_Connection *conn, int status,
                                      struct MHD_Response *r, const char *ctype) {
     if (!r) return MHD_NO;
@@ -117,6 +160,7 @@ static enum MHD_Result send_response(conn_ctx *c, struct MHD_Connection *conn, i
         MHD_add_response_header(r, MHD_HTTP_HEADER_VARY, "Origin");
     }
     c->status = status;
+    sock_busy(c->s, c->sock, true); /* answering (a 413 before the body, too): no deadline */
     pthread_mutex_lock(&c->s->metrics.mu);
     if (status >= 100 && status < 600) c->s->metrics.http[status / 100]++;
     pthread_mutex_unlock(&c->s->metrics.mu);
@@ -203,45 +247,192 @@ static void jobs_remove(lpx_server *s, lpx_job *j) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* ---- parking -------------------------------------------------------------------- */
+
+/* Suspends c's connection until unpark; false (nothing done) once the server stops,
+ * since libmicrohttpd must not be stopped with a connection suspended. Called on
+ * the connection's thread, possibly with its job's mu held. */
+static bool park(conn_ctx *c) {
+    pthread_mutex_lock(&c->s->park_mu);
+    bool ok = !atomic_load(&c->s->stopping);
+    if (ok) {
+        MHD_suspend_connection(c->conn);
+        c->parked = true;
+    }
+    pthread_mutex_unlock(&c->s->park_mu);
+    return ok;
+}
+
+/* Resumes c's connection if parked; any thread. Once resumed the connection may
+ * answer, end and free c at once: c is not touched after. */
+static void unpark(conn_ctx *c) {
+    lpx_server *s = c->s;
+    pthread_mutex_lock(&s->park_mu);
+    if (c->parked) {
+        c->parked = false;
+        MHD_resume_connection(c->conn);
+    }
+    pthread_mutex_unlock(&s->park_mu);
+}
+
+/* A job's wake (job.h): its connection, parked on it. */
+static void wake_conn(void *arg) {
+    unpark(arg);
+}
+
+/* With j->mu held: parks c on j until the job's next event; false when stopping. */
+static bool park_on(conn_ctx *c, lpx_job *j) {
+    j->waiting = true;
+    j->t_waiting = lpx_now_ms();
+    if (!park(c)) j->waiting = false;
+    return j->waiting;
+}
+
+/* ---- the ticker ------------------------------------------------------------------- */
+
+static sock_ctx *sock_of(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* busy: the request is in (the deadline stops); else it ended (the next one's starts). */
+static void sock_busy(lpx_server *s, sock_ctx *k, bool busy) {
+    if (!k) return;
+    pthread_mutex_lock(&s->sock_mu);
+    k->busy = busy;
+    if (!busy) {
+        k->t_start = lpx_now_ms();
+        k->served = true;
+    }
+    pthread_mutex_unlock(&s->sock_mu);
+}
+
+static void on_socket(void *cls, struct MHD_Connection *conn, void **socket_context,
+                      enum MHD_ConnectionNotificationCode code) {
+    lpx_server *s = cls;
+    sock_ctx *k = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(k = calloc(1, sizeof *k))) return; /* no deadline for this one */
+        k->fd = ci->connect_fd;
+        k->t_start = lpx_now_ms();
+        pthread_mutex_lock(&s->sock_mu);
+        k->next = s->socks;
+        if (s->socks) s->socks->prev = k;
+        s->socks = k;
+        pthread_mutex_unlock(&s->sock_mu);
+        *socket_context = k;
+        return;
+    }
+    if (!k) return;
+    /* before libmicrohttpd closes the fd: the ticker never shuts a reused one */
+    pthread_mutex_lock(&s->sock_mu);
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        s->socks = k->next;
+    if (k->next) k->next->prev = k->prev;
+    pthread_mutex_unlock(&s->sock_mu);
+    free(k);
+    *socket_context = NULL;
+}
+
+/* Connections whose request head and body took longer than --read-timeout: a 408
+ * for a first request (a later one on a kept-alive connection may race the client's
+ * next request, so it is only closed), then shut down; libmicrohttpd sees the end
+ * and closes them. */
+static void expire_reads(lpx_server *s, double now) {
+    int n408 = 0;
+    pthread_mutex_lock(&s->sock_mu);
+    for (sock_ctx *k = s->socks; k; k = k->next) {
+        if (k->busy || k->expired || now - k->t_start < s->o.read_timeout_s * 1e3) continue;
+        k->expired = true;
+        if (!k->served &&
+            send(k->fd, s->timeout_resp, strlen(s->timeout_resp), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+            n408++;
+        shutdown(k->fd, SHUT_RDWR);
+    }
+    pthread_mutex_unlock(&s->sock_mu);
+    if (n408) {
+        pthread_mutex_lock(&s->metrics.mu);
+        s->metrics.http[4] += (uint64_t)n408;
+        pthread_mutex_unlock(&s->metrics.mu);
+    }
+}
+
+/* Jobs past --request-timeout end with the timeout error; parked ones whose client
+ * went away are cancelled; a stream parked for KEEPALIVE_MS is woken to send a
+ * keep-alive comment. */
+static void watch_jobs(lpx_server *s, double now) {
+    lpx_srv_error e;
+    pthread_mutex_lock(&s->mu);
+    for (lpx_job *j = s->jobs; j; j = j->next) {
+        pthread_mutex_lock(&j->mu);
+        bool late = !j->timed_out && !j->finished && timed_out(s, j->t_arrival);
+        bool gone = j->waiting && !j->gone && client_gone(j->fd);
+        j->timed_out |= late;
+        j->gone |= gone;
+        if (j->waiting && j->wake && j->stream && now - j->t_waiting > KEEPALIVE_MS) {
+            j->waiting = false;
+            j->wake(j->wake_arg);
+        }
+        pthread_mutex_unlock(&j->mu);
+        if (late) lpx_job_cancel(j, timeout_error(s, &e));
+        if (gone) lpx_job_cancel(j, NULL);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *ticker(void *arg) {
+    lpx_server *s = arg;
+    while (!atomic_load(&s->ticker_stop)) {
+        nanosleep(&(struct timespec){.tv_nsec = SLICE_MS * 1000000L}, NULL);
+        double now = lpx_now_ms();
+        expire_reads(s, now);
+        watch_jobs(s, now);
+    }
+    return NULL;
+}
+
 /* ---- SSE ------------------------------------------------------------------------ */
 
 typedef struct sse_ctx {
-    lpx_server *s;
+    conn_ctx *c;  /* valid while the connection is: the reader runs only then */
     lpx_job *job; /* a reference of its own */
-    int fd;
-    double t0, t_sent;
-    bool timed_out; /* the job was cancelled with the timeout error */
+    double t_sent;
 } sse_ctx;
 
+/* Never blocks: what the job has, a keep-alive comment, or nothing (the connection
+ * parks until the job's next event or the ticker's keep-alive wake). */
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
     sse_ctx *x = cls;
-    for (;;) {
-        /* Checked on every call, not only when a slice passed without bytes: a
-         * running stream has new bytes on nearly every call and would never time out. */
-        if (!x->timed_out && timed_out(x->s, x->t0)) {
-            lpx_srv_error e;
-            lpx_job_cancel(x->job, timeout_error(x->s, &e));
-            x->timed_out = true;
-        }
-        bool end;
-        size_t n = lpx_job_read(x->job, buf, max, SLICE_MS, &end);
-        double now = lpx_now_ms();
-        if (n) {
-            x->t_sent = now;
-            return (ssize_t)n;
-        }
-        if (end) return MHD_CONTENT_READER_END_OF_STREAM;
-        static const char keepalive[] = ": keep-alive\n\n";
+    lpx_job *j = x->job;
+    static const char keepalive[] = ": keep-alive\n\n";
+    double now = lpx_now_ms();
+    bool end, parked = false;
+    pthread_mutex_lock(&j->mu);
+    size_t n = lpx_job_take(j, buf, max, &end);
+    bool gone = j->gone;
+    if (!n && !end && !gone) {
         if (now - x->t_sent > KEEPALIVE_MS && max >= sizeof keepalive - 1) {
             memcpy(buf, keepalive, sizeof keepalive - 1);
-            x->t_sent = now;
-            return (ssize_t)(sizeof keepalive - 1);
-        }
-        if (client_gone(x->fd)) {
-            lpx_job_cancel(x->job, NULL);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            n = sizeof keepalive - 1;
+        } else {
+            parked = park_on(x->c, j);
         }
     }
+    pthread_mutex_unlock(&j->mu);
+    if (n) {
+        x->t_sent = now;
+        return (ssize_t)n;
+    }
+    if (end) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (parked) return 0;
+    lpx_job_cancel(j, NULL); /* the client went away, or the server stops */
+    return MHD_CONTENT_READER_END_WITH_ERROR;
 }
 
 static void sse_free(void *cls) {
@@ -316,27 +507,34 @@ static bool model_ok(const lpx_server *s, const lpx_srv_params *p, lpx_srv_error
                         lpx_srv_utf8_prefix(s->model_name, 200), s->model_name);
 }
 
-static enum MHD_Result do_tokenize(conn_ctx *c, struct MHD_Connection *conn, lpx_srv_kind kind) {
+/* /tokenize and /detokenize, on the work queue: the answer in c->answer. The token
+ * list is written as text, not built as cJSON items (tens of bytes each). */
+static void prep_tokenize(conn_ctx *c) {
     lpx_server *s = c->s;
     lpx_srv_params p;
-    lpx_srv_error e;
-    if (!lpx_srv_parse(kind, c->body.p ? c->body.p : "", c->body.n, &s->m->gen, &p, &e))
-        return send_error(c, conn, &e);
+    if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->m->gen, &p, &c->err)) {
+        c->failed = true;
+        return;
+    }
     int32_t *ids = NULL;
     size_t n = 0;
-    if (!model_ok(s, &p, &e) || !lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, &e) ||
-        !lpx_job_prompt_ids(s->m, &p, 0, &ids, &n, &e)) {
-        lpx_srv_params_free(&p);
-        return send_error(c, conn, &e);
-    }
+    c->failed = !model_ok(s, &p, &c->err) ||
+                !lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, &c->err) ||
+                !lpx_job_prompt_ids(s->m, &p, 0, 0, &ids, &n, &c->err);
     lpx_srv_params_free(&p);
-    cJSON *o = cJSON_CreateObject();
-    if (kind == LPX_SRV_TOKENIZE) {
-        cJSON *t = cJSON_AddArrayToObject(o, "tokens");
-        for (size_t i = 0; i < n; i++)
-            cJSON_AddItemToArray(t, cJSON_CreateNumber(ids[i]));
-        cJSON_AddNumberToObject(o, "count", (double)n);
-        cJSON_AddNumberToObject(o, "max_model_len", s->max_model_len);
+    if (c->failed) return;
+    lpx_strbuf b = {0};
+    bool ok = true;
+    if (c->kind == LPX_SRV_TOKENIZE) {
+        char num[32];
+        ok = lpx_strbuf_add(&b, "{\"tokens\":[", 11);
+        for (size_t i = 0; ok && i < n; i++)
+            ok = lpx_strbuf_add(&b, num,
+                                (size_t)snprintf(num, sizeof num, i ? ",%d" : "%d", ids[i]));
+        int k = snprintf(num, sizeof num, "],\"count\":%zu,", n);
+        ok = ok && lpx_strbuf_add(&b, num, (size_t)k);
+        k = snprintf(num, sizeof num, "\"max_model_len\":%d}", s->max_model_len);
+        ok = ok && lpx_strbuf_add(&b, num, (size_t)k);
     } else {
         size_t need = 0, cap = n * 16 + 16;
         char *text = malloc(cap);
@@ -350,27 +548,37 @@ static enum MHD_Result do_tokenize(conn_ctx *c, struct MHD_Connection *conn, lpx
             st = text ? lpx_detokenize(lpx_model_tokenizer(s->m), ids, n, true, text, cap, &need)
                       : LPX_ERR_NOMEM;
         }
-        if (st == LPX_OK) cJSON_AddStringToObject(o, "prompt", text);
-        free(text);
         if (st != LPX_OK) {
-            free(ids);
+            c->failed = !lpx_srv_fail(&c->err, 400, "invalid_request_error", NULL, NULL,
+                                      "detokenize: %s", lpx_last_error());
+        } else {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "prompt", text);
+            b.p = o ? cJSON_PrintUnformatted(o) : NULL;
+            ok = b.p != NULL;
             cJSON_Delete(o);
-            return fail(c, conn, 400, "invalid_request_error", NULL, "detokenize: %s",
-                        lpx_last_error());
         }
+        free(text);
     }
     free(ids);
-    return send_json(c, conn, 200, o);
+    if (c->failed) return;
+    if (!ok) {
+        free(b.p);
+        c->failed = !lpx_srv_fail(&c->err, 500, "server_error", NULL, NULL, "out of memory");
+        return;
+    }
+    c->answer = b.p;
 }
 
 /* Refuses a prompt that, with the output asked for, would not fit the context
  * (max_tokens not given: the rest of the context, which the engine's limit gives). */
-static bool fits(const lpx_server *s, const lpx_srv_params *p, size_t n_prompt, lpx_srv_error *e) {
+static bool fits(const lpx_server *s, const lpx_srv_params *p, size_t n_prompt, bool counted,
+                 lpx_srv_error *e) {
     int64_t L = s->max_model_len;
     const char *what = p->kind == LPX_SRV_CHAT ? "messages" : "prompt", *param;
     char msg[sizeof e->message];
     /* the wording lpx batch uses too (model/prompt.h) */
-    if (!lpx_prompt_fits(L, n_prompt, true, p->req.max_tokens, what, msg, sizeof msg, &param))
+    if (!lpx_prompt_fits(L, n_prompt, counted, p->req.max_tokens, what, msg, sizeof msg, &param))
         return lpx_srv_fail(e, 400, "context_length_exceeded", "context_length_exceeded", param,
                             "%s", msg);
     return true;
@@ -405,64 +613,144 @@ static int place(lpx_server *s) {
     return best;
 }
 
-static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx_srv_kind kind) {
+/* A generation request, on the work queue: parsed, tokenized (no further than the
+ * context can hold), checked and submitted; the job in c->job, or the error. */
+static void prep_generate(conn_ctx *c) {
     lpx_server *s = c->s;
     lpx_srv_params p;
-    lpx_srv_error e;
-    if (atomic_load(&s->draining))
-        return fail(c, conn, 503, "service_unavailable", "draining", "%s",
-                    "the server is shutting down");
-    if (!lpx_srv_parse(kind, c->body.p ? c->body.p : "", c->body.n, &s->m->gen, &p, &e))
-        return send_error(c, conn, &e);
+    lpx_srv_error *e = &c->err;
+    if (atomic_load(&s->draining) || atomic_load(&s->stopping)) {
+        c->failed = !lpx_srv_fail(e, 503, "service_unavailable", "draining", NULL, "%s",
+                                  "the server is shutting down");
+        return;
+    }
+    if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->m->gen, &p, e)) {
+        c->failed = true;
+        return;
+    }
+    free(c->body.p); /* parsed: the body's bytes are not needed any more */
+    c->body = (lpx_strbuf){0};
     size_t n_prompts = lpx_srv_n_prompts(&p), n_ids[LPX_SRV_MAX_PROMPTS] = {0};
     int32_t *ids[LPX_SRV_MAX_PROMPTS] = {0};
     lpx_job *j = NULL;
-    bool ok = model_ok(s, &p, &e) && lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, &e);
+    size_t limit = (size_t)s->max_model_len;
+    bool ok = model_ok(s, &p, e) && lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, e);
     for (size_t k = 0; ok && k < n_prompts; k++)
-        ok = lpx_job_prompt_ids(s->m, &p, k, &ids[k], &n_ids[k], &e) && fits(s, &p, n_ids[k], &e);
-    ok = ok && queue_ok(s, (int32_t)n_prompts * p.n, &e);
+        ok = lpx_job_prompt_ids(s->m, &p, k, limit, &ids[k], &n_ids[k], e) &&
+             fits(s, &p, n_ids[k], n_ids[k] <= limit || (p.n_prompts && p.prompts[k].ids), e);
+    ok = ok && queue_ok(s, (int32_t)n_prompts * p.n, e);
     pthread_mutex_lock(&s->place_mu);
     int ei = ok ? place(s) : 0;
     if (ok && !(j = lpx_job_new(s->e[ei], lpx_model_tokenizer(s->m), &s->metrics, &s->inflight[ei],
                                 s->model_name, &p, c->t0)))
-        ok = lpx_srv_fail(&e, 500, "server_error", NULL, NULL, "out of memory");
+        ok = lpx_srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     if (ok) {
+        j->fd = c->fd;
+        j->wake = wake_conn;
+        j->wake_arg = c;
         c->job = j;
         c->engine = ei;
         jobs_add(s, j);
-        ok = lpx_job_submit(j, &p, ids, n_ids, &e);
+        ok = lpx_job_submit(j, &p, ids, n_ids, e);
     }
     pthread_mutex_unlock(&s->place_mu);
     for (size_t k = 0; k < n_prompts; k++)
         free(ids[k]);
-    bool stream = p.stream;
+    c->stream = p.stream;
     lpx_srv_params_free(&p);
-    if (!ok) return send_error(c, conn, &e);
+    c->failed = !ok;
+}
 
-    if (stream) {
-        sse_ctx *x = malloc(sizeof *x);
-        if (!x) return send_body(c, conn, 500, NULL, NULL);
-        pthread_mutex_lock(&j->mu);
-        j->refs++;
-        pthread_mutex_unlock(&j->mu);
-        *x = (sse_ctx){.s = s, .job = j, .fd = c->fd, .t0 = c->t0, .t_sent = lpx_now_ms()};
-        struct MHD_Response *r =
-            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_free);
-        if (!r) {
-            sse_free(x);
-            return MHD_NO;
-        }
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-        MHD_add_response_header(r, "X-Accel-Buffering", "no");
-        return send_response(c, conn, 200, r, "text/event-stream");
+/* cJSON spends about 100 bytes on each value: a body of more values than any valid
+ * request has (LPX_SRV_MAX_PROMPTS prompts of max_model_len ids, and the other
+ * fields) is refused before it is parsed, so that 4 MiB of "1,1,1,..." costs 4 MiB. */
+static bool values_ok(conn_ctx *c) {
+    size_t n = 0, max = LPX_SRV_MAX_PROMPTS * ((size_t)c->s->max_model_len + 1) + 4096;
+    bool in_str = false;
+    for (size_t i = 0; i < c->body.n; i++) {
+        char ch = c->body.p[i];
+        if (in_str && ch == '\\')
+            i++; /* the escaped character */
+        else if (ch == '"')
+            in_str = !in_str;
+        else if (!in_str && ch == ',')
+            n++;
     }
+    if (n <= max) return true;
+    return lpx_srv_fail(&c->err, 400, "invalid_request_error", NULL, NULL,
+                        "the request body holds more than %zu JSON values, more than any valid "
+                        "request for a context of %d tokens",
+                        max, c->s->max_model_len);
+}
 
-    while (!lpx_job_wait(j, SLICE_MS)) {
-        if (client_gone(c->fd)) {
-            lpx_job_cancel(j, NULL);
-            return MHD_NO; /* nobody to answer */
-        }
-        if (timed_out(s, c->t0)) lpx_job_cancel(j, timeout_error(s, &e));
+static void prep_task(void *arg) {
+    conn_ctx *c = arg;
+    if (!values_ok(c))
+        c->failed = true;
+    else if (c->kind == LPX_SRV_TOKENIZE || c->kind == LPX_SRV_DETOKENIZE)
+        prep_tokenize(c);
+    else
+        prep_generate(c);
+    free(c->body.p);
+    c->body = (lpx_strbuf){0};
+    c->phase = PH_PREPARED;
+    unpark(c);
+}
+
+/* Hands the body to the work queue and parks; the handler answers once it is done. */
+static enum MHD_Result start_prep(conn_ctx *c, struct MHD_Connection *conn, lpx_srv_kind kind) {
+    c->kind = kind;
+    c->phase = PH_PREP;
+    if (!park(c))
+        return fail(c, conn, 503, "service_unavailable", "draining", "%s",
+                    "the server is shutting down");
+    if (!lpx_workq_push(c->s->prep, prep_task, c)) {
+        c->failed = !lpx_srv_fail(&c->err, 503, "service_unavailable", "queue_full", NULL, "%s",
+                                  "the server is at capacity: retry later");
+        c->phase = PH_PREPARED;
+        unpark(c);
+    }
+    return MHD_YES;
+}
+
+static enum MHD_Result start_stream(conn_ctx *c, struct MHD_Connection *conn, lpx_job *j) {
+    sse_ctx *x = malloc(sizeof *x);
+    if (!x) return send_body(c, conn, 500, NULL, NULL);
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+    *x = (sse_ctx){.c = c, .job = j, .t_sent = lpx_now_ms()};
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, sse_read, x, sse_free);
+    if (!r) {
+        sse_free(x);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Accel-Buffering", "no");
+    return send_response(c, conn, 200, r, "text/event-stream");
+}
+
+/* After the work queue: the error, the tokenize answer, the stream, or (parked until
+ * its job finished) the whole response. */
+static enum MHD_Result respond(conn_ctx *c, struct MHD_Connection *conn) {
+    if (c->failed) return send_error(c, conn, &c->err);
+    if (c->answer) {
+        char *a = c->answer;
+        c->answer = NULL;
+        return send_body(c, conn, 200, a, "application/json");
+    }
+    lpx_job *j = c->job;
+    if (c->stream) return start_stream(c, conn, j);
+    pthread_mutex_lock(&j->mu);
+    bool done = j->finished, parked = !done && park_on(c, j), gone = j->gone;
+    pthread_mutex_unlock(&j->mu);
+    if (parked) return MHD_YES;
+    if (gone) return MHD_NO; /* nobody to answer */
+    if (!done) {
+        lpx_job_cancel(j, NULL);
+        return fail(c, conn, 503, "service_unavailable", "shutdown", "%s",
+                    "the server shut down before the request finished");
     }
     if (j->aborted) return send_error(c, conn, &j->abort);
     for (int32_t i = 0; i < j->n; i++)
@@ -600,9 +888,7 @@ static enum MHD_Result route(conn_ctx *c, struct MHD_Connection *conn, const cha
                              "the request body is larger than %zu bytes", c->s->o.max_body_bytes);
                 return send_error(c, conn, &e);
             }
-            if (r->what == LPX_SRV_TOKENIZE || r->what == LPX_SRV_DETOKENIZE)
-                return do_tokenize(c, conn, (lpx_srv_kind)r->what);
-            return do_generate(c, conn, (lpx_srv_kind)r->what);
+            return start_prep(c, conn, (lpx_srv_kind)r->what);
         }
         return r->what == 0   ? do_models(c, conn)
                : r->what == 1 ? do_health(c, conn)
@@ -624,6 +910,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         c->rid = atomic_fetch_add(&s->next_rid, 1);
         c->t0 = lpx_now_ms();
         c->fd = -1;
+        c->conn = conn;
+        c->sock = sock_of(conn);
         snprintf(c->method, sizeof c->method, "%s", method);
         snprintf(c->url, sizeof c->url, "%s", url);
         const union MHD_ConnectionInfo *ci =
@@ -651,7 +939,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         *upload_size = 0;
         return MHD_YES;
     }
-    if (c->status) return MHD_YES; /* answered already (413 on the first call) */
+    if (c->phase == PH_PREPARED) return respond(c, conn);
+    if (c->status || c->phase != PH_NEW) return MHD_YES; /* answered already (413) */
+    sock_busy(s, c->sock, true);
     return route(c, conn, url, method);
 }
 
@@ -683,11 +973,14 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
     int32_t prompt = 0, gen = 0;
     bool ran = c->job != NULL;
+    sock_busy(s, c->sock, false);
     if (c->job) {
         lpx_job *j = c->job;
         /* A client that left early: free its engine slots and KV now. */
         if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) lpx_job_cancel(j, NULL);
         pthread_mutex_lock(&j->mu);
+        j->wake = NULL; /* c is freed below */
+        j->waiting = false;
         prompt = j->n_prompt;
         for (int32_t i = 0; i < j->n; i++)
             gen += j->ch[i].n_output_tokens;
@@ -704,6 +997,7 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             url, c->status, prompt, gen, where, lpx_now_ms() - c->t0,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
     free(c->body.p);
+    free(c->answer);
     free(c);
 }
 
@@ -747,6 +1041,18 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->tel_mu, NULL);
     pthread_mutex_init(&s->place_mu, NULL);
+    pthread_mutex_init(&s->park_mu, NULL);
+    pthread_mutex_init(&s->sock_mu, NULL);
+    atomic_init(&s->stopping, false);
+    atomic_init(&s->ticker_stop, false);
+    static const char body408[] =
+        "{\"error\":{\"message\":\"the request's head and body took longer than the "
+        "server's --read-timeout\",\"type\":\"invalid_request_error\",\"param\":null,"
+        "\"code\":\"request_timeout\"}}";
+    snprintf(s->timeout_resp, sizeof s->timeout_resp,
+             "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: "
+             "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+             sizeof body408 - 1, body408);
     /* GPU gauges when NVML answers; a machine without a GPU just has none. */
     if (lpx_telemetry_open(0, &s->tel) == LPX_OK) {
         const lpx_telemetry_state *ts = lpx_telemetry_get_state(s->tel);
@@ -755,6 +1061,15 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     if (!s->model_label) {
         lpx_server_stop(s);
         return lpx_errorf(LPX_ERR_NOMEM, "server: out of memory");
+    }
+    if (!s->o.max_connections) s->o.max_connections = 4096;
+    if (!s->o.max_connections_per_ip) s->o.max_connections_per_ip = 256;
+    if (s->o.read_timeout_s <= 0) s->o.read_timeout_s = 30;
+    /* every connection has at most one body on the queue */
+    lpx_status qst = lpx_workq_create(PREP_THREADS, (size_t)s->o.max_connections, &s->prep);
+    if (qst != LPX_OK) {
+        lpx_server_stop(s);
+        return qst;
     }
 
     char port[16];
@@ -768,13 +1083,15 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
         lpx_server_stop(s);
         return lpx_errorf(LPX_ERR_INVALID_ARG, "--host %s: %s", o->host, gai_strerror(rc));
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
     s->d = MHD_start_daemon(
         flags, (uint16_t)o->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_S,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000, MHD_OPTION_THREAD_STACK_SIZE,
-        (size_t)(256 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)256, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_socket, s,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_S, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)POOL_THREADS, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_connections_per_ip,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->d) {
         lpx_server_stop(s);
@@ -785,6 +1102,11 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
+    if (pthread_create(&s->ticker, NULL, ticker, s) != 0) {
+        lpx_server_stop(s);
+        return lpx_errorf(LPX_ERR_IO, "server: cannot start a thread");
+    }
+    s->ticker_started = true;
     *out = s;
     return LPX_OK;
 }
@@ -847,12 +1169,33 @@ void lpx_server_drain(lpx_server *s, double timeout_s) {
 
 void lpx_server_stop(lpx_server *s) {
     if (!s) return;
+    if (s->ticker_started) {
+        atomic_store(&s->ticker_stop, true);
+        pthread_join(s->ticker, NULL);
+    }
+    /* libmicrohttpd must not stop with a connection suspended: nothing parks from
+     * now on, the queued bodies end (each waking its connection), then every job's
+     * parked connection is woken; each then answers or closes. */
+    pthread_mutex_lock(&s->park_mu);
+    atomic_store(&s->stopping, true);
+    pthread_mutex_unlock(&s->park_mu);
+    lpx_workq_destroy(s->prep);
+    pthread_mutex_lock(&s->mu);
+    for (lpx_job *j = s->jobs; j; j = j->next) {
+        pthread_mutex_lock(&j->mu);
+        if (j->waiting && j->wake) j->wake(j->wake_arg);
+        j->waiting = false;
+        pthread_mutex_unlock(&j->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
     if (s->d) MHD_stop_daemon(s->d);
     lpx_telemetry_close(s->tel);
     lpx_metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->tel_mu);
     pthread_mutex_destroy(&s->place_mu);
+    pthread_mutex_destroy(&s->park_mu);
+    pthread_mutex_destroy(&s->sock_mu);
     free(s->model_name);
     free(s->model_label);
     free(s);

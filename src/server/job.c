@@ -3,8 +3,8 @@
 #include "base/checked.h"
 #include "model/model.h"
 #include "server/openai.h"
+#include "tokenizer/tokenizer.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,11 +40,6 @@ lpx_job *lpx_job_new(lpx_engine *e, const lpx_tokenizer *tok, lpx_metrics *metri
     lpx_job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
     pthread_mutex_init(&j->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&j->cv, &ca);
-    pthread_condattr_destroy(&ca);
     j->refs = 1;
     j->engine = e;
     j->tok = tok;
@@ -84,7 +79,6 @@ static void job_free(lpx_job *j) {
     for (int k = 0; k < LPX_SRV_MAX_PROMPTS; k++)
         free(j->echo[k]);
     free(j->out.p);
-    pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
 }
@@ -164,7 +158,10 @@ static void on_event(const lpx_event *ev, void *user) {
         }
         last = --j->refs == 0;
     }
-    pthread_cond_broadcast(&j->cv);
+    if (j->waiting && (j->finished || (j->stream && j->out.n > j->out_pos))) {
+        j->waiting = false;
+        if (j->wake) j->wake(j->wake_arg);
+    }
     pthread_mutex_unlock(&j->mu);
     if (last) job_free(j);
 }
@@ -268,50 +265,37 @@ void lpx_job_cancel(lpx_job *j, const lpx_srv_error *err) {
         lpx_engine_cancel(j->engine, ids[i]);
 }
 
-static void deadline(struct timespec *ts, int timeout_ms) {
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    ts->tv_sec += timeout_ms / 1000;
-    ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
-size_t lpx_job_read(lpx_job *j, char *buf, size_t max, int timeout_ms, bool *end) {
-    struct timespec ts;
-    deadline(&ts, timeout_ms);
-    pthread_mutex_lock(&j->mu);
-    while (j->out_pos == j->out.n && !j->finished)
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) break;
+size_t lpx_job_take(lpx_job *j, char *buf, size_t max, bool *end) {
     size_t n = j->out.n - j->out_pos;
     if (n > max) n = max;
     if (n) memcpy(buf, j->out.p + j->out_pos, n);
     j->out_pos += n;
+    if (j->out_pos == j->out.n) {
+        j->out.n = j->out_pos = 0;
+    } else if (j->out_pos > j->out.n / 2) {
+        memmove(j->out.p, j->out.p + j->out_pos, j->out.n - j->out_pos);
+        j->out.n -= j->out_pos;
+        j->out_pos = 0;
+    }
+    if (j->out.p) j->out.p[j->out.n] = '\0';
     *end = j->finished && j->out_pos == j->out.n;
-    pthread_mutex_unlock(&j->mu);
     return n;
 }
 
-bool lpx_job_wait(lpx_job *j, int timeout_ms) {
-    struct timespec ts;
-    deadline(&ts, timeout_ms);
-    pthread_mutex_lock(&j->mu);
-    while (!j->finished)
-        if (pthread_cond_timedwait(&j->cv, &j->mu, &ts) == ETIMEDOUT) break;
-    bool done = j->finished;
-    pthread_mutex_unlock(&j->mu);
-    return done;
-}
-
-static bool tokenize(const lpx_tokenizer *t, const char *text, bool add_special, int32_t **ids,
-                     size_t *n, lpx_srv_error *err) {
-    size_t len = strlen(text), cap = len + 16, need = 0;
+static bool tokenize(const lpx_tokenizer *t, const char *text, bool add_special, size_t limit,
+                     int32_t **ids, size_t *n, lpx_srv_error *err) {
+    size_t len = strlen(text), need = 0;
+    if (limit && len > lpx_tokenizer_bytes_bound(t, limit)) {
+        *n = limit + 1;
+        return true;
+    }
+    /* a token covers at least a byte: len + BOS/EOS is enough, unless stopped sooner */
+    size_t cap = (limit && limit + 8 < len ? limit + 8 : len) + 16;
     for (int attempt = 0; attempt < 2; attempt++) {
         free(*ids);
         if (!(*ids = malloc(cap * sizeof **ids)))
             return lpx_srv_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-        if (lpx_tokenize(t, text, len, add_special, true, *ids, cap, &need) != LPX_OK)
+        if (lpx_tokenize_limit(t, text, len, add_special, true, limit, *ids, cap, &need) != LPX_OK)
             return lpx_srv_fail(err, 400, "invalid_request_error", NULL, "prompt",
                                 "tokenizing the prompt: %s", lpx_last_error());
         if (need <= cap) break;
@@ -321,8 +305,8 @@ static bool tokenize(const lpx_tokenizer *t, const char *text, bool add_special,
     return true;
 }
 
-bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, size_t k, int32_t **ids,
-                        size_t *n, lpx_srv_error *err) {
+bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, size_t k, size_t limit,
+                        int32_t **ids, size_t *n, lpx_srv_error *err) {
     *ids = NULL;
     *n = 0;
     const lpx_tokenizer *t = lpx_model_tokenizer(m);
@@ -338,8 +322,8 @@ bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, size_t k, i
         return lpx_srv_fail(err, 400, "invalid_request_error", NULL, NULL,
                             "the model has no tokenizer: send token ids");
     if (q) {
-        bool ok =
-            tokenize(t, q->text, p->kind == LPX_SRV_TOKENIZE ? p->add_special : true, ids, n, err);
+        bool ok = tokenize(t, q->text, p->kind == LPX_SRV_TOKENIZE ? p->add_special : true, limit,
+                           ids, n, err);
         if (!ok) {
             free(*ids);
             *ids = NULL;
@@ -352,7 +336,7 @@ bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, size_t k, i
         return lpx_srv_fail(err, 400, "invalid_request_error", NULL, "messages",
                             "rendering the chat template: %s", lpx_last_error());
     /* The template writes BOS itself, as transformers assumes. */
-    bool ok = tokenize(t, text, false, ids, n, err);
+    bool ok = tokenize(t, text, false, limit, ids, n, err);
     lpx_free(text);
     if (!ok) {
         free(*ids);

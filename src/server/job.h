@@ -1,7 +1,8 @@
 /* The engine bridge: one HTTP generation request becomes a job of n engine
  * requests (its choices). Engine events arrive on the engine thread and are
  * gathered here: as SSE chunks in `out` for a stream, as text and logprobs per
- * choice otherwise. The HTTP thread waits on the job's condition variable.
+ * choice otherwise. The HTTP side never blocks on a job: it parks its connection
+ * (`waiting`) and the next event that brings something wakes it (`wake`).
  * A job is reference-counted: the HTTP side holds one reference and every
  * submitted choice one more until its finish event, so a client that goes
  * away never frees memory the engine thread still writes to. */
@@ -49,7 +50,6 @@ typedef struct lpx_job_choice {
 
 struct lpx_job {
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     int refs;
     lpx_job *prev, *next; /* the server's list of jobs in flight */
 
@@ -70,10 +70,20 @@ struct lpx_job {
     char *echo[LPX_SRV_MAX_PROMPTS];        /* echo: each prompt's text, else NULL */
     lpx_job_choice ch[LPX_SRV_MAX_CHOICES]; /* prompt-major: choice i is prompt i / n */
 
-    lpx_strbuf out; /* stream: SSE bytes not yet sent */
+    lpx_strbuf out; /* stream: SSE bytes; [out_pos, out.n) not yet sent */
     size_t out_pos;
-    bool finished; /* every choice has its finish event */
-    bool oom;      /* an allocation failed while formatting */
+    /* Set by the HTTP side while its connection is parked on this job: the next event
+     * with stream bytes, or the finish, clears it and calls wake(wake_arg) (j->mu
+     * held). wake is set when the job is made and cleared when its connection ends. */
+    bool waiting;
+    double t_waiting; /* ms, when waiting was set */
+    void (*wake)(void *arg);
+    void *wake_arg;
+    int fd;         /* the client's socket, to see it go away while parked */
+    bool timed_out; /* the server cancelled it for --request-timeout */
+    bool gone;      /* ... or because its client went away: nobody to answer */
+    bool finished;  /* every choice has its finish event */
+    bool oom;       /* an allocation failed while formatting */
 
     /* Set when the server ends the job (timeout, shutdown): the error the
      * client gets instead of the rest of the output. */
@@ -97,16 +107,18 @@ bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, int32_t *const *ids, co
  * error (a stream: as a final error chunk). */
 void lpx_job_cancel(lpx_job *j, const lpx_srv_error *err);
 
-/* Waits up to timeout_ms for stream bytes or the end; copies up to max bytes.
+/* With j->mu held: copies up to max stream bytes not yet sent and drops them from
+ * the buffer, so that a long stream holds only what the client has not taken yet.
  * *end is set once everything was read. */
-size_t lpx_job_read(lpx_job *j, char *buf, size_t max, int timeout_ms, bool *end);
-/* Waits up to timeout_ms for every choice to finish; true when finished. */
-bool lpx_job_wait(lpx_job *j, int timeout_ms);
+size_t lpx_job_take(lpx_job *j, char *buf, size_t max, bool *end);
 
 /* Prompt k of p as token ids: a text prompt tokenized with the tokenizer's
- * rules, chat messages rendered with the model's template, or the ids given. */
-bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, size_t k, int32_t **ids,
-                        size_t *n, lpx_srv_error *err);
+ * rules, chat messages rendered with the model's template, or the ids given.
+ * limit > 0: tokenizing stops past limit tokens (*n is then more than limit), and
+ * text longer than limit tokens can come from is not tokenized at all (*n is
+ * limit + 1, *ids NULL): an oversized prompt costs its bytes, not more. */
+bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, size_t k, size_t limit,
+                        int32_t **ids, size_t *n, lpx_srv_error *err);
 
 double lpx_now_ms(void);
 

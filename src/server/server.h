@@ -6,6 +6,7 @@
  *   params.c   request bodies (cJSON) -> validated parameters or an OpenAI error
  *   openai.c   OpenAI response objects and SSE chunks
  *   job.c      the engine bridge: one HTTP request -> n engine requests
+ *   workq.c    the threads that parse and tokenize request bodies
  *   metrics.c  Prometheus registry: counters, histograms, engine gauges
  * docs/server.md describes the endpoints, parameters, errors and metrics. */
 #ifndef LPX_SERVER_SERVER_H
@@ -26,20 +27,23 @@ typedef struct lpx_web_asset {
 } lpx_web_asset;
 
 typedef struct lpx_server_opts {
-    const char *host;              /* bind address; "127.0.0.1" when NULL */
-    int port;                      /* 0: an ephemeral port (lpx_server_port tells) */
-    const char *served_model_name; /* the model id clients use */
-    const char *api_key;           /* NULL: no authentication */
-    int32_t max_queue;             /* waiting engine requests before 503; 0 = 1024 */
-    double request_timeout_s;      /* 0 = none */
-    size_t max_body_bytes;         /* 0 = 4 MiB */
-    const lpx_web_asset *assets;   /* NULL-path-terminated, or NULL */
-    const char *allowed_origins;   /* CORS: comma-separated origins ("https://a.example") or
-                                      "*"; NULL: none (only the UI's own origin can call) */
-    const char *allowed_hosts;     /* comma-separated Host names accepted besides the loopback
-                                      ones; NULL: any Host unless bound to a loopback address */
-    bool metrics_public;           /* /metrics without the API key */
-    bool metrics_compat_vllm;      /* /metrics also under vLLM's gauge names (docs/deploy.md) */
+    const char *host;               /* bind address; "127.0.0.1" when NULL */
+    int port;                       /* 0: an ephemeral port (lpx_server_port tells) */
+    const char *served_model_name;  /* the model id clients use */
+    const char *api_key;            /* NULL: no authentication */
+    int32_t max_queue;              /* waiting engine requests before 503; 0 = 1024 */
+    double request_timeout_s;       /* 0 = none */
+    double read_timeout_s;          /* a request's head and body must arrive within; 0 = 30 */
+    int32_t max_connections;        /* open connections at most; 0 = 4096 */
+    int32_t max_connections_per_ip; /* from one client address at most; 0 = 256 */
+    size_t max_body_bytes;          /* 0 = 4 MiB */
+    const lpx_web_asset *assets;    /* NULL-path-terminated, or NULL */
+    const char *allowed_origins;    /* CORS: comma-separated origins ("https://a.example") or
+                                       "*"; NULL: none (only the UI's own origin can call) */
+    const char *allowed_hosts;      /* comma-separated Host names accepted besides the loopback
+                                       ones; NULL: any Host unless bound to a loopback address */
+    bool metrics_public;            /* /metrics without the API key */
+    bool metrics_compat_vllm;       /* /metrics also under vLLM's gauge names (docs/deploy.md) */
 } lpx_server_opts;
 
 typedef struct lpx_server lpx_server;
