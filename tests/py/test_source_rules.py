@@ -115,4 +115,6 @@ def test_the_cli_is_thin():
     # 3600 until quantize and perplexity (parse, call, print: ~75 lines each) came;
     # 3750 with --kv-cache-dtype on every model command and logits --tail. The next
     # to move out: cmd_logits.c's stepping loop (357 lines) into the library.
-    assert sum(sizes.values()) <= 3750, f"src/cli/ has {sum(sizes.values())} lines"
+    # 3770 with serve's four --fallback-* flags (options, help, one call each; the
+    # loading and the rule live in src/server/).
+    assert sum(sizes.values()) <= 3770, f"src/cli/ has {sum(sizes.values())} lines"
