@@ -36,18 +36,36 @@ int lpx_hfq_int4_zero(const lpx_hfq_int4 *w, int64_t gi, int64_t o) {
     return packed_cols(w->qzeros, gi, o, w->out, w->layout == LPX_HFQ_AWQ);
 }
 
-void lpx_hfq_int4_row(const lpx_hfq_int4 *w, int64_t o, float *dst) {
+void lpx_hfq_int4_rows(const lpx_hfq_int4 *w, int64_t o0, int64_t n, float *dst) {
     const bool awq = w->layout == LPX_HFQ_AWQ;
-    for (int64_t gi = 0; gi < w->in / w->group; gi++) {
-        uint16_t h;
-        memcpy(&h, w->scales + 2 * (gi * w->out + o), 2);
-        const float s = lpx_f16_to_f32(h);
-        const int z = lpx_hfq_int4_zero(w, gi, o) + w->zero_offset;
-        for (int64_t i = gi * w->group; i < (gi + 1) * w->group; i++) {
-            int q =
-                awq ? packed_cols(w->qweight, i, o, w->out, true)
-                    : (int)(rd32(w->qweight + 4 * ((i / 8) * w->out + o)) >> (4 * (i % 8))) & 0xf;
-            dst[i] = (float)(q - z) * s;
+    const int64_t in = w->in, g = w->group;
+    for (int64_t gi = 0; gi < in / g; gi++) {
+        float s[LPX_HFQ_TILE];
+        int z[LPX_HFQ_TILE];
+        for (int64_t k = 0; k < n; k++) {
+            uint16_t h;
+            memcpy(&h, w->scales + 2 * (gi * w->out + o0 + k), 2);
+            s[k] = lpx_f16_to_f32(h);
+            z[k] = lpx_hfq_int4_zero(w, gi, o0 + k) + w->zero_offset;
+        }
+        if (awq) { /* word [i][j]: outputs 8j .. 8j + 7 of input i */
+            for (int64_t i = gi * g; i < (gi + 1) * g; i++)
+                for (int64_t j = 0; j < n / 8; j++) {
+                    uint32_t word = rd32(w->qweight + 4 * (i * (w->out / 8) + o0 / 8 + j));
+                    for (int c = 0; c < 8; c++) {
+                        int64_t k = 8 * j + c;
+                        int q = (int)(word >> (4 * awq_nibble[c])) & 0xf;
+                        dst[k * in + i] = (float)(q - z[k]) * s[k];
+                    }
+                }
+        } else { /* word [r][o]: inputs 8r .. 8r + 7 of output o */
+            for (int64_t r = gi * g / 8; r < (gi + 1) * g / 8; r++)
+                for (int64_t k = 0; k < n; k++) {
+                    uint32_t word = rd32(w->qweight + 4 * (r * w->out + o0 + k));
+                    for (int b = 0; b < 8; b++)
+                        dst[k * in + 8 * r + b] =
+                            (float)((int)((word >> (4 * b)) & 0xf) - z[k]) * s[k];
+                }
         }
     }
 }

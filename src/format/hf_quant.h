@@ -49,8 +49,11 @@ typedef struct lpx_hfq_int4 {
     int zero_offset;        /* added to every stored zero */
 } lpx_hfq_int4;
 
-/* Row o (0 <= o < out) of the int4 matrix into dst[in]. */
-void lpx_hfq_int4_row(const lpx_hfq_int4 *w, int64_t o, float *dst);
+/* Rows o0 .. o0 + n of the int4 matrix into dst[n][in]; o0 and n multiples of 8 (n up
+ * to LPX_HFQ_TILE): a word holds 8 outputs (AWQ) or 8 inputs of one output (GPTQ), so
+ * decoding a tile of outputs reads each word once and the packed rows contiguously. */
+#define LPX_HFQ_TILE 16
+void lpx_hfq_int4_rows(const lpx_hfq_int4 *w, int64_t o0, int64_t n, float *dst);
 
 /* The stored zero (0..15, before zero_offset) of group gi, column o. */
 int lpx_hfq_int4_zero(const lpx_hfq_int4 *w, int64_t gi, int64_t o);

@@ -6,6 +6,7 @@
 
 #include "base/checked.h"
 #include "base/error.h"
+#include "base/threadpool.h"
 #include "format/hf_quant.h"
 #include "format/quantize.h"
 
@@ -34,7 +35,8 @@ typedef struct qcfg {
     int zero_offset;
     bool sym; /* gptq sym: every zero must be 8 */
     lpx_dtype target;
-    bool *used; /* [n_tensors]: parts consumed by a conversion */
+    bool *used;           /* [n_tensors]: parts consumed by a conversion */
+    lpx_threadpool *pool; /* the conversion's threads, one per core */
 } qcfg;
 
 static const cJSON *item(const cJSON *o, const char *key) {
@@ -265,34 +267,81 @@ static lpx_status finite_floats(const lpx_model *m, const lpx_tensor *t, float *
     return LPX_OK;
 }
 
-/* The converted weight: rows of `in` floats from row(o) written as q->target into a
- * buffer that replaces t's data; t becomes a plain (out, in) weight named base.weight. */
-typedef void (*row_fn)(const void *ctx, int64_t o, float *dst);
+/* Tiles of up to LPX_HFQ_TILE output rows decoded to floats: dst[n][in]. */
+typedef void (*tile_fn)(const void *ctx, int64_t o0, int64_t n, float *dst);
 
+typedef struct conv_job {
+    tile_fn tile;
+    const void *ctx;
+    lpx_dtype target;
+    int64_t out, in;
+    size_t row_bytes;
+    uint8_t *dst;
+    float *scratch;  /* [threads][LPX_HFQ_TILE * in] */
+    int64_t *bad_at; /* [threads]: the first row * in + col that failed, else -1 */
+    float *bad_v;    /* [threads] */
+} conv_job;
+
+static void conv_tiles(void *vctx, int64_t begin, int64_t end, int thread) {
+    conv_job *j = vctx;
+    float *x = j->scratch + (size_t)thread * LPX_HFQ_TILE * (size_t)j->in;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t o0 = t * LPX_HFQ_TILE, n = j->out - o0 < LPX_HFQ_TILE ? j->out - o0 : LPX_HFQ_TILE;
+        j->tile(j->ctx, o0, n, x);
+        for (int64_t k = 0; k < n; k++) {
+            int64_t bad;
+            uint8_t *row = j->dst + (size_t)(o0 + k) * j->row_bytes;
+            if (lpx_quantize_row(j->target, x + k * j->in, row, j->in, &bad)) continue;
+            int64_t at = (o0 + k) * j->in + bad;
+            if (j->bad_at[thread] < 0 || at < j->bad_at[thread]) {
+                j->bad_at[thread] = at;
+                j->bad_v[thread] = x[k * j->in + bad];
+            }
+        }
+    }
+}
+
+/* The converted weight: tiles from tile() written as q->target (on the pool's
+ * threads) into a buffer that replaces t's data; t becomes a plain (out, in) weight
+ * named base.weight. The first value that does not fit, in row-major order, is the
+ * error. */
 static lpx_status convert(lpx_model *m, const qcfg *q, lpx_tensor *t, const char *base, int64_t out,
-                          int64_t in, row_fn row, const void *ctx) {
+                          int64_t in, tile_fn tile, const void *ctx) {
     size_t rb, total;
     if (!lpx_dtype_row_bytes(q->target, in, &rb) || !lpx_mul_size(rb, (size_t)out, &total))
         return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: size overflows", m->path, t->name);
-    uint8_t *dst = lpx_store_alloc(m->impl, total);
-    float *x = malloc((size_t)in * sizeof *x);
-    if (!dst || !x) {
-        free(x);
-        return lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", m->path);
+    size_t nt = (size_t)lpx_threadpool_size(q->pool);
+    conv_job j = {.tile = tile,
+                  .ctx = ctx,
+                  .target = q->target,
+                  .out = out,
+                  .in = in,
+                  .row_bytes = rb,
+                  .dst = lpx_store_alloc(m->impl, total),
+                  .scratch = malloc(nt * LPX_HFQ_TILE * (size_t)in * sizeof(float)),
+                  .bad_at = malloc(nt * sizeof(int64_t)),
+                  .bad_v = malloc(nt * sizeof(float))};
+    lpx_status s = LPX_OK;
+    if (!j.dst || !j.scratch || !j.bad_at || !j.bad_v)
+        s = lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", m->path);
+    for (size_t i = 0; s == LPX_OK && i < nt; i++)
+        j.bad_at[i] = -1;
+    if (s == LPX_OK)
+        lpx_parallel_for(q->pool, (out + LPX_HFQ_TILE - 1) / LPX_HFQ_TILE, 1, conv_tiles, &j);
+    size_t worst = nt;
+    for (size_t i = 0; s == LPX_OK && i < nt; i++)
+        if (j.bad_at[i] >= 0 && (worst == nt || j.bad_at[i] < j.bad_at[worst])) worst = i;
+    if (s == LPX_OK && worst < nt) {
+        float v = j.bad_v[worst];
+        s = lpx_errorf(
+            LPX_ERR_FORMAT, "%s: tensor %s: weight [%lld, %lld] dequantizes to %g, which %s",
+            m->path, t->name, (long long)(j.bad_at[worst] / in), (long long)(j.bad_at[worst] % in),
+            (double)v, isfinite(v) ? "is beyond F16's range" : "is not finite");
     }
-    for (int64_t o = 0; o < out; o++) {
-        int64_t bad;
-        row(ctx, o, x);
-        if (!lpx_quantize_row(q->target, x, dst + (size_t)o * rb, in, &bad)) {
-            float v = x[bad];
-            free(x);
-            return lpx_errorf(LPX_ERR_FORMAT,
-                              "%s: tensor %s: weight [%lld, %lld] dequantizes to %g, which %s",
-                              m->path, t->name, (long long)o, (long long)bad, (double)v,
-                              isfinite(v) ? "is beyond F16's range" : "is not finite");
-        }
-    }
-    free(x);
+    free(j.scratch);
+    free(j.bad_at);
+    free(j.bad_v);
+    if (s != LPX_OK) return s;
     if ((size_t)snprintf(t->name, sizeof t->name, "%s.weight", base) >= sizeof t->name)
         return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor name %s.weight is too long", m->path, base);
     t->raw = LPX_RAW_NONE;
@@ -300,7 +349,7 @@ static lpx_status convert(lpx_model *m, const qcfg *q, lpx_tensor *t, const char
     t->n_dims = 2;
     t->shape[0] = out;
     t->shape[1] = in;
-    t->data = dst;
+    t->data = j.dst;
     t->nbytes = total;
     m->n_converted++;
     return LPX_OK;
@@ -312,9 +361,11 @@ typedef struct fp8_ctx {
     int64_t in, bm, bn, scale_cols;
 } fp8_ctx;
 
-static void fp8_row(const void *ctx, int64_t o, float *dst) {
+static void fp8_tile(const void *ctx, int64_t o0, int64_t n, float *dst) {
     const fp8_ctx *c = ctx;
-    lpx_hfq_fp8_row(c->q, c->scale, c->in, o, c->bm, c->bn, c->scale_cols, dst);
+    for (int64_t k = 0; k < n; k++)
+        lpx_hfq_fp8_row(c->q, c->scale, c->in, o0 + k, c->bm, c->bn, c->scale_cols,
+                        dst + k * c->in);
 }
 
 /* An fp8 weight base.weight (t) and its scale: weight_scale_inv (blocks of the config's
@@ -358,13 +409,13 @@ static lpx_status fp8_weight(lpx_model *m, qcfg *q, lpx_tensor *t, const char *b
     LPX_TRY(finite_floats(m, s, &scale));
     c.scale = scale;
     c.scale_cols = scols;
-    lpx_status st = convert(m, q, t, base, out, in, fp8_row, &c);
+    lpx_status st = convert(m, q, t, base, out, in, fp8_tile, &c);
     free(scale);
     return st;
 }
 
-static void int4_row(const void *ctx, int64_t o, float *dst) {
-    lpx_hfq_int4_row(ctx, o, dst);
+static void int4_tile(const void *ctx, int64_t o0, int64_t n, float *dst) {
+    lpx_hfq_int4_rows(ctx, o0, n, dst);
 }
 
 /* AWQ / GPTQ: base.qweight (t), base.qzeros, base.scales and (GPTQ) base.g_idx. */
@@ -423,7 +474,7 @@ static lpx_status int4_weight(lpx_model *m, qcfg *q, lpx_tensor *t, const char *
                     "(expected 8: is checkpoint_format right?)",
                     m->path, qz->name, lpx_hfq_int4_zero(&w, g, o) + q->zero_offset, (long long)g,
                     (long long)o);
-    return convert(m, q, t, base, out, in, int4_row, &w);
+    return convert(m, q, t, base, out, in, int4_tile, &w);
 }
 
 static bool ends_with(const char *s, const char *suffix, size_t *base_len) {
@@ -468,7 +519,9 @@ lpx_status lpx_hf_quant_apply(lpx_model *m, const cJSON *qc, const char *torch_d
     LPX_TRY(parse_qc(qc, torch_dtype, &q));
     if (!(q.used = calloc((size_t)(m->n_tensors ? m->n_tensors : 1), sizeof *q.used)))
         return lpx_errorf(LPX_ERR_NOMEM, "%s: out of memory", m->path);
-    lpx_status s = apply(m, &q);
+    lpx_status s = lpx_threadpool_create(0, &q.pool);
+    if (s == LPX_OK) s = apply(m, &q);
+    lpx_threadpool_destroy(q.pool);
     free(q.used);
     if (s == LPX_OK) {
         char what[48];
