@@ -259,9 +259,10 @@ static lpx_status finite_floats(const lpx_model *m, const lpx_tensor *t, float *
     lpx_dequantize_row(t->type, t->data, v, n);
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(v[i])) {
+            bool nan = isnan(v[i]);
             free(v);
             return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: scale %lld is %s", m->path, t->name,
-                              (long long)i, isnan(v[i]) ? "NaN" : "infinite");
+                              (long long)i, nan ? "NaN" : "infinite");
         }
     *out = v;
     return LPX_OK;
