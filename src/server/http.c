@@ -312,10 +312,19 @@ static enum MHD_Result do_health(conn_ctx *c, struct MHD_Connection *conn) {
 static bool fallback_look(lpx_server *s);
 
 static enum MHD_Result do_metrics(conn_ctx *c, struct MHD_Connection *conn) {
-    if (atomic_load(&c->s->ready) && c->s->fb_e) { /* the gauge as of now */
+    lpx_engine_stats fs;
+    if (atomic_load(&c->s->ready) && c->s->fb_e) { /* the gauges as of now */
         pthread_mutex_lock(&c->s->place_mu);
         fallback_look(c->s);
         pthread_mutex_unlock(&c->s->place_mu);
+        if (lpx_engine_get_stats(c->s->fb_e, &fs) == LPX_OK) {
+            pthread_mutex_lock(&c->s->metrics.mu);
+            c->s->metrics.fallback_running = (double)fs.n_running;
+            c->s->metrics.fallback_waiting = (double)fs.n_waiting;
+            c->s->metrics.fallback_kv =
+                fs.kv_blocks_total ? (double)fs.kv_blocks_used / fs.kv_blocks_total : 0;
+            pthread_mutex_unlock(&c->s->metrics.mu);
+        }
     }
     lpx_engine_stats st[LPX_DP_MAX];
     memset(st, 0, sizeof st[0]);

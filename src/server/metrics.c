@@ -309,6 +309,14 @@ char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, int n_engin
             (unsigned long long)m->fallback_switches);
         gauge(&b, "fallback_active", "1 while new requests go to the fallback model.", model,
               m->fallback_active);
+        gauge(&b, "fallback_num_requests_running", "Sequences in the fallback engine's batch.",
+              model, m->fallback_running);
+        gauge(&b, "fallback_num_requests_waiting", "Sequences waiting in the fallback engine.",
+              model, m->fallback_waiting);
+        gauge(&b, "fallback_kv_cache_usage_perc",
+              "Fraction of the fallback engine's KV blocks "
+              "in use.",
+              model, m->fallback_kv);
     }
     pthread_mutex_unlock(&m->mu);
 

@@ -32,8 +32,10 @@ typedef struct lpx_metrics {
     uint64_t fallback_requests; /* requests the overload rule sent to the fallback */
     uint64_t fallback_switches; /* switches either way */
     int fallback_active;        /* 1 while new requests go to the fallback */
-    bool compat_vllm;           /* also render vllm:num_requests_* and vllm:kv_cache_usage_perc; set
-                                   before the server starts, read-only after */
+    /* the fallback engine as of the scrape: running, waiting, KV blocks used share */
+    double fallback_running, fallback_waiting, fallback_kv;
+    bool compat_vllm; /* also render vllm:num_requests_* and vllm:kv_cache_usage_perc; set
+                         before the server starts, read-only after */
 } lpx_metrics;
 
 void lpx_metrics_init(lpx_metrics *m);

@@ -81,9 +81,11 @@ def test_overload_goes_to_fallback_and_back(srv):
     with ThreadPoolExecutor(len(PROMPTS)) as ex:
         futs = [ex.submit(complete, srv, p, max_tokens=24) for p in PROMPTS]
         time.sleep(0.02)
+        busy = srv.metrics()
         pinned = ex.submit(complete, srv, PROMPTS[0], model="smollm2").result()
         got = [f.result() for f in futs]
     assert pinned["model"] == "smollm2"  # pinned to the main model even while overloaded
+    assert busy["lpx:fallback_num_requests_running"] <= 1  # its one sequence slot
     by = [g["model"] for g in got]
     assert all(g["choices"][0]["text"] for g in got)  # every request answered with text
     assert "smollm2-q8" in by and "smollm2" in by, by
@@ -101,6 +103,8 @@ def test_overload_goes_to_fallback_and_back(srv):
     assert back["model"] == "smollm2"
     final = fallback_metrics(srv)
     assert final[2] == 0 and final[1] - before[1] == 2 and final[0] == after[0]
+    m = srv.metrics()
+    assert m["lpx:fallback_num_requests_running"] == 0 == m["lpx:fallback_kv_cache_usage_perc"]
     assert any("fallback off (no term held for 0.5 s): new requests go to smollm2" in l
                for l in srv.log), srv.log
     logged = [l for l in srv.log if "model=smollm2-q8" in l and "/v1/completions 200" in l]
