@@ -58,9 +58,13 @@ typedef struct lpx_model_info {
     int64_t decode_bytes_per_step;   /* bytes read per decode step at batch 1 */
     int64_t kv_bytes_per_token;      /* K+V of every layer in a bf16 KV cache (CUDA's auto) */
     int64_t dtype_params[16];        /* parameter count per lpx_dtype */
-    int32_t n_dequantized_at_load;   /* tensors converted at load: 0 since K-quants stay blocks */
+    int32_t n_dequantized_at_load;   /* tensors converted at load: the weights of a quantized
+                                        Hugging Face checkpoint (fp8, awq, gptq); GGUF types
+                                        are all kept as stored */
     int64_t dtype_bytes[16];         /* weight bytes per lpx_dtype */
     int64_t kv_bytes_per_token_fp8;  /* the same in an fp8 KV cache: codes + scales */
+    char quantization[96];           /* what was converted at load, e.g. "awq (int4, group
+                                        128) -> F16"; "" when nothing was */
 } lpx_model_info;
 
 lpx_status lpx_model_info_get(const lpx_model *m, lpx_model_info *out);

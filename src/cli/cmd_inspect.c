@@ -13,7 +13,8 @@ static void usage(FILE *f) {
     fprintf(f, "usage: lpx inspect MODEL [--json]\n\n"
                "Opens MODEL (a .gguf file or a Hugging Face model directory), validates it and\n"
                "prints its architecture, sizes, rope, parameters per dtype, weight bytes read\n"
-               "per decode step and KV-cache bytes per token (bf16 and fp8).\n\n"
+               "per decode step, KV-cache bytes per token (bf16 and fp8) and what was converted\n"
+               "at load (the weights of fp8/awq/gptq checkpoints: docs/models.md).\n\n"
                "  -m, --model MODEL  the model (or give it as the first argument)\n"
                "  --json             print one JSON object instead of text\n"
                "  -h, --help         this help\n");
@@ -80,6 +81,7 @@ static bool print_json(const lpx_model *m, const lpx_model_info *in) {
         if (in->dtype_bytes[t])
             cJSON_AddNumberToObject(db, lpx_dtype_name((lpx_dtype)t), (double)in->dtype_bytes[t]);
     cJSON_AddNumberToObject(o, "n_dequantized_at_load", in->n_dequantized_at_load);
+    cJSON_AddStringToObject(o, "quantization", in->quantization);
     cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
     cJSON_AddNumberToObject(o, "decode_bytes_per_step", (double)in->decode_bytes_per_step);
     cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)in->kv_bytes_per_token);
@@ -138,7 +140,7 @@ static void print_text(const lpx_model *m, const lpx_model_info *in) {
                    human((double)in->dtype_bytes[t], b1, sizeof b1));
     printf("\n");
     if (in->n_dequantized_at_load)
-        printf("converted at load   %d tensors\n", in->n_dequantized_at_load);
+        printf("converted at load   %d tensors: %s\n", in->n_dequantized_at_load, in->quantization);
     else
         printf("converted at load   none\n");
     printf("weight bytes        %s\n", human((double)in->weight_bytes, b1, sizeof b1));

@@ -49,6 +49,12 @@ static void usage(FILE *f) {
             "                          --device cuda:0,2 (a list) gives one engine per entry\n"
             "                          and sets N. A request goes to the engine with the fewest\n"
             "                          requests waiting + running (ties: the lowest index)\n"
+            "  --fallback-model PATH   a second model (one engine): requests naming no model go\n"
+            "                          to it while RULE holds, back once clear for S seconds\n"
+            "  --fallback-name NAME    its model id (default: its file's name)\n"
+            "  --fallback-when RULE    queue>N,kv>F,gpu>F: any of them, F 0..1 (default\n"
+            "                          " LPX_FALLBACK_WHEN_DEFAULT "; docs/server.md)\n"
+            "  --fallback-cooldown S   0 to 1e6 (default 5)\n"
             "  --max-num-seqs N        sequences decoded together per engine, 1 to 4096\n"
             "                          (default: engine's)\n"
             "  --gpu-memory-utilization F  fraction of GPU memory for weights + KV, 0.01 to 1\n"
@@ -132,6 +138,8 @@ int cmd_serve(int argc, char **argv) {
     lpx_engine_opts *eo = &ea.eo;
     double shutdown_timeout = 30, gpu_util = 0;
     int32_t port = 8080, dp = 0;
+    const char *fb_path = NULL, *fb_rule = NULL;
+    lpx_fallback_when fbw = {.cooldown_s = LPX_FALLBACK_COOLDOWN_DEFAULT};
     lpx_opts a = {.cmd = CMD, .argc = argc, .argv = argv};
     while (lpx_opts_next(&a)) {
         if (!lpx_engine_args_opt(&a, &ea) && !lpx_opts_str(&a, "--host", &so.host) &&
@@ -143,6 +151,10 @@ int cmd_serve(int argc, char **argv) {
             !lpx_opts_str(&a, "--allowed-hosts", &so.allowed_hosts) &&
             !lpx_opts_str(&a, "--allowed-origins", &so.allowed_origins) &&
             !lpx_opts_i32(&a, "-dp|--data-parallel-size", 1, LPX_DP_MAX, &dp) &&
+            !lpx_opts_str(&a, "--fallback-model", &fb_path) &&
+            !lpx_opts_str(&a, "--fallback-name", &so.fallback_name) &&
+            !lpx_opts_str(&a, "--fallback-when", &fb_rule) &&
+            !lpx_opts_num(&a, "--fallback-cooldown", 0, 1e6, &fbw.cooldown_s) &&
             !lpx_opts_i32(&a, "--max-num-seqs", 1, 4096, &eo->max_num_seqs) &&
             !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1.0, &gpu_util) &&
             !lpx_opts_i32(&a, "--max-queue", 1, 1 << 20, &so.max_queue) &&
@@ -162,6 +174,8 @@ int cmd_serve(int argc, char **argv) {
     }
     lpx_dp_plan plan;
     lpx_status pst = lpx_dp_plan_make(eo->device, dp, eo->n_threads, &plan);
+    if (pst == LPX_OK && (fb_path || so.fallback_name || fb_rule))
+        pst = lpx_fallback_when_check(fb_path, so.fallback_name, fb_rule, &fbw);
     if (pst != LPX_OK) {
         fprintf(stderr, "lpx serve: %s\n", lpx_last_error());
         return pst == LPX_ERR_INVALID_ARG ? 2 : 1;
@@ -172,9 +186,11 @@ int cmd_serve(int argc, char **argv) {
     lpx_engine_args_env(&ea);
     so.port = port;
     eo->gpu_memory_utilization = (float)gpu_util;
-    char defname[256];
+    char defname[256], fb_defname[256];
     default_name(model, defname, sizeof defname);
     so.served_model_name = name ? name : defname;
+    if (fb_path) default_name(fb_path, fb_defname, sizeof fb_defname);
+    if (fb_path && !so.fallback_name) so.fallback_name = fb_defname;
     so.api_key = api_key && api_key[0] ? api_key : NULL;
     so.assets = lpx_web_assets;
 
@@ -200,6 +216,7 @@ int cmd_serve(int argc, char **argv) {
                 model, lpx_server_port(s));
     if (st == LPX_OK) st = lpx_model_open(model, &m);
     if (st == LPX_OK) st = lpx_dp_engines_start(m, eo, &plan, e);
+    if (st == LPX_OK && fb_path) st = lpx_server_fallback(s, fb_path, &fbw, eo, plan.device[0]);
     if (st == LPX_OK) st = lpx_server_ready(s, m, e, plan.n);
     if (st != LPX_OK) {
         fprintf(stderr, "lpx serve: %s\n", lpx_last_error());

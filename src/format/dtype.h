@@ -32,10 +32,21 @@ bool lpx_dtype_row_bytes(lpx_dtype t, int64_t n, size_t *out);
 /* Converts row of n elements of type t to float (n a multiple of the block). */
 void lpx_dequantize_row(lpx_dtype t, const void *src, float *dst, int64_t n);
 
+/* Element types safetensors files hold for the parts of quantized checkpoints (fp8
+ * codes, packed int4 words, group indices), which are no lpx_dtype: a tensor with
+ * raw != LPX_RAW_NONE never reaches a backend (src/model/hf_quant.c converts it at
+ * load; binding refuses one left over). */
+typedef enum lpx_raw_type {
+    LPX_RAW_NONE = 0,
+    LPX_RAW_F8_E4M3 = 1, /* 1 byte */
+    LPX_RAW_I32 = 2,     /* 4 bytes, little-endian */
+} lpx_raw_type;
+
 #define LPX_MAX_DIMS 4
 typedef struct lpx_tensor {
     char name[96];
-    lpx_dtype type;
+    lpx_dtype type; /* unused (F32) when raw is set */
+    lpx_raw_type raw;
     int n_dims;
     int64_t shape[LPX_MAX_DIMS]; /* outermost first: a matrix is {rows, cols} */
     const void *data;            /* validated: data .. data+nbytes lies inside its mapping */

@@ -26,14 +26,18 @@ static lpx_status json_uint(const cJSON *v, const char *name, const char *tensor
     return LPX_OK;
 }
 
-static int dtype_from_name(const char *s, lpx_status *why) {
+/* The lpx_dtype of a safetensors dtype name, or for the parts of quantized checkpoints
+ * F32 with *raw set; -1 (with *why) for anything else. */
+static int dtype_from_name(const char *s, lpx_raw_type *raw, lpx_status *why) {
     static const char *kept[] = {
         [LPX_DT_F32] = "F32", [LPX_DT_F16] = "F16", [LPX_DT_BF16] = "BF16"};
-    static const char *known[] = {"F64",     "I64", "I32",     "I16",    "I8",      "U8",
-                                  "U16",     "U32", "U64",     "BOOL",   "F8_E4M3", "F8_E5M2",
-                                  "F8_E8M0", "F4",  "F6_E2M3", "F6_E3M2"};
+    static const char *known[] = {"F64", "I64",  "I16",     "I8",      "U8", "U16",     "U32",
+                                  "U64", "BOOL", "F8_E5M2", "F8_E8M0", "F4", "F6_E2M3", "F6_E3M2"};
+    *raw = LPX_RAW_NONE;
     for (int i = 0; i < 3; i++)
         if (!strcmp(s, kept[i])) return i;
+    *raw = !strcmp(s, "F8_E4M3") ? LPX_RAW_F8_E4M3 : !strcmp(s, "I32") ? LPX_RAW_I32 : LPX_RAW_NONE;
+    if (*raw) return LPX_DT_F32;
     *why = LPX_ERR_FORMAT;
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (!strcmp(s, known[i])) *why = LPX_ERR_UNSUPPORTED;
@@ -55,19 +59,27 @@ static lpx_status parse_entry(const cJSON *e, const char *name, const unsigned c
     if (!cJSON_IsString(dt))
         return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: dtype missing", name, tn);
     lpx_status why = LPX_OK;
-    int type = dtype_from_name(dt->valuestring, &why);
+    int type = dtype_from_name(dt->valuestring, &t->raw, &why);
     if (type < 0)
-        return lpx_errorf(why, "%s: tensor %s: %s dtype %s (expected F32, F16 or BF16)", name, tn,
-                          why == LPX_ERR_UNSUPPORTED ? "unsupported" : "unknown", dt->valuestring);
+        return lpx_errorf(why,
+                          "%s: tensor %s: %s dtype %s (expected F32, F16 or BF16; F8_E4M3 and "
+                          "I32 in quantized checkpoints)",
+                          name, tn, why == LPX_ERR_UNSUPPORTED ? "unsupported" : "unknown",
+                          dt->valuestring);
     t->type = (lpx_dtype)type;
     if (!cJSON_IsArray(shape))
         return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: shape missing", name, tn);
     int nd = cJSON_GetArraySize(shape);
-    if (nd < 1 || nd > LPX_MAX_DIMS)
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: %d dims (expected 1 to %d)", name, tn, nd,
+    if (nd > LPX_MAX_DIMS)
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: %d dims (expected 0 to %d)", name, tn, nd,
                           LPX_MAX_DIMS);
-    t->n_dims = nd;
-    size_t bytes = (size_t)lpx_dtype_block_bytes(t->type);
+    /* A scalar (shape [], one element: quantized checkpoints' per-tensor scales) is held
+     * as shape [1], so that every lpx_tensor has a row and column count. */
+    t->n_dims = nd ? nd : 1;
+    t->shape[0] = 1;
+    size_t bytes = t->raw == LPX_RAW_F8_E4M3 ? 1
+                   : t->raw == LPX_RAW_I32   ? 4
+                                             : (size_t)lpx_dtype_block_bytes(t->type);
     for (int d = 0; d < nd; d++) {
         LPX_TRY(json_uint(cJSON_GetArrayItem(shape, d), name, tn, "a dimension", &t->shape[d]));
         if (t->shape[d] < 1)

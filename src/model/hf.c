@@ -346,6 +346,10 @@ lpx_status lpx_hf_load(lpx_model *m, const char *dir) {
     if (s == LPX_OK) s = load_json(dir, "model.safetensors.index.json", false, &index);
     if (s == LPX_OK)
         s = index ? load_sharded(m, dir, index) : add_shard(m, dir, "model.safetensors");
+    const cJSON *qc = item(cfg, "quantization_config");
+    const cJSON *dt = item(cfg, "torch_dtype") ? item(cfg, "torch_dtype") : item(cfg, "dtype");
+    if (s == LPX_OK && qc)
+        s = lpx_hf_quant_apply(m, qc, cJSON_IsString(dt) ? dt->valuestring : NULL);
     cJSON_Delete(cfg);
     cJSON_Delete(gen);
     cJSON_Delete(index);

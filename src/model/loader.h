@@ -60,6 +60,13 @@ const lpx_arch_info *lpx_arch_by_gguf(const char *name, size_t len);
 /* Format loaders: fill m->cfg, m->tensors, m->gen, m->chat_template (and
  * m->tok); lpx_model_open then binds and checks the weights. */
 lpx_status lpx_hf_load(lpx_model *m, const char *dir);
+/* A checkpoint with a quantization_config (qc, config.json's object; torch_dtype its
+ * "torch_dtype"/"dtype" or NULL): each quantized linear weight's parts (fp8 codes and
+ * scales, AWQ/GPTQ qweight, qzeros, scales, g_idx) become one tensor "<name>.weight" of
+ * the checkpoint's float dtype, in m->tensors, counted in m->n_converted. Formats and
+ * errors: docs/models.md "Quantized Hugging Face checkpoints". */
+struct cJSON;
+lpx_status lpx_hf_quant_apply(lpx_model *m, const struct cJSON *qc, const char *torch_dtype);
 lpx_status lpx_gguf_model_load(lpx_model *m, const char *path);
 
 #endif

@@ -209,9 +209,16 @@ static lpx_status bind(const lpx_model *m, const char *name, int64_t rows, int64
                         : LPX_OK;
     if (t->n_dims != nd || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
         fmt_shape(fs, sizeof fs, t->n_dims, t->shape);
-        return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: expected shape %s, found %s", m->path,
-                          name, ws, fs);
+        return lpx_errorf(LPX_ERR_FORMAT, "%s: tensor %s: expected shape %s, found %s%s%s%s",
+                          m->path, name, ws, fs, m->quant[0] ? " (dequantized at load: " : "",
+                          m->quant,
+                          m->quant[0] ? "; its packed shapes contradict config.json)" : "");
     }
+    if (t->raw)
+        return lpx_errorf(LPX_ERR_FORMAT,
+                          "%s: tensor %s: dtype %s is read only as part of a quantized weight "
+                          "(config.json quantization_config: docs/models.md)",
+                          m->path, name, t->raw == LPX_RAW_I32 ? "I32" : "F8_E4M3");
     size_t rb;
     if (!lpx_dtype_row_bytes(t->type, lpx_tensor_cols(t), &rb))
         return lpx_errorf(LPX_ERR_FORMAT,
@@ -326,7 +333,8 @@ static lpx_status check_tensors(lpx_model *m) {
     free(names);
     for (int64_t i = 0; i < m->n_tensors && s == LPX_OK; i++) {
         lpx_tensor *t = &m->tensors[i];
-        size_t align = t->type == LPX_DT_F32                             ? 4
+        size_t align = t->raw                                            ? 1
+                       : t->type == LPX_DT_F32                           ? 4
                        : t->type == LPX_DT_F16 || t->type == LPX_DT_BF16 ? 2
                                                                          : 1;
         if ((uintptr_t)t->data % align == 0) continue;
@@ -468,7 +476,8 @@ lpx_status lpx_model_info_get(const lpx_model *m, lpx_model_info *out) {
     out->qkv_bias = c->qkv_bias;
     out->qk_norm = c->qk_norm;
     out->has_chat_template = m->chat_template != NULL;
-    out->n_dequantized_at_load = 0; /* every supported type is kept as stored */
+    out->n_dequantized_at_load = m->n_converted; /* GGUF types are all kept as stored */
+    snprintf(out->quantization, sizeof out->quantization, "%s", m->quant);
 
     /* A decode step reads one embedding row, every layer and the whole lm_head. */
     const lpx_tensor *e = m->w.tok_embd;

@@ -107,6 +107,10 @@ struct lpx_model {
      * front ends print them, `lpx inspect` lists them. */
     char warnings[LPX_MODEL_MAX_WARNINGS][256];
     int32_t n_warnings;
+    /* A quantized Hugging Face checkpoint (src/model/hf_quant.c): its weights converted
+     * at load, and what they were ("awq int4, group 128 -> F16"; "" when none). */
+    int32_t n_converted;
+    char quant[96];
     void *impl; /* loader-private: mappings, owned buffers */
 };
 

@@ -80,6 +80,14 @@ struct lpx_server {
     bool ticker_started;
     atomic_bool ticker_stop;
     char timeout_resp[512]; /* the 408 a connection gets at the read deadline */
+    /* --fallback-model (fallback.h), owned: NULL fb_e when none */
+    lpx_model *fb_m;
+    lpx_engine *fb_e;
+    char *fb_name;
+    int32_t fb_max_model_len;
+    atomic_int fb_inflight;
+    lpx_fallback_when fb_when;
+    lpx_fallback_state fb_state; /* under place_mu */
 };
 
 /* One connection (MHD's socket context), from accept to close. */
@@ -104,8 +112,9 @@ typedef struct conn_ctx {
     lpx_strbuf body;
     bool too_large;
     int status;
-    lpx_job *job; /* a generation request, registered in s->jobs */
-    int engine;   /* the job's engine (index into s->e) */
+    lpx_job *job;  /* a generation request, registered in s->jobs */
+    int engine;    /* the job's engine (index into s->e) */
+    bool fallback; /* the job runs on the fallback model */
     int fd;
     struct MHD_Connection *conn;
     sock_ctx *sock;
@@ -467,6 +476,15 @@ static enum MHD_Result do_models(conn_ctx *c, struct MHD_Connection *conn) {
     cJSON_AddStringToObject(m, "owned_by", "lpx");
     cJSON_AddNumberToObject(m, "max_model_len", c->s->max_model_len);
     cJSON_AddItemToArray(data, m);
+    if (c->s->fb_e) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "id", c->s->fb_name);
+        cJSON_AddStringToObject(f, "object", "model");
+        cJSON_AddNumberToObject(f, "created", (double)time(NULL));
+        cJSON_AddStringToObject(f, "owned_by", "lpx");
+        cJSON_AddNumberToObject(f, "max_model_len", c->s->fb_max_model_len);
+        cJSON_AddItemToArray(data, f);
+    }
     return send_json(c, conn, 200, o);
 }
 
@@ -476,12 +494,29 @@ static enum MHD_Result do_health(conn_ctx *c, struct MHD_Connection *conn) {
     lpx_engine_stats st;
     for (int i = 0; ready && i < c->s->n_engines; i++)
         ready = lpx_engine_get_stats(c->s->e[i], &st) == LPX_OK;
+    if (ready && c->s->fb_e) ready = lpx_engine_get_stats(c->s->fb_e, &st) == LPX_OK;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", draining ? "draining" : ready ? "ok" : "loading");
     return send_json(c, conn, ready && !draining ? 200 : 503, o);
 }
 
+static bool fallback_look(lpx_server *s);
+
 static enum MHD_Result do_metrics(conn_ctx *c, struct MHD_Connection *conn) {
+    lpx_engine_stats fs;
+    if (atomic_load(&c->s->ready) && c->s->fb_e) { /* the gauges as of now */
+        pthread_mutex_lock(&c->s->place_mu);
+        fallback_look(c->s);
+        pthread_mutex_unlock(&c->s->place_mu);
+        if (lpx_engine_get_stats(c->s->fb_e, &fs) == LPX_OK) {
+            pthread_mutex_lock(&c->s->metrics.mu);
+            c->s->metrics.fallback_running = (double)fs.n_running;
+            c->s->metrics.fallback_waiting = (double)fs.n_waiting;
+            c->s->metrics.fallback_kv =
+                fs.kv_blocks_total ? (double)fs.kv_blocks_used / fs.kv_blocks_total : 0;
+            pthread_mutex_unlock(&c->s->metrics.mu);
+        }
+    }
     lpx_engine_stats st[LPX_DP_MAX];
     memset(st, 0, sizeof st[0]);
     int n_e = atomic_load(&c->s->ready) ? c->s->n_engines : 1; /* zeros while loading */
@@ -499,12 +534,20 @@ static enum MHD_Result do_metrics(conn_ctx *c, struct MHD_Connection *conn) {
                      "text/plain; version=0.0.4; charset=utf-8");
 }
 
-static bool model_ok(const lpx_server *s, const lpx_srv_params *p, lpx_srv_error *e) {
+/* The model a request names: *fb for the fallback's name, *pinned when it names one
+ * (else the overload rule picks); a name the server does not serve is a 404. */
+static bool model_ok(const lpx_server *s, const lpx_srv_params *p, bool *fb, bool *pinned,
+                     lpx_srv_error *e) {
+    *fb = false;
+    *pinned = p->model != NULL;
     if (!p->model || !strcmp(p->model, s->model_name)) return true;
+    if (s->fb_e && !strcmp(p->model, s->fb_name)) return (*fb = true);
     return lpx_srv_fail(e, 404, "not_found_error", "model_not_found", "model",
-                        "the model '%.*s' does not exist: this server serves '%.*s'",
+                        "the model '%.*s' does not exist: this server serves '%.*s'%s%.*s%s",
                         lpx_srv_utf8_prefix(p->model, 200), p->model,
-                        lpx_srv_utf8_prefix(s->model_name, 200), s->model_name);
+                        lpx_srv_utf8_prefix(s->model_name, 200), s->model_name,
+                        s->fb_e ? " and '" : "", s->fb_e ? lpx_srv_utf8_prefix(s->fb_name, 200) : 0,
+                        s->fb_e ? s->fb_name : "", s->fb_e ? "'" : "");
 }
 
 /* /tokenize and /detokenize, on the work queue: the answer in c->answer. The token
@@ -518,9 +561,11 @@ static void prep_tokenize(conn_ctx *c) {
     }
     int32_t *ids = NULL;
     size_t n = 0;
-    c->failed = !model_ok(s, &p, &c->err) ||
-                !lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, &c->err) ||
-                !lpx_job_prompt_ids(s->m, &p, 0, 0, &ids, &n, &c->err);
+    bool fb = false, pinned = false;
+    c->failed = !model_ok(s, &p, &fb, &pinned, &c->err);
+    const lpx_model *m = fb ? s->fb_m : s->m; /* each model tokenizes for itself */
+    c->failed = c->failed || !lpx_srv_check_vocab(&p, m->cfg.vocab_size, &c->err) ||
+                !lpx_job_prompt_ids(m, &p, 0, 0, &ids, &n, &c->err);
     lpx_srv_params_free(&p);
     if (c->failed) return;
     lpx_strbuf b = {0};
@@ -533,19 +578,20 @@ static void prep_tokenize(conn_ctx *c) {
                                 (size_t)snprintf(num, sizeof num, i ? ",%d" : "%d", ids[i]));
         int k = snprintf(num, sizeof num, "],\"count\":%zu,", n);
         ok = ok && lpx_strbuf_add(&b, num, (size_t)k);
-        k = snprintf(num, sizeof num, "\"max_model_len\":%d}", s->max_model_len);
+        k = snprintf(num, sizeof num, "\"max_model_len\":%d}",
+                     fb ? s->fb_max_model_len : s->max_model_len);
         ok = ok && lpx_strbuf_add(&b, num, (size_t)k);
     } else {
         size_t need = 0, cap = n * 16 + 16;
         char *text = malloc(cap);
-        lpx_status st =
-            text ? lpx_detokenize(lpx_model_tokenizer(s->m), ids, n, true, text, cap, &need)
-                 : LPX_ERR_NOMEM;
+        lpx_status st = text
+                            ? lpx_detokenize(lpx_model_tokenizer(m), ids, n, true, text, cap, &need)
+                            : LPX_ERR_NOMEM;
         if (st == LPX_OK && need >= cap) {
             free(text);
             cap = need + 1;
             text = malloc(cap);
-            st = text ? lpx_detokenize(lpx_model_tokenizer(s->m), ids, n, true, text, cap, &need)
+            st = text ? lpx_detokenize(lpx_model_tokenizer(m), ids, n, true, text, cap, &need)
                       : LPX_ERR_NOMEM;
         }
         if (st != LPX_OK) {
@@ -572,9 +618,8 @@ static void prep_tokenize(conn_ctx *c) {
 
 /* Refuses a prompt that, with the output asked for, would not fit the context
  * (max_tokens not given: the rest of the context, which the engine's limit gives). */
-static bool fits(const lpx_server *s, const lpx_srv_params *p, size_t n_prompt, bool counted,
+static bool fits(int64_t L, const lpx_srv_params *p, size_t n_prompt, bool counted,
                  lpx_srv_error *e) {
-    int64_t L = s->max_model_len;
     const char *what = p->kind == LPX_SRV_CHAT ? "messages" : "prompt", *param;
     char msg[sizeof e->message];
     /* the wording lpx batch uses too (model/prompt.h) */
@@ -588,14 +633,19 @@ static bool fits(const lpx_server *s, const lpx_srv_params *p, size_t n_prompt, 
  * higher, the requests this server has in flight on it beyond what one batch
  * holds (the engine's count is a snapshot of its last step and misses what was
  * submitted since). */
+static int64_t waiting_on(const lpx_engine_stats *st, atomic_int *inflight) {
+    int64_t w = (int64_t)atomic_load(inflight) - st->max_num_seqs;
+    return st->n_waiting > w ? st->n_waiting : w;
+}
+
 static bool queue_ok(lpx_server *s, int32_t n, lpx_srv_error *e) {
     int64_t waiting = 0;
-    for (int i = 0; i < s->n_engines; i++) {
-        lpx_engine_stats st;
-        if (lpx_engine_get_stats(s->e[i], &st) != LPX_OK) continue;
-        int64_t w = (int64_t)atomic_load(&s->inflight[i]) - st.max_num_seqs;
-        waiting += st.n_waiting > w ? st.n_waiting : w;
-    }
+    lpx_engine_stats st;
+    for (int i = 0; i < s->n_engines; i++)
+        if (lpx_engine_get_stats(s->e[i], &st) == LPX_OK)
+            waiting += waiting_on(&st, &s->inflight[i]);
+    if (s->fb_e && lpx_engine_get_stats(s->fb_e, &st) == LPX_OK)
+        waiting += waiting_on(&st, &s->fb_inflight);
     if (waiting + n <= s->o.max_queue) return true;
     return lpx_srv_fail(e, 503, "service_unavailable", "queue_full", NULL,
                         "the server is at capacity (%lld requests waiting, --max-queue %d): retry "
@@ -606,6 +656,39 @@ static bool queue_ok(lpx_server *s, int32_t n, lpx_srv_error *e) {
 /* The engine for a new request: the fewest requests in flight (waiting +
  * running, counted by this server so that a request submitted a moment ago
  * counts), ties to the lowest index. Caller holds place_mu. */
+/* One look of the overload rule (fallback.h) at the main engines' load; a switch is
+ * logged and counted. Whether new requests that name no model go to the fallback.
+ * Caller holds place_mu. */
+static bool fallback_look(lpx_server *s) {
+    lpx_fallback_load l = {.gpu = -1};
+    int64_t used = 0, total = 0;
+    lpx_engine_stats st;
+    for (int i = 0; i < s->n_engines; i++)
+        if (lpx_engine_get_stats(s->e[i], &st) == LPX_OK) {
+            l.waiting += waiting_on(&st, &s->inflight[i]);
+            used += st.kv_blocks_used;
+            total += st.kv_blocks_total;
+        }
+    l.kv = total ? (double)used / (double)total : 0;
+    lpx_gpu_sample g;
+    pthread_mutex_lock(&s->tel_mu);
+    if (s->fb_when.gpu >= 0 && s->tel && s->n_gpus &&
+        lpx_telemetry_sample(s->tel, 0, &g) == LPX_OK && g.util_gpu >= 0)
+        l.gpu = g.util_gpu / 100.0;
+    pthread_mutex_unlock(&s->tel_mu);
+    char why[96];
+    if (lpx_fallback_look(&s->fb_state, &s->fb_when, &l, lpx_now_ms(), why, sizeof why)) {
+        bool on = s->fb_state.active;
+        fprintf(stderr, "lpx serve: fallback %s (%s): new requests go to %s\n", on ? "on" : "off",
+                why, on ? s->fb_name : s->model_name);
+        pthread_mutex_lock(&s->metrics.mu);
+        s->metrics.fallback_active = on;
+        s->metrics.fallback_switches = s->fb_state.switches;
+        pthread_mutex_unlock(&s->metrics.mu);
+    }
+    return s->fb_state.active;
+}
+
 static int place(lpx_server *s) {
     int best = 0;
     for (int i = 1; i < s->n_engines; i++)
@@ -628,21 +711,38 @@ static void prep_generate(conn_ctx *c) {
         c->failed = true;
         return;
     }
+    bool fb, pinned, ok = model_ok(s, &p, &fb, &pinned, e);
+    if (ok && !pinned && s->fb_e) {
+        pthread_mutex_lock(&s->place_mu);
+        fb = fallback_look(s);
+        pthread_mutex_unlock(&s->place_mu);
+    }
+    if (ok && fb) { /* the fallback's own sampling defaults */
+        lpx_srv_params_free(&p);
+        if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->fb_m->gen, &p,
+                           e)) {
+            c->failed = true;
+            return;
+        }
+    }
     free(c->body.p); /* parsed: the body's bytes are not needed any more */
     c->body = (lpx_strbuf){0};
+    const lpx_model *m = fb ? s->fb_m : s->m; /* each model tokenizes for itself */
+    const int64_t L = fb ? s->fb_max_model_len : s->max_model_len;
     size_t n_prompts = lpx_srv_n_prompts(&p), n_ids[LPX_SRV_MAX_PROMPTS] = {0};
     int32_t *ids[LPX_SRV_MAX_PROMPTS] = {0};
     lpx_job *j = NULL;
-    size_t limit = (size_t)s->max_model_len;
-    bool ok = model_ok(s, &p, e) && lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, e);
+    size_t limit = (size_t)L;
+    ok = ok && lpx_srv_check_vocab(&p, m->cfg.vocab_size, e);
     for (size_t k = 0; ok && k < n_prompts; k++)
-        ok = lpx_job_prompt_ids(s->m, &p, k, limit, &ids[k], &n_ids[k], e) &&
-             fits(s, &p, n_ids[k], n_ids[k] <= limit || (p.n_prompts && p.prompts[k].ids), e);
+        ok = lpx_job_prompt_ids(m, &p, k, limit, &ids[k], &n_ids[k], e) &&
+             fits(L, &p, n_ids[k], n_ids[k] <= limit || (p.n_prompts && p.prompts[k].ids), e);
     ok = ok && queue_ok(s, (int32_t)n_prompts * p.n, e);
     pthread_mutex_lock(&s->place_mu);
-    int ei = ok ? place(s) : 0;
-    if (ok && !(j = lpx_job_new(s->e[ei], lpx_model_tokenizer(s->m), &s->metrics, &s->inflight[ei],
-                                s->model_name, &p, c->t0)))
+    int ei = ok && !fb ? place(s) : 0;
+    if (ok && !(j = lpx_job_new(fb ? s->fb_e : s->e[ei], lpx_model_tokenizer(m), &s->metrics,
+                                fb ? &s->fb_inflight : &s->inflight[ei],
+                                fb ? s->fb_name : s->model_name, &p, c->t0)))
         ok = lpx_srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     if (ok) {
         j->fd = c->fd;
@@ -650,10 +750,16 @@ static void prep_generate(conn_ctx *c) {
         j->wake_arg = c;
         c->job = j;
         c->engine = ei;
+        c->fallback = fb;
         jobs_add(s, j);
         ok = lpx_job_submit(j, &p, ids, n_ids, e);
     }
     pthread_mutex_unlock(&s->place_mu);
+    if (ok && fb && !pinned) {
+        pthread_mutex_lock(&s->metrics.mu);
+        s->metrics.fallback_requests++;
+        pthread_mutex_unlock(&s->metrics.mu);
+    }
     for (size_t k = 0; k < n_prompts; k++)
         free(ids[k]);
     c->stream = p.stream;
@@ -991,8 +1097,11 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     char method[sizeof c->method * 4], url[sizeof c->url * 4];
     log_escape(c->method, method, sizeof method);
     log_escape(c->url, url, sizeof url);
-    char where[24] = ""; /* data parallel: the engine that ran it */
-    if (ran && s->n_engines > 1) snprintf(where, sizeof where, " engine=%d", c->engine);
+    char where[300] = ""; /* data parallel: the engine that ran it; the fallback model */
+    if (ran && c->fallback)
+        snprintf(where, sizeof where, " model=%.200s", s->fb_name);
+    else if (ran && s->n_engines > 1)
+        snprintf(where, sizeof where, " engine=%d", c->engine);
     fprintf(stderr, "lpx serve: req %llu %s %s %d prompt=%d gen=%d%s %.1fms%s\n", c->rid, method,
             url, c->status, prompt, gen, where, lpx_now_ms() - c->t0,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (client gone)");
@@ -1031,11 +1140,21 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     if (!s->o.max_body_bytes) s->o.max_body_bytes = 4u << 20;
     s->model_name = strdup(o->served_model_name ? o->served_model_name : "lpx");
     s->model_label = s->model_name ? label_escape(s->model_name) : NULL;
+    s->fb_name = o->fallback_name ? strdup(o->fallback_name) : NULL;
+    if (s->model_name && o->fallback_name && !strcmp(o->fallback_name, s->model_name)) {
+        lpx_server_stop(s);
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "--fallback-name '%s' is the main model's name: give it (or "
+                          "--served-model-name) another",
+                          o->fallback_name);
+    }
     atomic_init(&s->ready, false);
     atomic_init(&s->draining, false);
     for (int i = 0; i < LPX_DP_MAX; i++)
         atomic_init(&s->inflight[i], 0);
     atomic_init(&s->next_rid, 1);
+    atomic_init(&s->fb_inflight, 0);
+    lpx_fallback_state_init(&s->fb_state);
     lpx_metrics_init(&s->metrics);
     s->metrics.compat_vllm = o->metrics_compat_vllm;
     pthread_mutex_init(&s->mu, NULL);
@@ -1130,6 +1249,27 @@ lpx_status lpx_server_ready(lpx_server *s, const lpx_model *m, lpx_engine *const
     return LPX_OK;
 }
 
+lpx_status lpx_server_fallback(lpx_server *s, const char *path, const lpx_fallback_when *w,
+                               const lpx_engine_opts *eo, const char *device) {
+    lpx_engine_stats st;
+    lpx_dp_plan plan;
+    if (atomic_load(&s->ready) || s->fb_m || !s->fb_name)
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "server: one fallback, named in the options, before ready");
+    LPX_TRY(lpx_dp_plan_make(device, 1, eo->n_threads, &plan));
+    LPX_TRY(lpx_model_open(path, &s->fb_m));
+    LPX_TRY(lpx_dp_engines_start(s->fb_m, eo, &plan, &s->fb_e));
+    LPX_TRY(lpx_engine_get_stats(s->fb_e, &st));
+    s->fb_when = *w;
+    s->fb_max_model_len = st.max_model_len;
+    s->metrics.fallback = true;
+    fprintf(stderr,
+            "lpx serve: fallback model %s (%s, %s) loaded: requests naming no model go "
+            "to it when %s\n",
+            s->fb_name, path, st.device, w->text);
+    return LPX_OK;
+}
+
 int lpx_server_port(const lpx_server *s) {
     return s->port;
 }
@@ -1196,7 +1336,10 @@ void lpx_server_stop(lpx_server *s) {
     pthread_mutex_destroy(&s->place_mu);
     pthread_mutex_destroy(&s->park_mu);
     pthread_mutex_destroy(&s->sock_mu);
+    lpx_dp_engines_destroy(&s->fb_e, 1);
+    lpx_model_close(s->fb_m);
     free(s->model_name);
     free(s->model_label);
+    free(s->fb_name);
     free(s);
 }

@@ -298,6 +298,26 @@ char *lpx_metrics_render(lpx_metrics *m, const lpx_engine_stats *st, int n_engin
               model, &m->e2e);
     histogram(&b, "request_queue_time_seconds",
               "Time from arrival to the first scheduling of a request.", model, &m->queue);
+    if (m->fallback) {
+        header(&b, "fallback_requests_total", "counter",
+               "Requests naming no model that the overload rule sent to the fallback model.");
+        put(&b, "lpx:fallback_requests_total{model_name=\"%s\"} %llu\n", model,
+            (unsigned long long)m->fallback_requests);
+        header(&b, "fallback_switches_total", "counter",
+               "Switches of the overload rule, to the fallback model and back.");
+        put(&b, "lpx:fallback_switches_total{model_name=\"%s\"} %llu\n", model,
+            (unsigned long long)m->fallback_switches);
+        gauge(&b, "fallback_active", "1 while new requests go to the fallback model.", model,
+              m->fallback_active);
+        gauge(&b, "fallback_num_requests_running", "Sequences in the fallback engine's batch.",
+              model, m->fallback_running);
+        gauge(&b, "fallback_num_requests_waiting", "Sequences waiting in the fallback engine.",
+              model, m->fallback_waiting);
+        gauge(&b, "fallback_kv_cache_usage_perc",
+              "Fraction of the fallback engine's KV blocks "
+              "in use.",
+              model, m->fallback_kv);
+    }
     pthread_mutex_unlock(&m->mu);
 
     for (int k = E_BLK_TOTAL; k < N_SERIES; k++)

@@ -26,6 +26,14 @@ typedef struct lpx_metrics {
     lpx_histogram ttft, itl, e2e, queue; /* seconds */
     uint64_t success[5];                 /* by lpx_finish_reason */
     uint64_t http[6];                    /* responses by status class 1xx..5xx ([0] unused) */
+    /* --fallback-model (server/fallback.h): rendered when `fallback` is set (before the
+     * server is ready, read-only after); the rest under mu */
+    bool fallback;
+    uint64_t fallback_requests; /* requests the overload rule sent to the fallback */
+    uint64_t fallback_switches; /* switches either way */
+    int fallback_active;        /* 1 while new requests go to the fallback */
+    /* the fallback engine as of the scrape: running, waiting, KV blocks used share */
+    double fallback_running, fallback_waiting, fallback_kv;
     bool compat_vllm; /* also render vllm:num_requests_* and vllm:kv_cache_usage_perc; set
                          before the server starts, read-only after */
 } lpx_metrics;

@@ -8,11 +8,13 @@
  *   job.c      the engine bridge: one HTTP request -> n engine requests
  *   workq.c    the threads that parse and tokenize request bodies
  *   metrics.c  Prometheus registry: counters, histograms, engine gauges
+ *   fallback.c the overload fallback's rule (--fallback-model)
  * docs/server.md describes the endpoints, parameters, errors and metrics. */
 #ifndef LPX_SERVER_SERVER_H
 #define LPX_SERVER_SERVER_H
 
 #include "lpx.h"
+#include "server/fallback.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -30,6 +32,8 @@ typedef struct lpx_server_opts {
     const char *host;               /* bind address; "127.0.0.1" when NULL */
     int port;                       /* 0: an ephemeral port (lpx_server_port tells) */
     const char *served_model_name;  /* the model id clients use */
+    const char *fallback_name;      /* --fallback-model's id (another than served_model_name),
+                                       NULL when there is none */
     const char *api_key;            /* NULL: no authentication */
     int32_t max_queue;              /* waiting engine requests before 503; 0 = 1024 */
     double request_timeout_s;       /* 0 = none */
@@ -56,6 +60,14 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out);
  * (waiting + running), ties to the lowest index. The engines must be started
  * (lpx_engine_start); they and m must outlive the server. */
 lpx_status lpx_server_ready(lpx_server *s, const lpx_model *m, lpx_engine *const *e, int n);
+/* --fallback-model (server/fallback.h, docs/server.md "Overload fallback"): opens the
+ * model at path and starts one engine of it with options eo on device (NULL: the
+ * default), both owned by the server (lpx_server_stop ends them). Served as
+ * opts.fallback_name, it takes the new requests that name no model while rule w says
+ * the main engines are overloaded, and every request that names it. Before
+ * lpx_server_ready. */
+lpx_status lpx_server_fallback(lpx_server *s, const char *path, const lpx_fallback_when *w,
+                               const lpx_engine_opts *eo, const char *device);
 int lpx_server_port(const lpx_server *s);
 /* Refuses new work (503, /health 503), waits up to timeout_s for in-flight
  * requests, then ends the rest with an error. */

@@ -114,6 +114,8 @@ def test_the_cli_is_thin():
     assert not big, f"src/cli/ files over 550 lines: {big}"
     # 3600 until quantize and perplexity (parse, call, print: ~75 lines each) came;
     # 3750 with --kv-cache-dtype on every model command and logits --tail; 3760 with
-    # serve's three connection flags and its open-file limit (#27). The next to move
-    # out: cmd_logits.c's stepping loop (357 lines) into the library.
-    assert sum(sizes.values()) <= 3760, f"src/cli/ has {sum(sizes.values())} lines"
+    # serve's three connection flags and its open-file limit (#27); 3780 with serve's
+    # four --fallback-* flags (options, help, one call each; the loading and the rule
+    # live in src/server/). The next to move out: cmd_logits.c's stepping loop (357
+    # lines) into the library.
+    assert sum(sizes.values()) <= 3780, f"src/cli/ has {sum(sizes.values())} lines"
