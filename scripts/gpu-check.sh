@@ -38,6 +38,9 @@
 #   at depth (logits --tail: the last positions decoded one a step after a long
 #   prefill): SmolLM2 slice 8,000 ids alone and beside 5,000 (3e-2), Qwen3-0.6B
 #   shape 4,096 ids (5e-2), against the CPU backend.
+#   weights kept quantized (tune key wq=1): the SmolLM2 slice's Q4_1/Q8_0 (3e-2) and a
+#   Q4_K_M of the Qwen3-0.6B shape (5e-2), prefill and decode, against the CPU
+#   backend's exact mode (LPX_CPU_TUNE=act=f32).
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-build}"
@@ -262,6 +265,31 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
     check "8k+5k batched: cpu runs" logits "$smol" "$l8" cpu "$d/l85.cpu.f32" --ids "$l5" --chunk 1024 --tail 16
     check "8k+5k batched: cuda vs cpu" compare "$d/l85.f32" "$d/l85.cpu.f32" 49152 3e-2 "8k+5k decode~cpu"
     grep -E "^8k" "$out/checks.log" | tail -2 >>"$summary"
+
+    # weights kept quantized on the GPU (tune key wq=1; the default converts to bf16
+    # where it fits): the SmolLM2 slice's Q4_1/Q8_0 blocks exactly, prefill (dequantized
+    # tiles for cuBLAS), decode of one sequence (fused kernel) and of two (matvec),
+    # against transformers and against the CPU backend's exact mode
+    wq="LPX_CUDA_TUNE=wq=1"; cpu_exact="LPX_CPU_TUNE=act=f32"; [ "$dev" = cuda ] || wq="LPX_CUDA_TUNE="
+    check "quantized (wq=1): cuda prefill runs" env "$wq" "$lpx" logits -m "$smol" --ids "$lids" --device "$dev" -o "$d/wq.f32"
+    check "quantized (wq=1): cuda decode runs" env "$wq" "$lpx" logits -m "$smol" --ids "$lids" --device "$dev" -o "$d/wq.dec.f32" --mode decode
+    check "quantized (wq=1): cuda decode of two runs" env "$wq" "$lpx" logits -m "$smol" --ids "$lids" --ids "$ids_smol" --device "$dev" -o "$d/wq.dec2.f32" --mode decode
+    check "quantized: cpu exact runs" env "$cpu_exact" "$lpx" logits -m "$smol" --ids "$lids" --ids "$ids_smol" --device cpu -o "$d/wq.cpu2.f32"
+    check "quantized: cpu exact (one) runs" env "$cpu_exact" "$lpx" logits -m "$smol" --ids "$lids" --device cpu -o "$d/wq.cpu.f32"
+    check "quantized (wq=1): prefill vs cpu exact" compare "$d/wq.f32" "$d/wq.cpu.f32" 49152 3e-2 "wq prefill~cpu"
+    check "quantized (wq=1): decode (fused) vs cpu exact" compare "$d/wq.dec.f32" "$d/wq.cpu.f32" 49152 3e-2 "wq decode~cpu"
+    check "quantized (wq=1): decode of two vs cpu exact" compare "$d/wq.dec2.f32" "$d/wq.cpu2.f32" 49152 3e-2 "wq decode2~cpu"
+    if [ -d "$shapes/qwen3-0.6b" ]; then
+        # a Q4_K_M file (Q4_K and Q6_K: q4/32 and q8/16 with offsets) of the Qwen3 shape
+        qk="$out/tmp/qwen3-q4_k_m.gguf"; lq=$(long_ids 200 151936)
+        check "quantized: lpx quantize q4_k_m" "$lpx" quantize -m "$shapes/qwen3-0.6b" -o "$qk" --type q4_k_m --force
+        check "quantized Q4_K_M (wq=1): cuda decode runs" env "$wq" "$lpx" logits -m "$qk" --ids "$lq" --device "$dev" -o "$d/qk.dec.f32" --chunk 64 --tail 8 --mode decode
+        check "quantized Q4_K_M (wq=1): cuda prefill runs" env "$wq" "$lpx" logits -m "$qk" --ids "$lq" --device "$dev" -o "$d/qk.f32" --chunk 64 --tail 8
+        check "quantized Q4_K_M: cpu exact runs" env "$cpu_exact" "$lpx" logits -m "$qk" --ids "$lq" --device cpu -o "$d/qk.cpu.f32" --chunk 64 --tail 8
+        check "quantized Q4_K_M (wq=1): decode vs cpu exact" compare "$d/qk.dec.f32" "$d/qk.cpu.f32" 151936 5e-2 "wq q4_k_m decode~cpu"
+        check "quantized Q4_K_M (wq=1): prefill vs cpu exact" compare "$d/qk.f32" "$d/qk.cpu.f32" 151936 5e-2 "wq q4_k_m prefill~cpu"
+    fi
+    grep -E "^wq " "$out/checks.log" | tail -5 >>"$summary"
 
     # device sampling (sampling.cuh): the CUDA sampler's token equals the host
     # sampler's on the same logits, for greedy, penalties, temperature, min_p,
