@@ -83,7 +83,7 @@ static int merge(int argc, char **argv) {
         if (lpx_opts_arg(&a, &dir)) {
             if (n_dirs < LPX_BATCH_MAX_MERGE) dirs[n_dirs] = dir;
             n_dirs++; /* counted past the most for the message */
-        } else if (!lpx_opts_str(&a, "-o", &out) && !a.bad) {
+        } else if (!lpx_opts_str(&a, "-o", &out) && lpx_opts_left(&a)) {
             fprintf(stderr, "lpx batch: merge: unknown option '%s' (see lpx batch merge --help)\n",
                     argv[a.i]);
             a.bad = true;

@@ -14,7 +14,7 @@ static void usage(FILE *f) {
                "clocks and throttling, temperature, power, persistence, MIG, other processes),\n"
                "containers and the CPU fallback. Each check prints OK, WARN or FAIL, what was\n"
                "found and the fix.\n\n"
-               "  -m MODEL            also check that MODEL fits in each GPU's free memory\n"
+               "  -m, --model MODEL   also check that MODEL fits in each GPU's free memory\n"
                "  --max-model-len L   tokens per sequence for that check, 1 to 2147483647\n"
                "                      (also -c, --ctx-size)\n"
                "                      (default: the model's)\n"

@@ -20,6 +20,7 @@ static void usage(FILE *f) {
                "(ms/step and tok/s) at each batch size, and how many sequences fit in memory.\n"
                "Traffic is decimal (1 GB = 1e9 bytes, 1 TB/s = 1e12 bytes/s); memory sizes are\n"
                "binary (1 GiB = 2^30 bytes), as nvidia-smi shows them.\n\n"
+               "  -m, --model MODEL   the model (a .gguf file or a Hugging Face directory)\n"
                "  --gpu auto|NAME     the GPU here (auto, default) or one of the table (list)\n"
                "  --bandwidth TB/s    memory bandwidth to use instead, 0.001 to 1000\n"
                "  --memory GiB        GPU memory to use instead, 0.001 to 1e+06\n"
@@ -125,12 +126,13 @@ static void print_text(const char *model, const lpx_model_info *mi, const lpx_pl
     printf("  weights      %s held, %s read per decode step\n", held, read);
     for (int d = 0; d < 2; d++)
         if (r->kv[d].bytes_per_token)
-            printf("  KV %-4s      %lld bytes per token, %.3f GiB per sequence of %lld tokens: %lld "
-                   "fit (%lld KV tokens)%s\n",
-                   lpx_kv_dtype_name(r->kv[d].dtype), (long long)r->kv[d].bytes_per_token,
-                   r->kv[d].bytes_per_seq / GIB, (long long)p->max_model_len,
-                   (long long)r->kv[d].max_seqs, (long long)r->kv[d].max_tokens,
-                   r->kv[d].dtype == r->kv_dtype ? "  <- planned" : "");
+            printf(
+                "  KV %-4s      %lld bytes per token, %.3f GiB per sequence of %lld tokens: %lld "
+                "fit (%lld KV tokens)%s\n",
+                lpx_kv_dtype_name(r->kv[d].dtype), (long long)r->kv[d].bytes_per_token,
+                r->kv[d].bytes_per_seq / GIB, (long long)p->max_model_len,
+                (long long)r->kv[d].max_seqs, (long long)r->kv[d].max_tokens,
+                r->kv[d].dtype == r->kv_dtype ? "  <- planned" : "");
     printf("  floor        batch 1, empty context: %.3f ms/token = %.0f tok/s\n", r->floor_ms,
            r->floor_tok_s);
     printf("  memory       %.0f%% of %.1f GiB = %.1f GiB; minus weights %.2f GiB and reserve %.2f "

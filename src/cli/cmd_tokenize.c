@@ -17,7 +17,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: lpx tokenize (-m MODEL | --tokenizer PATH) [options] TEXT\n"
+            "usage: lpx tokenize (-m|--model MODEL | --tokenizer PATH) [options] TEXT\n"
             "       lpx tokenize (-m MODEL | --tokenizer PATH) [options] --jsonl FILE\n\n"
             "Tokenizes TEXT with the model's tokenizer. MODEL is a .gguf file or a Hugging Face\n"
             "model directory, opened as every command opens it. PATH is a tokenizer alone:\n"
