@@ -24,6 +24,8 @@ cJSON *lpx_batch_effective_body(const job *j, const lpx_batch_task *t) {
         int64_t seed = j->o.seed >= 0 ? j->o.seed : lpx_batch_shard_of(t->id, INT32_MAX);
         cJSON_AddNumberToObject(b, "seed", (double)seed);
     }
+    /* --server with -m NAME: NAME for every line (exports carry their own names) */
+    if (j->o.server && j->o.model) cJSON_DeleteItemFromObjectCaseSensitive(b, "model");
     if (!cJSON_GetObjectItemCaseSensitive(b, "model") && j->model_name[0])
         cJSON_AddStringToObject(b, "model", j->model_name);
     return b;

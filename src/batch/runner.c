@@ -159,9 +159,9 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
     pthread_t *workers = NULL;
     int32_t conc = o->concurrency;
     if (o->server) {
-        const char *slash = o->model ? strrchr(o->model, '/') : NULL;
+        /* -m NAME: every request's "model", as given (a server's ids may hold a '/') */
         if (o->model)
-            snprintf(j->model_name, sizeof j->model_name, "%s", slash ? slash + 1 : o->model);
+            snprintf(j->model_name, sizeof j->model_name, "%s", o->model);
         else if (j->n_slots)
             lpx_batch_server_model(j);
     } else if (j->n_slots) {
@@ -179,11 +179,8 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
         LPX_TRY(lpx_engine_get_stats(j->eng, &es));
         j->max_model_len = es.max_model_len;
     }
-    if (!j->model_name[0]) {
-        const char *slash = o->model ? strrchr(o->model, '/') : NULL;
-        snprintf(j->model_name, sizeof j->model_name, "%s",
-                 o->model ? (slash ? slash + 1 : o->model) : "");
-    }
+    if (!j->model_name[0] && o->model) /* the name lpx serve would list the model by */
+        lpx_model_default_name(o->model, j->model_name, sizeof j->model_name);
     if (j->model) {
         /* the model's own special token texts count as leaks too */
         const lpx_tokenizer *tk = lpx_model_tokenizer(j->model);

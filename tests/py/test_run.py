@@ -314,3 +314,21 @@ def test_chat_on_a_terminal(lpx_bin, smollm2):
             p.kill()
             p.wait()
         os.close(master)
+
+
+def test_max_tokens_past_the_context_is_refused_as_serve_does(lpx_bin, smollm2):
+    r = run(lpx_bin, "run", "-m", smollm2, "--device", "cpu", "-p", "Hi", "-n", 600, "-c", 512)
+    assert r.returncode == 1 and r.stdout == ""
+    n = int(re.search(r"\((\d+) in the prompt", r.stderr).group(1))
+    assert r.stderr == (f"lpx run: -n 600: This model's maximum context length is 512 tokens. "
+                        f"However, you requested {n + 600} tokens ({n} in the prompt, 600 in the "
+                        "completion). Please reduce the length of the prompt or completion.\n")
+    # -n -1 (and the default 256) mean up to the context
+    for args in (["-n", -1], []):
+        r = run(lpx_bin, "run", "-m", smollm2, "--device", "cpu", "-p", "Hi", "-c", 16, *args,
+                "--ignore-eos")
+        assert r.returncode == 0 and f"output {16 - n} tokens" in r.stderr, r.stderr
+    # exactly the context still runs
+    r = run(lpx_bin, "run", "-m", smollm2, "--device", "cpu", "-p", "Hi", "-c", 16, "-n", 16 - n,
+            "--ignore-eos")
+    assert r.returncode == 0 and "finish: length" in r.stderr
