@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,16 +46,22 @@ void lpx_batch_opts_init(lpx_batch_opts *o) {
     lpx_bq_opts_init(&o->quality);
 }
 
+/* The rate counts tokens as they are generated, so a job of a few long answers shows
+ * its pace before the first one ends. ETA: the tokens still to come (the requests left
+ * at this run's mean answer length, or max_tokens before one ended, less what the ones
+ * in flight have written) at that rate. */
 static void progress(job *j, bool final) {
     if (!j->o.progress) return;
     double el = lpx_batch_now_s() - j->t_start;
-    int64_t left = j->total - j->n_results - j->n_failed;
-    lpx_batch_progress p = {
-        .total = j->total,
-        .done = j->n_results,
-        .failed = j->n_failed,
-        .tok_s = el > 0 ? (double)j->run_tokens / el : 0,
-        .eta_s = j->run_done > 0 ? el / (double)j->run_done * (double)(left > 0 ? left : 0) : 0};
+    int64_t left = j->total - j->n_results - j->n_failed, streamed = j->streamed;
+    double per = j->run_done > 0 ? (double)j->run_tokens / (double)j->run_done : j->o.max_tokens;
+    double tok_s = el > 0 ? (double)streamed / el : 0,
+           to_come = (double)(left > 0 ? left : 0) * per - (double)(streamed - j->run_tokens);
+    lpx_batch_progress p = {.total = j->total,
+                            .done = j->n_results,
+                            .failed = j->n_failed,
+                            .tok_s = tok_s,
+                            .eta_s = tok_s > 0 && left > 0 ? fmax(to_come, 0) / tok_s : 0};
     j->o.progress(j->o.user, &p, final);
 }
 
