@@ -146,7 +146,8 @@ static bool read_line(bool tty, char **line) {
     }
 #endif
     size_t cap = 0;
-    if (tty) fputs("> ", stdout), fflush(stdout);
+    if (tty) fputs("> ", stdout);
+    fflush(stdout);
     errno = 0;
     free(*line);
     *line = NULL;
