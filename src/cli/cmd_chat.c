@@ -1,9 +1,16 @@
 /* lpx chat: interactive chat with the model's template and the whole history
- * re-rendered each turn. Ctrl-C stops the answer being written; Ctrl-C at the
- * prompt, or twice within a second, exits; so does EOF. */
+ * re-rendered each turn. Ctrl-C stops the answer being written (nothing of it is
+ * printed after the ^C); Ctrl-C at the prompt, or twice within a second, exits; so
+ * does EOF. On a terminal, lines are read with libedit (editing, history) when lpx
+ * was built with it. */
+#define _GNU_SOURCE /* ppoll */
 #include "cli/commands.h"
 #include "cli/gen_args.h"
 
+#ifdef LPX_HAVE_LIBEDIT
+#include <editline/readline.h>
+#include <poll.h>
+#endif
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -22,13 +29,13 @@ typedef struct turn {
     char *text;
     size_t n, cap;
     bool done, oom;
-    lpx_finish_reason finish;
+    lpx_event fin; /* the finish event (pointers not kept) */
     char error[512];
 } turn;
 
 static void on_event(const lpx_event *ev, void *user) {
     turn *t = user;
-    if (ev->text_len) {
+    if (ev->text_len && !n_sigint) { /* after a ^C, nothing more of the answer */
         fwrite(ev->text, 1, ev->text_len, stdout);
         fflush(stdout);
         if (t->n + ev->text_len + 1 > t->cap) {
@@ -47,7 +54,7 @@ static void on_event(const lpx_event *ev, void *user) {
     }
     if (ev->finish) {
         t->done = true;
-        t->finish = ev->finish;
+        t->fin = *ev;
         if (ev->error) snprintf(t->error, sizeof t->error, "%s", ev->error);
     }
 }
@@ -84,23 +91,84 @@ static void history_truncate(history *h, size_t n) {
         free(h->owned[--h->n]);
 }
 
+static const char slash_help[] = "/help     these commands\n"
+                                 "/reset    forget the conversation (the --system text stays)\n"
+                                 "/exit     quit (also /quit, Ctrl-D, Ctrl-C at the prompt)\n";
+
 static void help(FILE *f) {
     fprintf(f,
-            "usage: lpx chat -m MODEL [--system TEXT] [options]\n\n"
-            "Interactive chat with the model's chat template; the history is kept.\n"
+            "usage: lpx chat -m MODEL [--system TEXT] [--verbose] [options]\n\n"
+            "Interactive chat with the model's chat template; the history is kept. On a\n"
+            "terminal, lines can be edited and earlier ones recalled (libedit).\n"
             "Ctrl-C stops the current answer; Ctrl-C at the prompt (or twice within a\n"
-            "second) or EOF (Ctrl-D) exits. /reset clears the history.\n\n"
+            "second) or EOF (Ctrl-D) exits. Commands:\n%s\n"
+            "  --verbose               after each answer, its stats on stderr (tokens,\n"
+            "                          time to first token, decode tok/s)\n"
             "%s%s",
-            lpx_engine_args_help, lpx_gen_args_help);
+            slash_help, lpx_engine_args_help, lpx_gen_args_help);
+}
+
+#ifdef LPX_HAVE_LIBEDIT
+/* libedit's reads: a ^C at the prompt ends the line whenever it comes. read_line blocks
+ * SIGINT but inside ppoll, so one that comes between the check and the wait wakes it. */
+static int getc_or_sigint(FILE *f) {
+    sigset_t waiting;
+    sigprocmask(SIG_SETMASK, NULL, &waiting);
+    sigdelset(&waiting, SIGINT);
+    struct pollfd p = {.fd = fileno(f), .events = POLLIN};
+    unsigned char c;
+    while (!n_sigint) {
+        if (ppoll(&p, 1, NULL, &waiting) < 0 && errno == EINTR) continue;
+        ssize_t r = read(p.fd, &c, 1);
+        if (r == 1) return c;
+        if (r == 0 || errno != EINTR) break;
+    }
+    return EOF;
+}
+#endif
+
+/* The next line without its newline, in *line (malloc'd); false at EOF or Ctrl-C. */
+static bool read_line(bool tty, char **line) {
+#ifdef LPX_HAVE_LIBEDIT
+    if (tty) {
+        free(*line);
+        sigset_t intr, was;
+        sigemptyset(&intr);
+        sigaddset(&intr, SIGINT);
+        sigprocmask(SIG_BLOCK, &intr, &was);
+        rl_catch_signals = 0;
+        rl_getc_function = getc_or_sigint;
+        *line = readline("> ");
+        sigprocmask(SIG_SETMASK, &was, NULL);
+        if (!*line || n_sigint) fputc('\n', stdout); /* EOF or Ctrl-C: the shell's line */
+        if (*line && **line) add_history(*line);
+        return *line && !n_sigint;
+    }
+#endif
+    size_t cap = 0;
+    if (tty) fputs("> ", stdout);
+    fflush(stdout);
+    errno = 0;
+    free(*line);
+    *line = NULL;
+    ssize_t n = n_sigint ? -1 : getline(line, &cap, stdin);
+    if (n < 0 && errno != EINTR && !n_sigint) fputc('\n', stdout); /* EOF */
+    while (n > 0 && ((*line)[n - 1] == '\n' || (*line)[n - 1] == '\r'))
+        (*line)[--n] = '\0';
+    return n >= 0;
 }
 
 int cmd_chat(int argc, char **argv) {
     lpx_gen_args g;
     lpx_gen_args_init(&g);
     g.req.max_tokens = -1;
+    bool verbose = false;
     lpx_opts a = {.cmd = "chat", .argc = argc, .argv = argv};
     while (lpx_opts_next(&a))
-        if (!lpx_gen_args_opt(&a, &g)) lpx_opts_unknown(&a);
+        if (lpx_opts_flag(&a, "--verbose"))
+            verbose = true;
+        else if (!lpx_gen_args_opt(&a, &g))
+            lpx_opts_unknown(&a);
     if (a.help || a.bad) return lpx_opts_exit(&a, help);
     if (!lpx_engine_args_check(&g.e, "chat")) return 2;
     lpx_model *m;
@@ -114,6 +182,12 @@ int cmd_chat(int argc, char **argv) {
         lpx_model_close(m);
         return 1;
     }
+    lpx_engine_stats es;
+    lpx_engine_get_stats(e, &es);
+    fprintf(stderr,
+            "lpx chat: %s on %s, context %d tokens. /help lists the commands; Ctrl-D or "
+            "/exit quits, Ctrl-C stops an answer.\n",
+            g.e.model, es.device, es.max_model_len);
     history h = {0};
     size_t base = 0;
     if (g.system) {
@@ -124,27 +198,18 @@ int cmd_chat(int argc, char **argv) {
     struct sigaction sa = {.sa_handler = on_sigint};
     sigaction(SIGINT, &sa, NULL);
     char *line = NULL;
-    size_t line_cap = 0;
     double last_sigint = -10;
-    bool interactive = isatty(0);
-    for (;;) {
-        if (interactive) {
-            fputs("> ", stdout);
-            fflush(stdout);
-        }
-        if (n_sigint) break; /* Ctrl-C at the prompt */
-        errno = 0;
-        ssize_t n = getline(&line, &line_cap, stdin);
-        if (n < 0) {
-            if (errno != EINTR) fputc('\n', stdout); /* EOF */
-            break;                                   /* Ctrl-C at the prompt exits too */
-        }
-        while (n > 0 && (line[n - 1] == '\n' || line[n - 1] == '\r'))
-            line[--n] = '\0';
-        if (n == 0) continue;
+    const bool tty = isatty(0);
+    while (read_line(tty, &line)) {
+        if (!line[0]) continue;
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
         if (!strcmp(line, "/reset")) {
             history_truncate(&h, base);
+            continue;
+        }
+        if (!strcmp(line, "/help") || (line[0] == '/' && !strchr(line, ' '))) {
+            fputs(strcmp(line, "/help") ? "unknown command; the commands:\n" : "", stderr);
+            fputs(slash_help, stderr);
             continue;
         }
         char *user = strdup(line);
@@ -180,14 +245,20 @@ int cmd_chat(int argc, char **argv) {
         fputc('\n', stdout);
         fflush(stdout);
         n_sigint = 0; /* the Ctrl-C that stopped the answer does not also exit */
-        if (t.finish == LPX_FINISH_ERROR || t.oom || !t.done) {
+        if (t.fin.finish == LPX_FINISH_ERROR || t.oom || !t.done) {
             fprintf(stderr, "lpx chat: %s\n", t.error[0] ? t.error : "generation failed");
             free(t.text);
             history_truncate(&h, h.n - 1);
             if (quit) break;
             continue;
         }
-        if (t.finish == LPX_FINISH_CANCELLED) fputs("[stopped]\n", stderr);
+        if (t.fin.finish == LPX_FINISH_CANCELLED) fputs("[stopped]\n", stderr);
+        if (verbose)
+            fprintf(stderr,
+                    "[prompt %d tokens | output %d tokens | TTFT %.1f ms | decode %.1f tok/s | "
+                    "total %.2f s | finish: %s]\n",
+                    t.fin.n_prompt_tokens, t.fin.n_output_tokens, t.fin.ttft_ms, t.fin.decode_tok_s,
+                    t.fin.total_ms / 1e3, lpx_finish_reason_name(t.fin.finish));
         char *answer = t.text ? t.text : strdup("");
         if (!answer || !history_add(&h, "assistant", answer, true)) {
             free(answer);

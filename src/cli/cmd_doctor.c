@@ -14,13 +14,16 @@ static void usage(FILE *f) {
                "clocks and throttling, temperature, power, persistence, MIG, other processes),\n"
                "containers and the CPU fallback. Each check prints OK, WARN or FAIL, what was\n"
                "found and the fix.\n\n"
-               "  -m MODEL            also check that MODEL fits in each GPU's free memory\n"
+               "  -m, --model MODEL   also check that MODEL fits in each GPU's free memory\n"
+               "                      (no GPU: in RAM, for the CPU backend)\n"
                "  --max-model-len L   tokens per sequence for that check, 1 to 2147483647\n"
                "                      (also -c, --ctx-size)\n"
                "                      (default: the model's)\n"
                "  --max-num-seqs N    sequences for that check, 1 to 2147483647 (default 1)\n"
                "  --json              print the report as JSON\n\n"
-               "exit status: 0 all OK, 1 at least one FAIL, 3 WARN but no FAIL, 2 usage error\n");
+               "exit status: 0 all OK, 1 at least one FAIL, 3 WARN but no FAIL, 4 no GPU here\n"
+               "(no device, driver or NVML: the GPU checks are SKIP) and the rest OK (what a\n"
+               "CPU-only CI job expects), 2 usage error\n");
 }
 
 int cmd_doctor(int argc, char **argv) {
@@ -71,7 +74,7 @@ int cmd_doctor(int argc, char **argv) {
     } else {
         lpx_doctor_print(stdout, &r);
     }
-    int rc = lpx_check_exit_status(lpx_checks_worst(&r.checks));
+    int rc = lpx_doctor_exit_status(&r);
     lpx_doctor_report_free(&r);
     return rc;
 }

@@ -178,7 +178,7 @@ int cmd_inspect(int argc, char **argv) {
             json = true;
         else if (!path && lpx_opts_arg(&a, &arg))
             path = arg;
-        else if (!lpx_opts_str(&a, LPX_OPT_MODEL, &path) && !a.bad) {
+        else if (!lpx_opts_str(&a, LPX_OPT_MODEL, &path) && lpx_opts_left(&a)) {
             fprintf(stderr, "lpx inspect: unexpected argument '%s' (lpx inspect --help)\n",
                     argv[a.i]);
             a.bad = true;

@@ -20,7 +20,10 @@ static void usage(FILE *f) {
                "(ms/step and tok/s) at each batch size, and how many sequences fit in memory.\n"
                "Traffic is decimal (1 GB = 1e9 bytes, 1 TB/s = 1e12 bytes/s); memory sizes are\n"
                "binary (1 GiB = 2^30 bytes), as nvidia-smi shows them.\n\n"
-               "  --gpu auto|NAME     the GPU here (auto, default) or one of the table (list)\n"
+               "  -m, --model MODEL   the model (a .gguf file or a Hugging Face directory)\n"
+               "  --gpu auto|NAME     the GPU here (auto, default; none: the CPU backend on this\n"
+               "                      host, its RAM and measured read bandwidth, f32 KV) or one\n"
+               "                      of the table (list)\n"
                "  --bandwidth TB/s    memory bandwidth to use instead, 0.001 to 1000\n"
                "  --memory GiB        GPU memory to use instead, 0.001 to 1e+06\n"
                "  --max-model-len L   tokens per sequence for the memory plan, 1 to 2147483647\n"
@@ -32,7 +35,7 @@ static void usage(FILE *f) {
                "  --gpu-memory-utilization U  share of GPU memory lpx may use, 0.01 to 1\n"
                "                      (default 0.9)\n"
                "  --kv-cache-dtype D  the KV cache of the plan: bf16 (auto, default) or fp8;\n"
-               "                      the KV lines show both\n"
+               "                      the KV lines show both (no GPU: f32 or fp8)\n"
                "  --json              print the plan as JSON\n");
 }
 
@@ -65,7 +68,8 @@ static void from_spec(const lpx_gpu_spec *s, lpx_plan_gpu *g) {
 }
 
 /* --gpu auto: the first GPU NVML sees, its memory as reported, bandwidth from the table
- * or, for a GPU not in it, max memory clock x bus width x 2 (double data rate). */
+ * or, for a GPU not in it, max memory clock x bus width x 2 (double data rate); no GPU:
+ * the CPU backend on this host (lpx_plan_host). */
 static int detect_gpu(lpx_plan_gpu *g) {
     lpx_telemetry *t;
     if (lpx_telemetry_open(0, &t) != LPX_OK) return 1;
@@ -73,11 +77,12 @@ static int detect_gpu(lpx_plan_gpu *g) {
     lpx_gpu_facts f;
     if (!st->nvml_ready || st->nvml_device_count < 1 || lpx_telemetry_facts(t, 0, &f) != LPX_OK) {
         fprintf(stderr,
-                "lpx plan: --gpu auto: no NVIDIA GPU detected (%s); name one with --gpu "
-                "(lpx plan --gpu list)\n",
+                "lpx plan: --gpu auto: no NVIDIA GPU detected (%s): the plan is the CPU "
+                "backend's on this host; --gpu NAME plans for a GPU (lpx plan --gpu list)\n",
                 st->nvml_ready ? "the driver reports none" : st->nvml_error);
         lpx_telemetry_close(t);
-        return 1;
+        lpx_plan_host(g);
+        return 0;
     }
     lpx_telemetry_close(t);
     const lpx_gpu_spec *s = lpx_gpu_spec_match(f.name);
@@ -116,8 +121,10 @@ static void print_text(const char *model, const lpx_model_info *mi, const lpx_pl
     printf("lpx plan: %s\n", model);
     printf("  model        %s (%s), %lld parameters, %d layers, %d KV heads x %d\n", mi->arch,
            mi->format, (long long)mi->n_params, mi->n_layers, mi->n_kv_heads, mi->head_dim);
-    printf("  GPU          %s: %.1f GiB, %.2f TB/s\n", g->name, g->mem_bytes / GIB,
-           g->bandwidth / 1e12);
+    printf(g->host ? "  GPU          %s: %.1f GiB, %.1f GB/s\n"
+                   : "  GPU          %s: %.1f GiB, "
+                     "%.2f TB/s\n",
+           g->name, g->mem_bytes / GIB, g->bandwidth / (g->host ? 1e9 : 1e12));
     printf("               bandwidth: %s\n", g->bandwidth_source);
     char held[32], read[32];
     decimal_bytes(m->weight_bytes, held, sizeof held);
@@ -125,12 +132,13 @@ static void print_text(const char *model, const lpx_model_info *mi, const lpx_pl
     printf("  weights      %s held, %s read per decode step\n", held, read);
     for (int d = 0; d < 2; d++)
         if (r->kv[d].bytes_per_token)
-            printf("  KV %-4s      %lld bytes per token, %.3f GiB per sequence of %lld tokens: %lld "
-                   "fit (%lld KV tokens)%s\n",
-                   lpx_kv_dtype_name(r->kv[d].dtype), (long long)r->kv[d].bytes_per_token,
-                   r->kv[d].bytes_per_seq / GIB, (long long)p->max_model_len,
-                   (long long)r->kv[d].max_seqs, (long long)r->kv[d].max_tokens,
-                   r->kv[d].dtype == r->kv_dtype ? "  <- planned" : "");
+            printf(
+                "  KV %-4s      %lld bytes per token, %.3f GiB per sequence of %lld tokens: %lld "
+                "fit (%lld KV tokens)%s\n",
+                lpx_kv_dtype_name(r->kv[d].dtype), (long long)r->kv[d].bytes_per_token,
+                r->kv[d].bytes_per_seq / GIB, (long long)p->max_model_len,
+                (long long)r->kv[d].max_seqs, (long long)r->kv[d].max_tokens,
+                r->kv[d].dtype == r->kv_dtype ? "  <- planned" : "");
     printf("  floor        batch 1, empty context: %.3f ms/token = %.0f tok/s\n", r->floor_ms,
            r->floor_tok_s);
     printf("  memory       %.0f%% of %.1f GiB = %.1f GiB; minus weights %.2f GiB and reserve %.2f "
@@ -262,6 +270,7 @@ int cmd_plan(int argc, char **argv) {
         snprintf(g.bandwidth_source, sizeof g.bandwidth_source, "given with --bandwidth");
     }
     if (mem_gb > 0) g.mem_bytes = (int64_t)(mem_gb * GIB);
+    if (g.host) p.reserve_bytes = 0; /* no CUDA context or workspaces */
     if (!g.name[0]) snprintf(g.name, sizeof g.name, "given GPU");
     lpx_plan_model m;
     lpx_model_info mi;

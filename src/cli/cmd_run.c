@@ -1,8 +1,10 @@
 /* lpx run: one generation, streamed to stdout, then stats on stderr (or one
- * JSON object with --json). Ctrl-C cancels the generation. */
+ * JSON object with --json). Ctrl-C cancels the generation: nothing more of it is
+ * printed, the stats are, and the exit status is 130. */
 #include "base/readall.h"
 #include "cli/commands.h"
 #include "cli/gen_args.h"
+#include "model/prompt.h"
 
 #include <cjson/cJSON.h>
 #include <signal.h>
@@ -50,7 +52,7 @@ static void on_event(const lpx_event *ev, void *user) {
             cJSON_AddItemToArray(r->logprobs, o);
         }
     }
-    if (ev->text_len) {
+    if (ev->text_len && !interrupted) { /* after a ^C, nothing more of the text */
         if (r->json) {
             if (r->n_text + ev->text_len + 1 > r->cap_text) {
                 r->cap_text = 2 * (r->n_text + ev->text_len + 1);
@@ -77,7 +79,8 @@ static void help(FILE *f) {
     fprintf(f,
             "usage: lpx run -m MODEL (-p TEXT | -f FILE) [options]\n\n"
             "Generates a continuation of the prompt (or, with --chat, the assistant's answer),\n"
-            "streams it to stdout, then prints stats to stderr.\n\n"
+            "streams it to stdout, then prints stats to stderr. Ctrl-C stops it (the stats\n"
+            "are printed; exit status 130). Exit status: 0 done, 1 failed, 2 usage error.\n\n"
             "  -p, --prompt TEXT       prompt text\n"
             "  -f, --file FILE         read the prompt from FILE\n"
             "  --chat                  wrap the prompt in the model's chat template\n"
@@ -140,6 +143,26 @@ int cmd_run(int argc, char **argv) {
     } else {
         g.req.prompt_text = prompt;
     }
+    /* -n past the context: refused before any work, in serve's and batch's words */
+    lpx_engine_stats es;
+    lpx_engine_get_stats(e, &es);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    char msg[512];
+    const char *param;
+    if (g.given_max &&
+        lpx_prompt_ids(m, chat ? NULL : prompt, chat ? msgs : NULL, n_msgs,
+                       (size_t)es.max_model_len, &ids, &n_ids) == LPX_OK &&
+        !lpx_prompt_fits(es.max_model_len, n_ids, ids && n_ids <= (size_t)es.max_model_len,
+                         g.req.max_tokens, chat ? "messages" : "prompt", msg, sizeof msg, &param)) {
+        fprintf(stderr, "lpx run: -n %d: %s\n", g.req.max_tokens, msg);
+        free(ids);
+        lpx_engine_destroy(e);
+        lpx_model_close(m);
+        free(file_text);
+        return 1;
+    }
+    free(ids);
     run_state r = {.json = json};
     if (json && g.req.sampling.logprobs > 0) r.logprobs = cJSON_CreateArray();
     uint64_t id;
@@ -211,7 +234,7 @@ int cmd_run(int argc, char **argv) {
             fprintf(stderr, "lpx run: %s\n", r.error);
             rc = 1;
         } else if (f->finish == LPX_FINISH_CANCELLED) {
-            rc = 1;
+            rc = 130; /* as a shell reports a command Ctrl-C ended */
         }
     }
     cJSON_Delete(r.logprobs);

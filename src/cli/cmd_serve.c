@@ -1,5 +1,6 @@
 /* lpx serve: the engine behind an OpenAI-compatible HTTP API (src/server/). */
 #include "cli/commands.h"
+#include "model/model.h"
 #include "cli/gen_args.h"
 #include "engine/data_parallel.h"
 #include "lpx.h"
@@ -72,19 +73,6 @@ static void usage(FILE *f) {
             "A number must be the whole value (no trailing text) and in its range; anything\n"
             "else, like an unknown option, is a usage error (exit 2) before the model is loaded.\n",
             lpx_engine_args_help);
-}
-
-/* The file or directory name without a .gguf suffix. */
-static void default_name(const char *path, char *out, size_t cap) {
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/')
-        n--;
-    size_t b = n;
-    while (b > 0 && path[b - 1] != '/')
-        b--;
-    size_t len = n - b;
-    if (len > 5 && !strncmp(path + n - 5, ".gguf", 5)) len -= 5;
-    snprintf(out, cap, "%.*s", (int)len, path + b);
 }
 
 /* The key from --api-key-file, so it is not in the process list: the first
@@ -187,9 +175,9 @@ int cmd_serve(int argc, char **argv) {
     so.port = port;
     eo->gpu_memory_utilization = (float)gpu_util;
     char defname[256], fb_defname[256];
-    default_name(model, defname, sizeof defname);
+    lpx_model_default_name(model, defname, sizeof defname);
     so.served_model_name = name ? name : defname;
-    if (fb_path) default_name(fb_path, fb_defname, sizeof fb_defname);
+    if (fb_path) lpx_model_default_name(fb_path, fb_defname, sizeof fb_defname);
     if (fb_path && !so.fallback_name) so.fallback_name = fb_defname;
     so.api_key = api_key && api_key[0] ? api_key : NULL;
     so.assets = lpx_web_assets;

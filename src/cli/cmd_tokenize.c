@@ -1,6 +1,7 @@
 /* lpx tokenize: the model's tokenizer on the command line, one text or a JSONL batch. */
 #include "base/error.h"
 #include "cli/cli_num.h"
+#include "base/json_text.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "lpx.h"
@@ -17,7 +18,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: lpx tokenize (-m MODEL | --tokenizer PATH) [options] TEXT\n"
+            "usage: lpx tokenize (-m|--model MODEL | --tokenizer PATH) [options] TEXT\n"
             "       lpx tokenize (-m MODEL | --tokenizer PATH) [options] --jsonl FILE\n\n"
             "Tokenizes TEXT with the model's tokenizer. MODEL is a .gguf file or a Hugging Face\n"
             "model directory, opened as every command opens it. PATH is a tokenizer alone:\n"
@@ -61,27 +62,6 @@ static lpx_status open_tokenizer(const char *path, lpx_tokenizer **t) {
     return s;
 }
 
-/* Writes s as a JSON string; s is valid UTF-8 (decoder output). */
-static void put_json_str(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c == '\r')
-            fputs("\\r", f);
-        else if (c == '\t')
-            fputs("\\t", f);
-        else if (c < 0x20 || c == 0x7F)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 typedef struct opts {
     bool ids_only, pieces_only, parse_special, add_special, decode, stream, skip_special, stats;
 } opts;
@@ -120,7 +100,7 @@ static lpx_status print_decoded(const lpx_tokenizer *t, const opts *o, const int
                              : lpx_detok_stream_flush(&s, buf, cap);
             if (!w) continue;
             if (!first) fputc(',', f);
-            put_json_str(f, buf, w);
+            lpx_json_put_string(f, buf, w);
             first = false;
         }
         fputs("]\n", f);
@@ -134,107 +114,11 @@ static lpx_status print_decoded(const lpx_tokenizer *t, const opts *o, const int
     if (!buf) return LPX_ERR_NOMEM;
     s = lpx_detokenize(t, ids, n, o->skip_special, buf, need + 1, &need);
     if (s == LPX_OK) {
-        put_json_str(f, buf, need);
+        lpx_json_put_string(f, buf, need);
         fputc('\n', f);
     }
     free(buf);
     return s;
-}
-
-static int hexval(char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-}
-
-/* Parses a line holding one JSON string into out (NUL bytes allowed, which cJSON
- * cannot carry). A lone surrogate escape is written as its 3-byte form, which
- * the tokenizer then rejects as invalid UTF-8. Returns the length or -1. */
-static long parse_json_string(const char *s, size_t n, char *out) {
-    size_t i = 0, o = 0;
-    while (i < n && (s[i] == ' ' || s[i] == '\t'))
-        i++;
-    if (i >= n || s[i++] != '"') return -1;
-    while (i < n && s[i] != '"') {
-        unsigned char c = (unsigned char)s[i++];
-        if (c < 0x20) return -1;
-        if (c != '\\') {
-            out[o++] = (char)c;
-            continue;
-        }
-        if (i >= n) return -1;
-        char e = s[i++];
-        if (e != 'u') {
-            char c2;
-            switch (e) {
-            case '"':
-                c2 = '"';
-                break;
-            case '\\':
-                c2 = '\\';
-                break;
-            case '/':
-                c2 = '/';
-                break;
-            case 'b':
-                c2 = '\b';
-                break;
-            case 'f':
-                c2 = '\f';
-                break;
-            case 'n':
-                c2 = '\n';
-                break;
-            case 'r':
-                c2 = '\r';
-                break;
-            case 't':
-                c2 = '\t';
-                break;
-            default:
-                return -1;
-            }
-            out[o++] = c2;
-            continue;
-        }
-        uint32_t cp = 0;
-        for (int k = 0; k < 4; k++) {
-            int h = i < n ? hexval(s[i++]) : -1;
-            if (h < 0) return -1;
-            cp = cp << 4 | (uint32_t)h;
-        }
-        if (cp >= 0xD800 && cp <= 0xDBFF && i + 6 <= n && s[i] == '\\' && s[i + 1] == 'u') {
-            uint32_t lo = 0;
-            int ok = 1;
-            for (int k = 0; k < 4; k++) {
-                int h = hexval(s[i + 2 + k]);
-                ok &= h >= 0;
-                lo = lo << 4 | (uint32_t)(h < 0 ? 0 : h);
-            }
-            if (ok && lo >= 0xDC00 && lo <= 0xDFFF) {
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                i += 6;
-            }
-        }
-        if (cp < 0x80)
-            out[o++] = (char)cp;
-        else if (cp < 0x800) {
-            out[o++] = (char)(0xC0 | cp >> 6);
-            out[o++] = (char)(0x80 | (cp & 0x3F));
-        } else if (cp < 0x10000) {
-            out[o++] = (char)(0xE0 | cp >> 12);
-            out[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-            out[o++] = (char)(0x80 | (cp & 0x3F));
-        } else {
-            out[o++] = (char)(0xF0 | cp >> 18);
-            out[o++] = (char)(0x80 | ((cp >> 12) & 0x3F));
-            out[o++] = (char)(0x80 | ((cp >> 6) & 0x3F));
-            out[o++] = (char)(0x80 | (cp & 0x3F));
-        }
-    }
-    if (i >= n) return -1;
-    return (long)o;
 }
 
 static void print_ids(FILE *f, const int32_t *ids, size_t n) {
@@ -264,7 +148,7 @@ static int run_jsonl(const lpx_tokenizer *t, const opts *o, const char *path) {
         /* Escapes never grow: the text fits in the line's length. */
         char *grown = o->decode ? text : realloc(text, (size_t)len + 1);
         long tlen =
-            grown ? (text = grown, o->decode ? -1 : parse_json_string(line, (size_t)len, text))
+            grown ? (text = grown, o->decode ? -1 : lpx_json_parse_string(line, (size_t)len, text))
                   : -1;
         if (!o->decode && tlen >= 0) {
             if (encode(t, o, text, (size_t)tlen, &ids, &cap, &n) != LPX_OK) {
@@ -371,7 +255,7 @@ static int run_text(const lpx_tokenizer *t, const opts *o, const char *text) {
                 putchar(',');
             else if (!o->pieces_only)
                 printf("%6d  ", ids[i]);
-            put_json_str(stdout, piece, len < pcap ? len : pcap - 1);
+            lpx_json_put_string(stdout, piece, len < pcap ? len : pcap - 1);
             if (!o->pieces_only) putchar('\n');
         }
         if (o->pieces_only) puts("]");

@@ -4,13 +4,18 @@
 #define LPX_CLI_COMMANDS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct lpx_command {
     const char *name;
     const char *summary;
     int (*main)(int argc, char **argv); /* argv[0] is the subcommand name */
     bool dev;                           /* a developer tool: listed after the commands */
+    const char *sub;                    /* its subcommand word, if any ("bench serve") */
 } lpx_command;
+
+/* lpx completion bash (completion.c). */
+int lpx_cli_completion(int argc, char **argv, const lpx_command *cmds, size_t n);
 
 /* Each cmd_*.c defines one of these. Add new ones to the table in main.c. */
 int cmd_inspect(int argc, char **argv);

@@ -35,7 +35,8 @@ const char lpx_engine_args_help[] =
 
 const char lpx_gen_args_help[] =
     "  -n, --max-tokens N      most tokens to generate, -1: up to the context (default:\n"
-    "                          run 256, chat -1)\n"
+    "                          run 256, chat -1); run: a given N past the context is an\n"
+    "                          error before any work, as in serve and batch\n"
     "  --temp T                temperature, 0 = greedy (also --temperature; default: the\n"
     "                          model's, else 0)\n"
     "  --top-k K               keep the K most likely tokens (0 = off)\n"
@@ -121,6 +122,7 @@ static bool max_tokens_opt(lpx_opts *o, lpx_gen_args *g) {
     if (!lpx_cli_i32(v, -1, INT32_MAX, &n) || n == 0)
         return lpx_opts_bad(o, "a positive number of tokens, or -1");
     g->req.max_tokens = n;
+    g->given_max = n > 0;
     return true;
 }
 

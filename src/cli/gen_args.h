@@ -30,7 +30,7 @@ typedef struct lpx_gen_args {
     const char *system;
     lpx_request req; /* sampling, max_tokens, stop, ignore_eos */
     const char *stops[LPX_CLI_MAX_STOPS];
-    bool given_temp, given_top_p, given_top_k, given_rep;
+    bool given_temp, given_top_p, given_top_k, given_rep, given_max;
 } lpx_gen_args;
 
 /* The options texts for --help. */

@@ -8,6 +8,7 @@
 bool lpx_opts_next(lpx_opts *o) {
     if (o->bad || o->help || ++o->i >= o->argc) return false;
     const char *a = o->argv[o->i];
+    if (o->i == 1 && !strcmp(a, "--list-options")) return (o->list = true); /* one pass */
     o->help = !strcmp(a, "-h") || !strcmp(a, "--help");
     return !o->help;
 }
@@ -24,14 +25,25 @@ static bool is_name(const char *arg, const char *names) {
     }
 }
 
+/* Listing mode: prints each spelling of names; true when it did. */
+static bool listed(const lpx_opts *o, const char *names, bool arg) {
+    if (!o->list) return false;
+    for (const char *p = names; *p;) {
+        size_t len = strcspn(p, "|");
+        printf("%.*s%s\n", (int)len, p, arg ? " ARG" : "");
+        p += len + (p[len] == '|');
+    }
+    return true;
+}
+
 bool lpx_opts_flag(lpx_opts *o, const char *name) {
-    return !o->bad && o->i < o->argc && is_name(o->argv[o->i], name);
+    return !listed(o, name, false) && !o->bad && o->i < o->argc && is_name(o->argv[o->i], name);
 }
 
 /* The value after `name` when the argument at hand is `name`; NULL otherwise, or (with a
  * usage error) when it is missing. */
 static const char *value(lpx_opts *o, const char *name) {
-    if (!lpx_opts_flag(o, name)) return NULL;
+    if (listed(o, name, true) || !lpx_opts_flag(o, name)) return NULL;
     if (o->i + 1 >= o->argc) {
         lpx_cli_opt_missing(o->cmd, o->argv[o->i]);
         o->bad = true;
@@ -92,7 +104,7 @@ bool lpx_opts_i32_list(lpx_opts *o, const char *name, int32_t lo, int32_t hi, in
 }
 
 bool lpx_opts_arg(lpx_opts *o, const char **out) {
-    if (o->bad || o->i >= o->argc) return false;
+    if (o->bad || o->list || o->i >= o->argc) return false;
     const char *a = o->argv[o->i];
     if (a[0] == '-' && a[1]) return false;
     *out = a;
@@ -118,8 +130,13 @@ bool lpx_opts_fail(lpx_opts *o, const char *msg) {
     return false;
 }
 
+bool lpx_opts_left(lpx_opts *o) {
+    o->bad |= o->list;
+    return !o->bad;
+}
+
 void lpx_opts_unknown(lpx_opts *o) {
-    if (o->bad) return;
+    if (!lpx_opts_left(o)) return;
     lpx_cli_opt_unknown(o->cmd, o->argv[o->i]);
     o->bad = true;
 }

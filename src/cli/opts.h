@@ -16,7 +16,13 @@
  * messages name the spelling given. A matcher returns true when argv holds its option with
  * a good value, which it then consumes; a missing or bad value prints "lpx CMD: ..."
  * (cli_num.h's wording, as every subcommand words it) and sets `bad`, after which every
- * matcher returns false and the loop ends. */
+ * matcher returns false and the loop ends.
+ *
+ * `lpx CMD --list-options` (first after CMD) runs the loop once in listing mode: each
+ * matcher prints its spellings, a line each ("NAME", or "NAME ARG" when it takes a
+ * value), and matches nothing; lpx_opts_unknown (or lpx_opts_left) then ends the loop
+ * and the command exits 2, silently. Shell completion (lpx completion bash) is generated
+ * from it. */
 #ifndef LPX_CLI_OPTS_H
 #define LPX_CLI_OPTS_H
 
@@ -41,6 +47,7 @@ typedef struct lpx_opts {
     int i;     /* argv index of the option at hand; 0 before the first */
     bool help; /* -h or --help was given */
     bool bad;  /* a usage error was printed */
+    bool list; /* --list-options: matchers print their names */
 } lpx_opts;
 
 /* Steps to the next argument; false at the end, at -h/--help, or after a usage error. */
@@ -67,6 +74,9 @@ bool lpx_opts_arg(lpx_opts *o, const char **out);
 bool lpx_opts_bad(lpx_opts *o, const char *what);
 /* The same with a message of its own: "lpx CMD: OPT: MSG". */
 bool lpx_opts_fail(lpx_opts *o, const char *msg);
+/* Whether the argument at hand is left for the caller to report in its own words (no
+ * matcher took it); false after a usage error and in listing mode, which it ends. */
+bool lpx_opts_left(lpx_opts *o);
 /* Reports the argument at hand as unknown (no matcher took it). */
 void lpx_opts_unknown(lpx_opts *o);
 /* After the loop, on help or a usage error: prints usage(stdout) for help; returns the

@@ -64,16 +64,63 @@ void lpx_checks_free(lpx_checks *c) {
 lpx_check_level lpx_checks_worst(const lpx_checks *c) {
     lpx_check_level w = LPX_CHECK_OK;
     for (size_t i = 0; i < c->n; i++)
-        if (c->v[i].level > w) w = c->v[i].level;
+        if (c->v[i].level != LPX_CHECK_SKIP && c->v[i].level > w) w = c->v[i].level;
     return w;
 }
 
-int lpx_check_exit_status(lpx_check_level worst) {
-    return worst == LPX_CHECK_FAIL ? 1 : worst == LPX_CHECK_WARN ? 3 : 0;
+int lpx_check_exit_status(lpx_check_level worst, bool no_gpu) {
+    return worst == LPX_CHECK_FAIL ? 1 : worst == LPX_CHECK_WARN ? 3 : no_gpu ? 4 : 0;
 }
 
 const char *lpx_check_level_name(lpx_check_level l) {
-    return l == LPX_CHECK_FAIL ? "FAIL" : l == LPX_CHECK_WARN ? "WARN" : "OK";
+    return l == LPX_CHECK_SKIP   ? "SKIP"
+           : l == LPX_CHECK_FAIL ? "FAIL"
+           : l == LPX_CHECK_WARN ? "WARN"
+                                 : "OK";
+}
+
+bool lpx_checks_no_gpu(const lpx_host_facts *h, const lpx_telemetry_state *st, lpx_checks *out) {
+    if (st->nvml_loaded || st->cuda_loaded || h->dev_nvidiactl || h->dev_nvidia_n > 0 || h->dev_nvidia_uvm ||
+        (h->modules_readable && (h->nvidia_module || h->nouveau_module)))
+        return false;
+    static const char *const ids[] = {"build.cuda",  "driver.module", "driver.devices",
+                                      "driver.nvml", "driver.cuda",   "gpu.count",
+                                      "container"};
+    for (size_t i = 0; i < out->n; i++)
+        for (size_t k = 0; k < sizeof ids / sizeof *ids; k++)
+            if (!strcmp(out->v[i].id, ids[k]) && out->v[i].level != LPX_CHECK_OK)
+                out->v[i].level = LPX_CHECK_SKIP;
+    return true;
+}
+
+void lpx_eval_ram(const lpx_host_facts *h, const lpx_model_need *need, lpx_check *out) {
+    snprintf(out->id, sizeof out->id, "model.ram");
+    char what[256];
+    const int64_t kv = 2 * need->kv, want = need->weights + kv; /* fp32: twice the bf16 */
+    snprintf(what, sizeof what,
+             "the CPU backend needs %.2f GiB (weights %.2f GiB as stored + fp32 KV %.2f GiB for "
+             "%lld x %lld tokens)",
+             gib(want), gib(need->weights), gib(kv), (long long)need->max_num_seqs,
+             (long long)need->max_model_len);
+    out->fix[0] = '\0';
+    if (h->ram_available <= 0) {
+        out->level = LPX_CHECK_WARN;
+        snprintf(out->found, sizeof out->found, "%s; available RAM unknown", what);
+        snprintf(out->fix, sizeof out->fix, "check `free -g`");
+        return;
+    }
+    out->level = want > h->ram_available                         ? LPX_CHECK_FAIL
+                 : (double)want > 0.9 * (double)h->ram_available ? LPX_CHECK_WARN
+                                                                 : LPX_CHECK_OK;
+    snprintf(out->found, sizeof out->found, "%s; %.2f GiB of %.2f GiB RAM available: %s", what,
+             gib(h->ram_available), gib(h->ram_total),
+             out->level == LPX_CHECK_OK     ? "fits"
+             : out->level == LPX_CHECK_WARN ? "fits, with little to spare"
+                                            : "does not fit");
+    if (out->level != LPX_CHECK_OK)
+        snprintf(out->fix, sizeof out->fix,
+                 "a shorter --max-model-len or fewer --max-num-seqs (lpx -c N), a smaller "
+                 "quantized model (lpx quantize), or free memory");
 }
 
 lpx_build_facts lpx_build_facts_get(void) {
@@ -224,10 +271,13 @@ void lpx_eval_host(const lpx_host_facts *h, const lpx_telemetry_state *st, const
                        "on the CPU only");
 
     /* kernel modules */
-    if (!h->modules_readable)
+    if (!h->modules_readable && gpu)
         lpx_checks_add(out, "driver.module", LPX_CHECK_OK, NULL,
-                       "cannot tell: /proc/modules is not readable here%s",
-                       gpu ? "; the driver answers through NVML" : "");
+                       "/proc/modules is not readable here; the driver answers through NVML");
+    else if (!h->modules_readable) /* cannot tell: never OK */
+        lpx_checks_add(out, "driver.module", LPX_CHECK_WARN,
+                       "check on the host: lsmod | grep nvidia",
+                       "cannot tell: /proc/modules is not readable here");
     else if (h->nvidia_module)
         lpx_checks_add(out, "driver.module", LPX_CHECK_OK, NULL, "nvidia kernel module loaded%s",
                        h->nvidia_uvm_module ? ", nvidia_uvm loaded" : "");

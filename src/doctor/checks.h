@@ -16,6 +16,7 @@ typedef enum lpx_check_level {
     LPX_CHECK_OK = 0,
     LPX_CHECK_WARN = 1,
     LPX_CHECK_FAIL = 2,
+    LPX_CHECK_SKIP = 3, /* not applicable here (no GPU: the GPU checks); counts as no fault */
 } lpx_check_level;
 
 typedef struct lpx_check {
@@ -35,9 +36,12 @@ typedef struct lpx_checks {
 bool lpx_checks_add(lpx_checks *c, const char *id, lpx_check_level level, const char *fix,
                     const char *fmt, ...) LPX_PRINTF(5, 6);
 void lpx_checks_free(lpx_checks *c);
+/* The worst of OK, WARN and FAIL among the checks (SKIP is no fault). */
 lpx_check_level lpx_checks_worst(const lpx_checks *c);
-/* The process exit status for a result: 0 all OK, 1 a FAIL, 3 WARN but no FAIL. */
-int lpx_check_exit_status(lpx_check_level worst);
+/* The process exit status for a result: 0 all OK, 1 a FAIL, 3 WARN but no FAIL; with
+ * no_gpu (lpx_checks_no_gpu) and no FAIL or WARN, 4: no GPU here, the CPU backend is
+ * fine (what a CPU-only CI job expects). */
+int lpx_check_exit_status(lpx_check_level worst, bool no_gpu);
 const char *lpx_check_level_name(lpx_check_level l);
 
 /* How lpx was built. */
@@ -69,6 +73,14 @@ typedef struct lpx_host_facts {
 void lpx_eval_host(const lpx_host_facts *h, const lpx_telemetry_state *st, const lpx_build_facts *b,
                    lpx_checks *out);
 
+/* Whether this is simply a machine without an NVIDIA GPU: no GPU device nodes, no nvidia
+ * kernel module seen, no NVML or libcuda library that loads. Then the driver and GPU checks that
+ * only say so (build.cuda without CUDA, driver.*, gpu.count, the container's no-GPU
+ * verdict) become SKIP: one cause, one verdict ("no GPU: CPU backend"), not five FAILs.
+ * A machine that has some of it (a node but no library, a driver that reports 0 GPUs)
+ * keeps its FAILs: that is a broken setup, not an absent GPU. */
+bool lpx_checks_no_gpu(const lpx_host_facts *h, const lpx_telemetry_state *st, lpx_checks *out);
+
 /* Memory a model needs on the GPU; need < 0: no model given. */
 typedef struct lpx_model_need {
     int64_t total; /* bytes */
@@ -78,6 +90,10 @@ typedef struct lpx_model_need {
 
 /* One evaluator per GPU check; each fills *out. */
 void lpx_eval_arch(const lpx_gpu_facts *f, const lpx_build_facts *b, lpx_check *out);
+/* model.ram, without a GPU: whether the model fits in RAM for the CPU backend: the weights
+ * as stored (that backend keeps the file's blocks) and its fp32 KV cache, twice need->kv
+ * (bf16). */
+void lpx_eval_ram(const lpx_host_facts *h, const lpx_model_need *need, lpx_check *out);
 void lpx_eval_memory(const lpx_gpu_facts *f, const lpx_gpu_sample *s, const lpx_model_need *need,
                      lpx_check *out);
 void lpx_eval_ecc(const lpx_gpu_facts *f, lpx_check *out);

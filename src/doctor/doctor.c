@@ -143,6 +143,7 @@ lpx_status lpx_doctor_run(const lpx_build_facts *build, const lpx_model_need *ne
     LPX_TRY(lpx_telemetry_open(LPX_TEL_WITH_CUDA, &t));
     r->state = *lpx_telemetry_get_state(t);
     lpx_eval_host(&r->host, &r->state, &r->build, &r->checks);
+    r->no_gpu = lpx_checks_no_gpu(&r->host, &r->state, &r->checks);
     int n = r->state.nvml_device_count;
     if (n > 0) {
         r->facts = calloc((size_t)n, sizeof *r->facts);
@@ -180,6 +181,11 @@ lpx_status lpx_doctor_run(const lpx_build_facts *build, const lpx_model_need *ne
         lpx_eval_gpu(f, s, procs, np, perr, (uint32_t)getpid(), &r->build, need, &r->checks);
     }
     lpx_telemetry_close(t);
+    if (need && r->n_gpus == 0) { /* lpx runs on the CPU here: does the model fit its RAM? */
+        lpx_check c;
+        lpx_eval_ram(&r->host, need, &c);
+        lpx_checks_add(&r->checks, c.id, c.level, c.fix[0] ? c.fix : NULL, "%s", c.found);
+    }
     if (r->checks.oom) return lpx_errorf(LPX_ERR_NOMEM, "out of memory");
     return LPX_OK;
 }
@@ -193,20 +199,31 @@ void lpx_doctor_report_free(lpx_doctor_report *r) {
     memset(r, 0, sizeof *r);
 }
 
+int lpx_doctor_exit_status(const lpx_doctor_report *r) {
+    return lpx_check_exit_status(lpx_checks_worst(&r->checks), r->no_gpu);
+}
+
 void lpx_doctor_print(FILE *f, const lpx_doctor_report *r) {
     fprintf(f, "lpx doctor (lpx %s)\n\n", lpx_version());
-    size_t count[3] = {0, 0, 0};
+    size_t count[4] = {0, 0, 0, 0};
     for (size_t i = 0; i < r->checks.n; i++) {
         const lpx_check *c = &r->checks.v[i];
         count[c->level]++;
         fprintf(f, "  %-4s  %-18s %s\n", lpx_check_level_name(c->level), c->id, c->found);
-        if (c->fix[0] && c->level != LPX_CHECK_OK)
+        if (c->fix[0] && c->level != LPX_CHECK_OK && c->level != LPX_CHECK_SKIP)
             fprintf(f, "        %-18s fix: %s\n", "", c->fix);
     }
     lpx_check_level w = lpx_checks_worst(&r->checks);
-    fprintf(f, "\nresult: %s (%zu OK, %zu WARN, %zu FAIL), exit status %d\n",
-            lpx_check_level_name(w), count[0], count[1], count[2], lpx_check_exit_status(w));
-    if (r->n_gpus == 0)
+    const int rc = lpx_doctor_exit_status(r);
+    fprintf(f, "\nresult: %s (%zu OK, %zu WARN, %zu FAIL, %zu SKIP), exit status %d\n",
+            rc == 4 ? "no GPU: CPU backend" : lpx_check_level_name(w), count[0], count[1], count[2],
+            count[3], rc);
+    if (r->no_gpu)
+        fprintf(f,
+                "No NVIDIA GPU here (no device, driver or NVML): lpx runs on its CPU backend "
+                "(%d cores); the GPU checks are skipped.\n",
+                r->host.cpu_cores);
+    else if (r->n_gpus == 0)
         fprintf(f, "No NVIDIA GPU is usable here: lpx runs on its CPU backend (%d cores).\n",
                 r->host.cpu_cores);
 }
@@ -278,7 +295,8 @@ char *lpx_doctor_json(const lpx_doctor_report *r) {
     lpx_check_level w = lpx_checks_worst(&r->checks);
     cJSON_AddStringToObject(root, "lpx_version", lpx_version());
     cJSON_AddStringToObject(root, "result", lpx_check_level_name(w));
-    cJSON_AddNumberToObject(root, "exit_status", lpx_check_exit_status(w));
+    cJSON_AddBoolToObject(root, "no_gpu", r->no_gpu);
+    cJSON_AddNumberToObject(root, "exit_status", lpx_doctor_exit_status(r));
     cJSON *checks = cJSON_AddArrayToObject(root, "checks");
     for (size_t i = 0; i < r->checks.n; i++) {
         const lpx_check *c = &r->checks.v[i];

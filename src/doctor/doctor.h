@@ -22,6 +22,7 @@ typedef struct lpx_doctor_report {
     bool has_need;
     lpx_model_need need;
     lpx_checks checks;
+    bool no_gpu; /* lpx_checks_no_gpu: the GPU checks are SKIP, the verdict "no GPU" */
 } lpx_doctor_report;
 
 /* Reads /proc, /dev, the environment and the CPU. */
@@ -38,6 +39,8 @@ lpx_status lpx_doctor_run(const lpx_build_facts *build, const lpx_model_need *ne
                           lpx_doctor_report *r);
 void lpx_doctor_report_free(lpx_doctor_report *r);
 
+/* The exit status of lpx doctor for it (lpx_check_exit_status). */
+int lpx_doctor_exit_status(const lpx_doctor_report *r);
 void lpx_doctor_print(FILE *f, const lpx_doctor_report *r);
 /* The report as a JSON document (malloc'd; free with lpx_free), NULL when out of memory. */
 char *lpx_doctor_json(const lpx_doctor_report *r);

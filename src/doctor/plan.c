@@ -2,10 +2,13 @@
 
 #include "base/checked.h"
 #include "base/error.h"
+#include "base/host_bw.h"
+#include "doctor/doctor.h"
 
-#include <strings.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MIB (1024LL * 1024LL)
 #define TBS 1e12
@@ -107,22 +110,27 @@ lpx_status lpx_plan_compute(const lpx_plan_model *m, const lpx_plan_gpu *g,
         return lpx_errorf(LPX_ERR_INVALID_ARG,
                           "need max_model_len >= 1, context >= 0, 0 < utilisation <= 1");
     if (p->kv_dtype != LPX_KV_AUTO && p->kv_dtype != LPX_KV_BF16 && p->kv_dtype != LPX_KV_FP8)
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "plan: KV dtype %s: expected bf16 or fp8",
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "KV dtype %s: expected bf16 or fp8",
                           lpx_kv_dtype_name(p->kv_dtype));
+    if (g->host && p->kv_dtype == LPX_KV_BF16)
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "--kv-cache-dtype bf16: the CPU backend's KV cache is f32 (auto) or fp8");
     const bool fp8 = p->kv_dtype == LPX_KV_FP8;
     if (fp8 && m->kv_bytes_per_token_fp8 <= 0)
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "plan: the model's fp8 KV bytes are not known");
-    out->kv_dtype = fp8 ? LPX_KV_FP8 : LPX_KV_BF16;
-    out->kv_bytes_per_token = fp8 ? m->kv_bytes_per_token_fp8 : m->kv_bytes_per_token;
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "the model's fp8 KV bytes are not known");
+    const lpx_kv_dtype wide = g->host ? LPX_KV_F32 : LPX_KV_BF16;
+    const int64_t wide_bpt = g->host ? 2 * m->kv_bytes_per_token : m->kv_bytes_per_token;
+    out->kv_dtype = fp8 ? LPX_KV_FP8 : wide;
+    out->kv_bytes_per_token = fp8 ? m->kv_bytes_per_token_fp8 : wide_bpt;
     const int64_t bpt = out->kv_bytes_per_token;
     out->floor_ms = (double)m->decode_bytes_per_step / g->bandwidth * 1e3;
     out->floor_tok_s = 1e3 / out->floor_ms;
     out->usable_bytes = (int64_t)((double)g->mem_bytes * p->mem_utilization);
     out->kv_budget = out->usable_bytes - m->weight_bytes - p->reserve_bytes;
-    const int64_t per_dtype[2] = {m->kv_bytes_per_token, m->kv_bytes_per_token_fp8};
+    const int64_t per_dtype[2] = {wide_bpt, m->kv_bytes_per_token_fp8};
     for (int d = 0; d < 2; d++) {
         lpx_plan_kv *k = &out->kv[d];
-        k->dtype = d ? LPX_KV_FP8 : LPX_KV_BF16;
+        k->dtype = d ? LPX_KV_FP8 : wide;
         k->bytes_per_token = per_dtype[d] > 0 ? per_dtype[d] : 0;
         if (!k->bytes_per_token) continue;
         if (!lpx_mul_i64(p->max_model_len, k->bytes_per_token, &k->bytes_per_seq))
@@ -149,4 +157,18 @@ lpx_status lpx_plan_compute(const lpx_plan_model *m, const lpx_plan_gpu *g,
         r->fits = out->kv_budget >= 0 && toks <= out->max_tokens;
     }
     return LPX_OK;
+}
+
+void lpx_plan_host(lpx_plan_gpu *g) {
+    memset(g, 0, sizeof *g);
+    lpx_host_facts h;
+    lpx_host_facts_read(&h);
+    snprintf(g->name, sizeof g->name, "no GPU: the CPU backend (%d cores%s%s)", h.cpu_cores,
+             h.cpu_features[0] ? ", " : "", h.cpu_features);
+    g->host = true;
+    g->mem_bytes = h.ram_available;
+    g->bandwidth = lpx_host_read_bandwidth();
+    snprintf(g->bandwidth_source, sizeof g->bandwidth_source,
+             "host read bandwidth lpx measured now (256 MiB, best of 3); memory: the RAM "
+             "available now");
 }

@@ -7,7 +7,9 @@
  * and sequences of max_model_len tokens fit while
  *     weights + reserve + n * max_model_len * kv_bytes_per_token <= mem * utilisation.
  * kv_bytes_per_token is that of the KV dtype planned for (bf16 by default; fp8 about
- * half); the plan also gives the memory side for each dtype (lpx_plan.kv). */
+ * half); the plan also gives the memory side for each dtype (lpx_plan.kv). Without a GPU
+ * the plan is the CPU backend's on this host (lpx_plan_host): RAM, the measured read
+ * bandwidth, an f32 KV cache (twice bf16) unless fp8 is asked for. */
 #ifndef LPX_DOCTOR_PLAN_H
 #define LPX_DOCTOR_PLAN_H
 
@@ -50,7 +52,13 @@ typedef struct lpx_plan_gpu {
     int64_t mem_bytes;
     double bandwidth;           /* bytes/s used for the floor */
     char bandwidth_source[160]; /* where that figure comes from */
+    bool host;                  /* the CPU backend on this host: KV f32 (its auto) or fp8 */
 } lpx_plan_gpu;
+
+/* The plan's device without a GPU: this host for the CPU backend, its available RAM and
+ * its read bandwidth measured now (lpx_host_read_bandwidth). Its plan has no CUDA
+ * reserve (lpx_plan_params.reserve_bytes 0). */
+void lpx_plan_host(lpx_plan_gpu *g);
 
 #define LPX_PLAN_MAX_BATCHES 16
 
@@ -94,7 +102,8 @@ typedef struct lpx_plan {
     bool fits;                /* weights + reserve + one full sequence */
     lpx_plan_row rows[LPX_PLAN_MAX_BATCHES];
     int n_rows;
-    lpx_plan_kv kv[2]; /* bf16, fp8: bytes per token and what fits in the same budget */
+    lpx_plan_kv kv[2]; /* bf16 (host: f32), fp8: bytes per token and what fits in the same
+                          budget */
 } lpx_plan;
 
 void lpx_plan_params_default(lpx_plan_params *p);

@@ -503,3 +503,15 @@ lpx_status lpx_model_info_get(const lpx_model *m, lpx_model_info *out) {
         lpx_kv_token_bytes(c->n_layers, c->n_kv_heads, c->head_dim, LPX_KV_FP8);
     return LPX_OK;
 }
+
+void lpx_model_default_name(const char *path, char *out, size_t cap) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/')
+        b--;
+    size_t len = n - b;
+    if (len > 5 && !strncmp(path + n - 5, ".gguf", 5)) len -= 5;
+    snprintf(out, cap, "%.*s", (int)len, path + b);
+}

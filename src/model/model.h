@@ -120,4 +120,10 @@ const lpx_tensor *lpx_model_find_tensor(const lpx_model *m, const char *name);
  * models, the mapped one for Hugging Face names; false when it has none (or cap is short). */
 bool lpx_model_gguf_name(const lpx_model *m, const char *name, char *out, size_t cap);
 
+/* The name a model is known by unless one is given (lpx serve's /v1/models id and its
+ * responses' "model", lpx batch's results): the file or directory name of path without
+ * a .gguf suffix ("/m/SmolLM2.Q4_1.gguf" -> "SmolLM2.Q4_1", "/m/Qwen3-0.6B/" ->
+ * "Qwen3-0.6B"). */
+void lpx_model_default_name(const char *path, char *out, size_t cap);
+
 #endif

@@ -46,4 +46,36 @@ def charts(drv):
             title: s.querySelector('text').textContent,
             bars: Array.from(s.querySelectorAll('rect.bar')).map(r => r.getBBox().height),
             lines: Array.from(s.querySelectorAll('polyline.line')).map(p => p.getTotalLength()),
+            ticks: Array.from(s.querySelectorAll('text.tick')).map(t => t.textContent),
+            // texts drawn (even in part) outside the chart: cut off
+            cut: Array.from(s.querySelectorAll('text')).filter(t => {
+                const r = t.getBoundingClientRect(), b = s.getBoundingClientRect();
+                return r.left < b.left - 0.5 || r.right > b.right + 0.5 ||
+                       r.top < b.top - 0.5 || r.bottom > b.bottom + 0.5;
+            }).map(t => t.textContent),
         }));""")
+
+
+def assert_round_ticks(chart):
+    """A chart's tick labels are round numbers: no exponent, and each axis's labels a
+    multiple of one step of 1, 2 or 5 x 10^k; no text of it is cut off."""
+    import math
+    assert not chart["cut"], chart
+    assert chart["ticks"], chart
+    assert not [t for t in chart["ticks"] if "e" in t.lower()], chart["ticks"]
+    # the x ticks come first, then the y ticks; each run increases
+    vals = [float(t) for t in chart["ticks"]]
+    runs, run = [], [vals[0]]
+    for v in vals[1:]:
+        if v > run[-1]:
+            run.append(v)
+        else:
+            runs.append(run)
+            run = [v]
+    runs.append(run)
+    for r in runs:
+        assert len(r) >= 2, chart["ticks"]
+        step = r[1] - r[0]
+        mant = step / 10 ** math.floor(math.log10(step) + 1e-9)
+        assert min(abs(mant - m) for m in (1, 2, 5)) < 1e-6, (step, chart["ticks"])
+        assert all(abs((b - a) - step) < 1e-9 * max(1, step) for a, b in zip(r, r[1:])), r

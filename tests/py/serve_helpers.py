@@ -11,8 +11,9 @@ class Server:
     """A running `lpx serve`; its stderr is collected in .log."""
 
     def __init__(self, lpx_bin, model, *args, api_key=None, name="smollm2"):
-        cmd = [lpx_bin, "serve", "-m", model, "--port", "0", "--served-model-name", name,
-               "--max-model-len", "512", *args]
+        # name None: the server's own default name (the file name without .gguf)
+        cmd = [lpx_bin, "serve", "-m", model, "--port", "0",
+               *(["--served-model-name", name] if name else []), "--max-model-len", "512", *args]
         if api_key:
             cmd += ["--api-key", api_key]
         self.api_key = api_key

@@ -5,6 +5,7 @@ HTTP server."""
 import http.server
 import json
 import os
+import pathlib
 import random
 import signal
 import subprocess
@@ -645,3 +646,39 @@ def test_server_unreachable_and_bad_key(tmp_path, lpx_bin, server):
     assert r.returncode == 1
     f = read_jsonl(tmp_path / "o2" / "failures.jsonl")
     assert f[0]["attempts"] == 2 and "127.0.0.1:9" in f[0]["error"]
+
+
+def test_server_model_override_replaces_every_lines_model(tmp_path, lpx_bin, server):
+    rows = [{"id": "a", "prompt": "hello", "model": "gpt-4o-mini"},
+            {"id": "b", "messages": [{"role": "user", "content": "hi"}], "model": "other"},
+            {"id": "c", "prompt": "plain"}]
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, rows)
+    for args, want in ((["--model", "org/ux"], dict.fromkeys("abc", "org/ux")),
+                       ([], {"a": "gpt-4o-mini", "b": "other", "c": "scripted"})):
+        out = tmp_path / f"out{len(args)}"
+        r = batch(lpx_bin, "-i", str(inp), "-o", str(out), "--server", server, "--api-key", "k1",
+                  *args)
+        assert r.returncode == 0, r.stderr
+        recs = {x["custom_id"]: x for x in read_jsonl(out / "results.jsonl")}
+        # the scripted server answers with the "model" it was sent
+        assert {k: v["response"]["body"]["model"] for k, v in recs.items()} == want
+        if args:
+            assert json.loads((out / "summary.json").read_text())["model"] == "org/ux"
+
+
+def test_engine_results_name_the_model_as_serve_does(tmp_path, lpx_bin, smollm2):
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, [{"id": "a", "prompt": "Hi", "max_tokens": 2}])
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(tmp_path / "out"), "-m", smollm2)
+    assert r.returncode == 0, r.stderr
+    (rec,) = read_jsonl(tmp_path / "out" / "results.jsonl")
+    srv = Server(lpx_bin, smollm2, name=None)
+    try:
+        (listed,) = [m["id"] for m in srv.get("/v1/models").json()["data"]]
+        answer = srv.post("/v1/completions", {"prompt": "Hi", "max_tokens": 2}).json()
+    finally:
+        srv.stop()
+    assert listed == pathlib.Path(smollm2).name.removesuffix(".gguf")
+    assert rec["response"]["body"]["model"] == listed == answer["model"]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["model"] == listed

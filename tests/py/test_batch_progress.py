@@ -83,3 +83,34 @@ def test_progress_bar_on_a_terminal(tmp_path, lpx_bin, smollm2):
     # the final state ends the bar's line; the summary line follows on its own
     assert re.search(r"\] " + f"{DONE}/{TOTAL} done, {FAILED} failed" + r", \d+\.\d tok/s, ETA \d+ s \r?\n"
                      + f"lpx batch: {DONE} succeeded, {FAILED} failed; results in", text), text
+
+
+def test_rate_and_eta_count_tokens_as_they_stream(tmp_path, lpx_bin, smollm2):
+    """One long answer: before it ends (0/1 done), the bar already shows a rate from the
+    tokens streamed so far and an ETA from the tokens still to come (max_tokens less
+    those), which shrinks as they come."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"id": "long", "prompt": "Once upon a time", "max_tokens": 160,
+                               "ignore_eos": True}) + "\n")
+    master, slave = os.openpty()
+    p = subprocess.Popen([lpx_bin, "batch", "-i", str(inp), "-o", str(tmp_path / "out"), "-m",
+                          smollm2, "-t", "1"],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    assert p.wait(timeout=300) == 0
+    rows = re.findall(r"\] 0/1 done, 0 failed, (\d+\.\d) tok/s, ETA (\d+) s", out.decode())
+    assert len(rows) >= 2, out  # several redraws before the answer ended
+    moving = [(float(r), int(e)) for r, e in rows if float(r) > 0]
+    assert moving, rows  # a rate before any request finished
+    etas = [e for _, e in moving]
+    assert etas[-1] < etas[0], etas  # the rate wobbles; the tokens to come only shrink

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from report_helpers import assert_self_contained, charts, chromium
+from report_helpers import assert_round_ticks, assert_self_contained, charts, chromium
 
 
 def run(*args):
@@ -48,6 +48,7 @@ def test_report(lpx_bin, smollm2, tmp_path):
             "Decode tokens/s over the batch size", "Decode step time over the batch size"]
         for c in got:
             assert c["width"] > 100 and c["height"] > 100, c
+            assert_round_ticks(c)
         for c, key, rnd in ((got[0], "tok_s", 0.005), (got[1], "pct_of_floor", 0.05)):
             assert len(c["bars"]) == len(tests) and all(h > 0 for h in c["bars"])
             # Heights in proportion to the values: up to the SVG's 0.1 rounding and the

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from report_helpers import assert_self_contained, charts, chromium
+from report_helpers import assert_round_ticks, assert_self_contained, charts, chromium
 
 TOKEN_GAP = 0.004  # s between streamed tokens
 
@@ -293,5 +293,6 @@ def render_in_chromium(html):
         assert len(got) == 1 + 2 * 6
         for c in got:
             assert c["width"] > 100 and c["height"] > 100, c
+            assert_round_ticks(c)
         assert sum(h > 0 for c in got for h in c["bars"]) >= 8
         assert sum(n > 0 for c in got for n in c["lines"]) >= 5

@@ -135,7 +135,7 @@ def test_bundle_layout_has_every_copied_path_and_starts(tmp_path, lpx_bin):
 def test_nginx_config_is_accepted(tmp_path):
     nginx = shutil.which("nginx") or (os.path.exists("/usr/sbin/nginx") and "/usr/sbin/nginx")
     if not nginx:
-        pytest.skip("nginx is not installed (scripts/install-deps.sh installs nginx-light)")
+        pytest.skip("nginx is not installed (scripts/install-deps.sh --test installs nginx-light)")
     conf = tmp_path / "nginx.conf"
     conf.write_text(f"""pid {tmp_path}/nginx.pid;
 error_log {tmp_path}/error.log;

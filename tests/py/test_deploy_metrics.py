@@ -71,3 +71,13 @@ def test_unknown_compat_is_usage_error(lpx_bin, smollm2, value):
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert r.stderr == f"lpx serve: --metrics-compat: expected vllm (got '{value}')\n"
+
+
+def test_docs_name_exactly_the_vllm_names_served():
+    """docs/server.md's metrics section names as vLLM's exactly the ones served under
+    --metrics-compat vllm (the test above: no other vllm:* family exists)."""
+    import pathlib
+    import re
+    text = (pathlib.Path(__file__).resolve().parents[2] / "docs/server.md").read_text()
+    assert set(re.findall(r"vllm:[a-z_]+", text)) == {f"vllm:{n}" for n in COMPAT}
+    assert "dashboards built for vLLM read lpx" not in text

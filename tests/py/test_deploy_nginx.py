@@ -57,7 +57,7 @@ http {{
 def nginx_bin():
     path = shutil.which("nginx") or shutil.which("/usr/sbin/nginx")
     if not path:
-        pytest.skip("nginx is not installed (scripts/install-deps.sh installs nginx-light)")
+        pytest.skip("nginx is not installed (scripts/install-deps.sh --test installs nginx-light)")
     return path
 
 

@@ -74,14 +74,34 @@ def test_plan_text_and_errors(lpx_bin, smollm2):
     assert r.returncode == 1 and r.stderr.startswith("lpx plan: ") and r.stderr.count("\n") == 1
 
 
-def test_plan_auto_without_gpu(lpx_bin, smollm2):
+def test_plan_auto_without_gpu(lpx_bin, smollm2, ref):
     try:
         ctypes.CDLL("libnvidia-ml.so.1")
         pytest.skip("a GPU driver is present")
     except OSError:
         pass
+    r = run(lpx_bin, "plan", "-m", smollm2, "--json")
+    assert r.returncode == 0, r.stderr
+    assert "no NVIDIA GPU detected" in r.stderr and "CPU backend" in r.stderr and "--gpu" in r.stderr
+    p = json.loads(r.stdout)
+    # the CPU backend's plan: its f32 KV cache (twice the bf16 bytes), no CUDA reserve, this
+    # host's available RAM and its measured read bandwidth
+    assert p["gpu"]["name"].startswith("no GPU: the CPU backend")
+    assert p["kv_cache_dtype"] == "f32" and p["kv_bytes_per_token"] == 2 * ref["kv"]
+    assert set(p["kv_dtypes"]) == {"f32", "fp8"}
+    avail = next(int(l.split()[1]) * 1024 for l in open("/proc/meminfo")
+                 if l.startswith("MemAvailable:"))
+    assert p["gpu"]["memory_bytes"] == pytest.approx(avail, rel=0.2)
+    bw = p["gpu"]["bandwidth_bytes_per_s"]
+    assert 1e8 < bw < 1e13
+    assert p["floor_ms_per_token"] == pytest.approx(p["decode_bytes_per_step"] / bw * 1e3, rel=1e-9)
+    budget = int(p["gpu"]["memory_bytes"] * 0.9) - p["weight_bytes"]  # no reserve
+    assert p["max_seqs"] == budget // (ref["ctx"] * 2 * ref["kv"])
+    r = run(lpx_bin, "plan", "-m", smollm2, "--kv-cache-dtype", "bf16")
+    assert r.returncode == 1 and r.stderr.splitlines()[-1] == (
+        "lpx plan: --kv-cache-dtype bf16: the CPU backend's KV cache is f32 (auto) or fp8")
     r = run(lpx_bin, "plan", "-m", smollm2)
-    assert r.returncode == 1 and "no NVIDIA GPU detected" in r.stderr and "--gpu" in r.stderr
+    assert r.returncode == 0 and "GB/s" in r.stdout and "KV f32" in r.stdout
 
 
 def test_doctor_model_need(lpx_bin, smollm2, ref):

@@ -5,6 +5,7 @@ the CPU backend decodes SmolLM2 at a few tokens/s on CI's two cores."""
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import time
@@ -212,6 +213,7 @@ def test_chat_ctrl_c_stops_answer_then_exits(lpx_bin, smollm2):
         p.stdin.flush()
         assert p.stdout.read(1)  # the answer has started streaming
         p.send_signal(signal.SIGINT)  # stops the answer, not the chat
+        assert p.stderr.readline().startswith(b"lpx chat: ")  # the banner
         assert p.stderr.readline() == b"[stopped]\n"
         assert p.poll() is None
         time.sleep(0.2)  # let it reach the prompt
@@ -222,3 +224,111 @@ def test_chat_ctrl_c_stops_answer_then_exits(lpx_bin, smollm2):
             p.kill()
             p.wait()
     assert p.returncode == 0
+
+
+def test_run_ctrl_c_exits_130_with_stats(lpx_bin, smollm2):
+    p = subprocess.Popen([lpx_bin, "run", "-m", smollm2, "--device", "cpu", "-p", "Once upon",
+                          "--ignore-eos", "-n", "2000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.read(1)  # streaming
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, err
+    assert b"finish: cancelled" in err
+    assert int(re.search(rb"output (\d+) tokens", err).group(1)) < 2000
+
+
+def test_chat_banner_help_and_verbose_stats(lpx_bin, smollm2):
+    r = run(lpx_bin, "chat", "-m", smollm2, "--device", "cpu", "-n", 5, "--temp", 0, "-c", 512,
+            "--verbose", "--ignore-eos", input="/help\n/nosuch\nHi\n")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines[0] == (f"lpx chat: {smollm2} on cpu, context 512 tokens. /help lists the "
+                        "commands; Ctrl-D or /exit quits, Ctrl-C stops an answer.")
+    for cmd in ("/help", "/reset", "/exit"):
+        assert sum(l.startswith(cmd + " ") for l in lines) == 2  # /help, then /nosuch's list
+    assert "unknown command; the commands:" in lines
+    stats = [l for l in lines if l.startswith("[prompt ")]
+    assert len(stats) == 1 and "| output 5 tokens |" in stats[0] and "finish: length" in stats[0]
+    # without --verbose, no stats
+    r = run(lpx_bin, "chat", "-m", smollm2, "--device", "cpu", "-n", 2, input="Hi\n")
+    assert r.returncode == 0 and "[prompt " not in r.stderr
+
+
+def test_chat_on_a_terminal(lpx_bin, smollm2):
+    """lpx chat on a pseudo-terminal that is its controlling terminal, so ^C is the
+    terminal's: the answer stops right at the ^C the terminal echoes (no text after it),
+    the up arrow recalls the last line (libedit builds), ^C at the prompt exits 0."""
+    import fcntl
+    import pty
+    import select
+    import termios
+    libedit = b"libedit" in subprocess.run(["ldd", lpx_bin], capture_output=True).stdout
+    master, slave = pty.openpty()
+
+    def ctty():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    p = subprocess.Popen([lpx_bin, "chat", "-m", smollm2, "--device", "cpu", "--ignore-eos",
+                          "-n", "1000"], stdin=slave, stdout=slave, stderr=slave,
+                         preexec_fn=ctty)
+    os.close(slave)
+    out = b""
+
+    def read_until(want, timeout=60):
+        nonlocal out
+        end = time.monotonic() + timeout
+        while want not in out and time.monotonic() < end:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    out += os.read(master, 4096)
+                except OSError:
+                    break
+        assert want in out, out
+    try:
+        read_until(b"> ")
+        os.write(master, b"Tell me a long story\r")
+        n = len(out)
+        end = time.monotonic() + 60
+        while len(out) < n + 100 and time.monotonic() < end:  # some of the answer streamed
+            if select.select([master], [], [], 0.5)[0]:
+                out += os.read(master, 4096)
+        os.write(master, b"\x03")
+        read_until(b"[stopped]")
+        tail = out[out.index(b"^C"):]
+        assert tail.startswith(b"^C\r\n[stopped]"), tail
+        read_until(b"[stopped]\r\n> ")
+        if libedit:
+            os.write(master, b"\x1b[A")  # up arrow: the line again
+            read_until(b"> Tell me a long story", 10)
+            os.write(master, b"\x15")  # ^U: clear it
+        os.write(master, b"\x03")  # ^C at the prompt
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+
+
+def test_max_tokens_past_the_context_is_refused_as_serve_does(lpx_bin, smollm2):
+    r = run(lpx_bin, "run", "-m", smollm2, "--device", "cpu", "-p", "Hi", "-n", 600, "-c", 512)
+    assert r.returncode == 1 and r.stdout == ""
+    n = int(re.search(r"\((\d+) in the prompt", r.stderr).group(1))
+    assert r.stderr == (f"lpx run: -n 600: This model's maximum context length is 512 tokens. "
+                        f"However, you requested {n + 600} tokens ({n} in the prompt, 600 in the "
+                        "completion). Please reduce the length of the prompt or completion.\n")
+    # -n -1 (and the default 256) mean up to the context
+    for args in (["-n", -1], []):
+        r = run(lpx_bin, "run", "-m", smollm2, "--device", "cpu", "-p", "Hi", "-c", 16, *args,
+                "--ignore-eos")
+        assert r.returncode == 0 and f"output {16 - n} tokens" in r.stderr, r.stderr
+    # exactly the context still runs
+    r = run(lpx_bin, "run", "-m", smollm2, "--device", "cpu", "-p", "Hi", "-c", 16, "-n", 16 - n,
+            "--ignore-eos")
+    assert r.returncode == 0 and "finish: length" in r.stderr

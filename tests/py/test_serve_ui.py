@@ -25,7 +25,7 @@ def srv(lpx_bin, smollm2):
 @pytest.fixture(scope="module")
 def browser():
     driver_path = shutil.which("chromedriver")
-    assert driver_path, "chromedriver missing: scripts/install-deps.sh installs chromium-driver"
+    assert driver_path, "chromedriver missing: scripts/install-deps.sh --test installs chromium-driver"
     opts = webdriver.ChromeOptions()
     for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
               "--window-size=1280,900"):

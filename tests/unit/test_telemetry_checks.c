@@ -338,7 +338,7 @@ static void test_host(void) {
     CHECK(find(&c, "driver.module")->level == LPX_CHECK_FAIL);
     CHECK(find(&c, "gpu.count")->level == LPX_CHECK_FAIL &&
           has(find(&c, "gpu.count")->found, "no NVIDIA GPU found"));
-    CHECK(lpx_check_exit_status(lpx_checks_worst(&c)) == 1);
+    CHECK(lpx_check_exit_status(lpx_checks_worst(&c), false) == 1);
     lpx_checks_free(&c);
 
     /* the classic after a driver update without reboot */
@@ -394,7 +394,7 @@ static void test_host(void) {
           has(find(&c, "container")->fix, "--gpus all"));
     CHECK(find(&c, "cpu.backend")->level == LPX_CHECK_OK &&
           has(find(&c, "cpu.backend")->found, "2 core(s)"));
-    CHECK(lpx_check_exit_status(lpx_checks_worst(&c)) == 1);
+    CHECK(lpx_check_exit_status(lpx_checks_worst(&c), false) == 1);
     lpx_checks_free(&c);
     /* ... or with NVIDIA_VISIBLE_DEVICES=void */
     ch.nvidia_visible_set = true;
@@ -413,9 +413,73 @@ static void test_host(void) {
 }
 
 static void test_exit_status(void) {
-    CHECK(lpx_check_exit_status(LPX_CHECK_OK) == 0);
-    CHECK(lpx_check_exit_status(LPX_CHECK_WARN) == 3);
-    CHECK(lpx_check_exit_status(LPX_CHECK_FAIL) == 1);
+    CHECK(lpx_check_exit_status(LPX_CHECK_OK, false) == 0);
+    CHECK(lpx_check_exit_status(LPX_CHECK_WARN, false) == 3);
+    CHECK(lpx_check_exit_status(LPX_CHECK_FAIL, false) == 1);
+    CHECK(lpx_check_exit_status(LPX_CHECK_OK, true) == 4);
+    CHECK(lpx_check_exit_status(LPX_CHECK_WARN, true) == 3);
+    CHECK(lpx_check_exit_status(LPX_CHECK_FAIL, true) == 1);
+}
+
+/* A machine without a GPU (CI): nothing of the driver at all is one verdict, the GPU
+ * checks SKIP and exit 4; anything of it present (a device node, NVML that loads, the
+ * module) keeps the FAILs of a broken setup. */
+static void test_no_gpu(void) {
+    lpx_host_facts h = {.modules_readable = false,
+                        .in_container = true,
+                        .cpu_cores = 2,
+                        .ram_total = 8 * GIB,
+                        .ram_available = 6 * GIB};
+    snprintf(h.container_hint, sizeof h.container_hint, "docker: /.dockerenv");
+    lpx_telemetry_state st = {
+        .nvml_ready = false, .nvml_init_result = LPX_TEL_NA, .cuda_init_result = LPX_TEL_NA};
+    snprintf(st.nvml_error, sizeof st.nvml_error, "libnvidia-ml.so.1: cannot open shared object");
+    lpx_build_facts cpu_build = {false, "", 0};
+    lpx_checks c = {0};
+    lpx_eval_host(&h, &st, &cpu_build, &c);
+    /* cannot read /proc/modules and no NVML: cannot tell, so not OK */
+    CHECK(find(&c, "driver.module")->level == LPX_CHECK_WARN);
+    CHECK(lpx_checks_worst(&c) == LPX_CHECK_FAIL);
+    CHECK(lpx_checks_no_gpu(&h, &st, &c));
+    for (size_t i = 0; i < c.n; i++)
+        CHECK(c.v[i].level == (strcmp(c.v[i].id, "cpu.backend") ? LPX_CHECK_SKIP : LPX_CHECK_OK));
+    CHECK(find(&c, "gpu.count") && has(find(&c, "gpu.count")->found, "no NVIDIA GPU found"));
+    CHECK(lpx_checks_worst(&c) == LPX_CHECK_OK);
+    CHECK(lpx_check_exit_status(lpx_checks_worst(&c), true) == 4);
+    lpx_checks_free(&c);
+    /* a device node but no library: broken, not absent */
+    h.dev_nvidiactl = true, h.dev_nvidia_n = 1;
+    lpx_eval_host(&h, &st, &cpu_build, &c);
+    CHECK(!lpx_checks_no_gpu(&h, &st, &c));
+    CHECK(find(&c, "driver.nvml")->level == LPX_CHECK_FAIL);
+    lpx_checks_free(&c);
+    /* NVML loads but does not start: broken */
+    h.dev_nvidiactl = false, h.dev_nvidia_n = 0;
+    st.nvml_loaded = true;
+    lpx_eval_host(&h, &st, &cpu_build, &c);
+    CHECK(!lpx_checks_no_gpu(&h, &st, &c));
+    lpx_checks_free(&c);
+    st.nvml_loaded = false;
+    /* the module is loaded (readable /proc/modules) but no NVML: broken */
+    h.dev_nvidiactl = false, h.dev_nvidia_n = 0, h.modules_readable = true, h.nvidia_module = true;
+    lpx_eval_host(&h, &st, &cpu_build, &c);
+    CHECK(!lpx_checks_no_gpu(&h, &st, &c));
+    lpx_checks_free(&c);
+
+    /* model.ram: weights as stored + fp32 KV (twice the bf16 need) against MemAvailable */
+    lpx_model_need need = {.weights = 2 * GIB, .kv = GIB, .max_model_len = 8192, .max_num_seqs = 1};
+    lpx_check r;
+    lpx_eval_ram(&h, &need, &r); /* 4 GiB of 6 */
+    CHECK(r.level == LPX_CHECK_OK && !strcmp(r.id, "model.ram") && has(r.found, "4.00 GiB") &&
+          has(r.found, "fits"));
+    need.kv = (int64_t)(1.8 * GIB); /* 5.6 of 6: over 90 % */
+    lpx_eval_ram(&h, &need, &r);
+    CHECK(r.level == LPX_CHECK_WARN && r.fix[0]);
+    need.kv = 2 * GIB; /* 6 GiB + a byte more than available */
+    need.weights = 2 * GIB + 1;
+    lpx_eval_ram(&h, &need, &r);
+    CHECK(r.level == LPX_CHECK_FAIL && has(r.found, "does not fit") &&
+          has(r.fix, "--max-model-len"));
 }
 
 int main(void) {
@@ -428,5 +492,6 @@ int main(void) {
     test_processes();
     test_host();
     test_exit_status();
+    test_no_gpu();
     TEST_DONE();
 }
