@@ -105,4 +105,11 @@ bool lpx_tool_parser_feed(lpx_tool_parser *p, const char *s, size_t n);
 /* The end of the output: held text becomes content, a call cut short keeps what it has. */
 bool lpx_tool_parser_finish(lpx_tool_parser *p);
 
+/* The assistant message of output text[0..n) parsed in format f: {"role": "assistant",
+ * "content": text outside calls or null, "tool_calls": [{"id": id_prefix + the call's
+ * index in hex, "type": "function", "function": {"name", "arguments"}}]} (no tool_calls
+ * when none); *n_calls how many. NULL when memory ran out. */
+cJSON *lpx_tool_message(lpx_tool_format f, const char *text, size_t n, const char *id_prefix,
+                        size_t *n_calls);
+
 #endif

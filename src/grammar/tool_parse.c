@@ -10,6 +10,7 @@
  * header is read the call is kept, even when the output ends inside its arguments. */
 #include "grammar/tool_calls.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -336,4 +337,32 @@ bool lpx_tool_parser_finish(lpx_tool_parser *p) {
     p->ws.n = 0;
     p->state = P_DONE;
     return !p->oom;
+}
+
+cJSON *lpx_tool_message(lpx_tool_format f, const char *text, size_t n, const char *id_prefix,
+                        size_t *n_calls) {
+    lpx_tool_parser p;
+    lpx_tool_parser_init(&p, f);
+    bool ok = lpx_tool_parser_feed(&p, text, n) && lpx_tool_parser_finish(&p);
+    cJSON *m = ok ? cJSON_CreateObject() : NULL;
+    cJSON_AddStringToObject(m, "role", "assistant");
+    if (p.content.n)
+        cJSON_AddStringToObject(m, "content", p.content.p);
+    else
+        cJSON_AddNullToObject(m, "content");
+    cJSON *calls = m && p.n_calls ? cJSON_AddArrayToObject(m, "tool_calls") : NULL;
+    for (size_t i = 0; calls && i < p.n_calls; i++) {
+        char id[96];
+        snprintf(id, sizeof id, "%.80s%02zx", id_prefix, i & 0xff);
+        cJSON *o = cJSON_CreateObject(), *fn;
+        cJSON_AddStringToObject(o, "id", id);
+        cJSON_AddStringToObject(o, "type", "function");
+        fn = cJSON_AddObjectToObject(o, "function");
+        cJSON_AddStringToObject(fn, "name", p.calls[i].name);
+        cJSON_AddStringToObject(fn, "arguments", p.calls[i].args.n ? p.calls[i].args.p : "");
+        cJSON_AddItemToArray(calls, o);
+    }
+    *n_calls = p.n_calls;
+    lpx_tool_parser_free(&p);
+    return m;
 }

@@ -324,7 +324,8 @@ static enum MHD_Result do_tokenize(conn_ctx *c, struct MHD_Connection *conn, lpx
         return send_error(c, conn, &e);
     int32_t *ids = NULL;
     size_t n = 0;
-    if (!model_ok(s, &p, &e) || !lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, &e) ||
+    if (!model_ok(s, &p, &e) || !lpx_srv_bind_model(s->m, &p, &e) ||
+        !lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, &e) ||
         !lpx_job_prompt_ids(s->m, &p, 0, &ids, &n, &e)) {
         lpx_srv_params_free(&p);
         return send_error(c, conn, &e);
@@ -417,7 +418,8 @@ static enum MHD_Result do_generate(conn_ctx *c, struct MHD_Connection *conn, lpx
     size_t n_prompts = lpx_srv_n_prompts(&p), n_ids[LPX_SRV_MAX_PROMPTS] = {0};
     int32_t *ids[LPX_SRV_MAX_PROMPTS] = {0};
     lpx_job *j = NULL;
-    bool ok = model_ok(s, &p, &e) && lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, &e);
+    bool ok = model_ok(s, &p, &e) && lpx_srv_bind_model(s->m, &p, &e) &&
+              lpx_srv_check_vocab(&p, s->m->cfg.vocab_size, &e);
     for (size_t k = 0; ok && k < n_prompts; k++)
         ok = lpx_job_prompt_ids(s->m, &p, k, &ids[k], &n_ids[k], &e) && fits(s, &p, n_ids[k], &e);
     ok = ok && queue_ok(s, (int32_t)n_prompts * p.n, &e);
