@@ -74,7 +74,7 @@ static const char *tool_name(const cJSON *tool) {
     return cJSON_GetObjectItemCaseSensitive(tool_fn(tool), "name")->valuestring;
 }
 
-/* One entry of tools; NULL when good, else the message (in msg). */
+/* One entry of tools; false with the message in msg. */
 static bool check_tool(const cJSON *x, int i, const cJSON *tools, char *msg, size_t cap) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(x, "type");
     if (!cJSON_IsObject(x) || !cJSON_IsString(type))
