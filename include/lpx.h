@@ -201,6 +201,10 @@ typedef enum lpx_output_format {
     LPX_OUTPUT_TEXT = 0,        /* anything */
     LPX_OUTPUT_JSON_OBJECT = 1, /* a JSON object */
     LPX_OUTPUT_JSON_SCHEMA = 2, /* a JSON value valid against json_schema */
+    LPX_OUTPUT_TOOL_CALLS = 3,  /* tool calls in a model family's format: json_schema is
+                                   {"format": "hermes" | "llama3", "functions": [{"name",
+                                   "parameters": a schema}, ...], "parallel": bool}
+                                   (docs/server.md "Tool calls") */
 } lpx_output_format;
 
 /* One request. The prompt is exactly one of: token ids; text (tokenized with
@@ -224,7 +228,8 @@ typedef struct lpx_request {
     lpx_output_format output_format; /* default LPX_OUTPUT_TEXT */
     const char *json_schema;      /* LPX_OUTPUT_JSON_SCHEMA: the schema's JSON text (the
                                      subset of docs/structured-outputs.md; anything else
-                                     is LPX_ERR_INVALID_ARG naming the keyword's path) */
+                                     is LPX_ERR_INVALID_ARG naming the keyword's path);
+                                     LPX_OUTPUT_TOOL_CALLS: the calls' description */
 } lpx_request;
 
 /* Defaults: greedy, no penalties, random seed, max_tokens -1, skip_special. */

@@ -77,9 +77,10 @@ static void mask_cost(const char *label, const lpx_grammar *g, const char *const
     lpx_gmask_stats s;
     lpx_gmasks_stats(c, &s);
     printf("%-22s vocab %6d  trie %7zu nodes (built in %.0f ms)  %zu tokens  cold %8.1f us/token"
-           "  warm %6.1f us/token  states %lld  mean allowed %.0f  cache %.1f MiB\n",
-           label, vocab, lpx_gvocab_nodes(v), build_ms, n, cold, warm, (long long)s.misses, allowed,
-           (double)s.bytes / (1 << 20));
+           "  warm %6.1f us/token  states %lld  matcher steps %lld  mean allowed %.0f  cache %.1f "
+           "MiB\n",
+           label, vocab, lpx_gvocab_nodes(v), build_ms, n, cold, warm, (long long)s.misses,
+           (long long)s.steps, allowed, (double)s.bytes / (1 << 20));
     free(logits);
     lpx_gmasks_free(c);
     lpx_gvocab_free(v);

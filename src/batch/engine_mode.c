@@ -1,7 +1,10 @@
 /* The batch runner on the in-process engine: a line's request as the engine takes it,
  * and the engine's events into the slot's outcome. */
 #include "batch/job.h"
+#include "base/error.h"
 #include "grammar/response_format.h"
+#include "grammar/tool_calls.h"
+#include "model/model.h"
 #include "model/prompt.h"
 
 #include <stdlib.h>
@@ -70,19 +73,6 @@ static void on_event(const lpx_event *ev, void *user) {
     pthread_mutex_unlock(&j->mu);
 }
 
-/* Text of one chat message content: a string or text parts joined. */
-static char *content_text(const cJSON *c) {
-    if (cJSON_IsString(c)) return strdup(c->valuestring);
-    size_t n = 0;
-    const cJSON *p;
-    cJSON_ArrayForEach(p, c) n += strlen(cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring);
-    char *s = malloc(n + 1);
-    if (!s) return NULL;
-    s[0] = '\0';
-    cJSON_ArrayForEach(p, c) strcat(s, cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring);
-    return s;
-}
-
 /* Submits one attempt to the engine; false with o->error set when refused. */
 bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
     const lpx_batch_task *t = &j->in.tasks[s->task];
@@ -116,34 +106,45 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
     if (rf && !cJSON_IsNull(rf))
         lpx_response_format_parse(rf, &r.output_format, &schema, rfmsg, sizeof rfmsg);
     r.json_schema = schema;
-    lpx_chat_message *msgs = NULL;
-    size_t n_msgs = 0;
+    /* chat: the messages and tools as serve renders them (checked with the input), and
+     * the grammar of a forced call */
+    char *msgs = NULL, *vars = NULL, *tool_grammar = NULL, why[600];
+    const char *why_param;
+    lpx_tools tools = {0};
     bool ok = true;
-    const char *text = NULL;
+    lpx_status st = LPX_OK;
+    s->tool_format = LPX_TOOLS_NONE;
     if (t->chat) {
-        const cJSON *ms = cJSON_GetObjectItemCaseSensitive(b, "messages"), *m;
-        msgs = calloc((size_t)cJSON_GetArraySize(ms) + 1, sizeof *msgs);
-        ok = msgs != NULL;
-        cJSON_ArrayForEach(m, ms) {
-            if (!ok) break;
-            /* the input check took only known roles */
-            msgs[n_msgs].role = lpx_chat_role(lpx_batch_str(m, "role"));
-            msgs[n_msgs].content = content_text(cJSON_GetObjectItemCaseSensitive(m, "content"));
-            ok = msgs[n_msgs++].content != NULL;
+        ok = lpx_chat_messages_json(cJSON_GetObjectItemCaseSensitive(b, "messages"), &msgs, why,
+                                    sizeof why) &&
+             lpx_tools_parse(b, &tools, why, sizeof why, &why_param);
+        lpx_tool_format f = lpx_tool_format_of(j->model->chat_template);
+        if (ok && tools.n_tools && f == LPX_TOOLS_NONE)
+            st = lpx_errorf(LPX_ERR_UNSUPPORTED,
+                            "tools: this model's chat template has no tool-call format");
+        if (ok && st == LPX_OK && lpx_tools_parsed(&tools)) s->tool_format = f;
+        if (ok && st == LPX_OK && (tool_grammar = lpx_tools_grammar_text(&tools, f))) {
+            r.output_format = LPX_OUTPUT_TOOL_CALLS;
+            r.json_schema = tool_grammar;
         }
-    } else {
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "prompt");
-        if (cJSON_IsArray(p)) p = cJSON_GetArrayItem(p, 0);
-        text = p->valuestring;
+        vars = lpx_tools_template_vars(&tools);
+        ok = ok && (!tools.n_tools || vars);
     }
     /* the prompt's ids as the server makes them, counted no further than the context,
      * and the server's context check: a line asking for more than fits fails with its
      * message; the command line's default max_tokens is cut to what is left */
     int32_t *ids = NULL;
     size_t n_ids = 0;
-    lpx_status st =
-        ok ? lpx_prompt_ids(j->model, text, msgs, n_msgs, (size_t)j->max_model_len, &ids, &n_ids)
-           : LPX_ERR_NOMEM;
+    if (ok && st == LPX_OK && t->chat) {
+        st = lpx_prompt_ids_json(j->model, msgs, vars, (size_t)j->max_model_len, &ids, &n_ids);
+    } else if (ok && st == LPX_OK) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(b, "prompt");
+        if (cJSON_IsArray(p)) p = cJSON_GetArrayItem(p, 0);
+        st = lpx_prompt_ids(j->model, p->valuestring, NULL, 0, (size_t)j->max_model_len, &ids,
+                            &n_ids);
+    } else if (!ok) {
+        st = LPX_ERR_NOMEM;
+    }
     bool own_max = cJSON_GetObjectItemCaseSensitive(t->body, "max_tokens") ||
                    cJSON_GetObjectItemCaseSensitive(t->body, "max_completion_tokens");
     char msg[sizeof s->out.error - 32];
@@ -173,8 +174,9 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
     }
     free(ids);
     free(schema);
-    for (size_t i = 0; i < n_msgs; i++)
-        free((char *)msgs[i].content);
     free(msgs);
+    free(vars);
+    free(tool_grammar);
+    lpx_tools_free(&tools);
     return st == LPX_OK;
 }

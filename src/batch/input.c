@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/json_text.h"
 #include "grammar/response_format.h"
+#include "grammar/tool_calls.h"
 #include "model/prompt.h"
 
 #include <errno.h>
@@ -57,6 +58,9 @@ static const char *check_body(const cJSON *body, bool chat) {
             }
             i++;
             if (cJSON_IsString(content)) continue;
+            /* an assistant's turn may be tool calls alone, as in lpx serve */
+            if ((!content || cJSON_IsNull(content)) && !strcmp(role->valuestring, "assistant"))
+                continue;
             if (!cJSON_IsArray(content))
                 return "every message needs \"content\" (a string or text parts)";
             const cJSON *part;
@@ -65,6 +69,19 @@ static const char *check_body(const cJSON *body, bool chat) {
                 if (!cJSON_IsString(t))
                     return "content parts must be {\"type\":\"text\",\"text\":...}";
             }
+        }
+        /* tool calls as serve reads them (grammar/tool_calls.h) */
+        static __thread char tmsg[640];
+        char *mj = NULL, why[600];
+        const char *param;
+        bool ok = lpx_chat_messages_json(msgs, &mj, why, sizeof why);
+        free(mj);
+        lpx_tools tools;
+        if (ok && !lpx_tools_parse(body, &tools, why, sizeof why, &param)) ok = false;
+        if (ok) lpx_tools_free(&tools);
+        if (!ok) {
+            snprintf(tmsg, sizeof tmsg, "%s", why);
+            return tmsg;
         }
     } else {
         const cJSON *p = cJSON_GetObjectItemCaseSensitive(body, "prompt");

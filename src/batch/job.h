@@ -9,6 +9,7 @@
 #include "base/http_client.h"
 #include "batch/batch.h"
 #include "batch/input.h"
+#include "grammar/tool_calls.h"
 
 #include <cjson/cJSON.h>
 #include <pthread.h>
@@ -43,7 +44,8 @@ typedef struct slot {
     double t_submit, not_before;
     uint64_t eng_id;
     bool timed_out;
-    bool failed_before; /* counted in n_failed: a failure record and no result */
+    bool failed_before;          /* counted in n_failed: a failure record and no result */
+    lpx_tool_format tool_format; /* engine mode: the output is parsed for tool calls */
     outcome out;
 } slot;
 

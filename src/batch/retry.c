@@ -29,7 +29,15 @@ static cJSON *engine_body(job *j, slot *s) {
     cJSON *c = cJSON_CreateObject();
     cJSON_AddNumberToObject(c, "index", 0);
     const char *text = s->out.text ? s->out.text : "";
-    if (t->chat) {
+    const char *finish = s->out.finish;
+    if (t->chat && s->tool_format != LPX_TOOLS_NONE) {
+        char prefix[64];
+        size_t n_calls = 0;
+        snprintf(prefix, sizeof prefix, "call_lpx%zu_", s->task);
+        cJSON *m = lpx_tool_message(s->tool_format, text, strlen(text), prefix, &n_calls);
+        if (m) cJSON_AddItemToObject(c, "message", m);
+        if (n_calls && !strcmp(finish, "stop")) finish = "tool_calls";
+    } else if (t->chat) {
         cJSON *m = cJSON_AddObjectToObject(c, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
         cJSON_AddStringToObject(m, "content", text);
@@ -37,7 +45,7 @@ static cJSON *engine_body(job *j, slot *s) {
         cJSON_AddStringToObject(c, "text", text);
         cJSON_AddNullToObject(c, "logprobs");
     }
-    cJSON_AddStringToObject(c, "finish_reason", s->out.finish);
+    cJSON_AddStringToObject(c, "finish_reason", finish);
     cJSON_AddItemToArray(ch, c);
     cJSON *u = cJSON_AddObjectToObject(b, "usage");
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)s->out.prompt_tokens);

@@ -44,16 +44,19 @@ static lpx_status compile(const lpx_request *r, lpx_grammar **g) {
     if (r->output_format == LPX_OUTPUT_JSON_OBJECT) return lpx_grammar_json_object(g);
     if (!r->json_schema)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "json_schema: a schema output needs its schema");
+    if (r->output_format == LPX_OUTPUT_TOOL_CALLS)
+        return lpx_grammar_tool_calls(r->json_schema, strlen(r->json_schema), g);
     return lpx_grammar_from_schema(r->json_schema, strlen(r->json_schema), "json_schema", g);
 }
 
 lpx_status lpx_gram_acquire(lpx_engine *e, const lpx_request *r, lpx_gram_slot **out) {
     *out = NULL;
-    if (r->output_format != LPX_OUTPUT_JSON_OBJECT && r->output_format != LPX_OUTPUT_JSON_SCHEMA)
-        return lpx_errorf(LPX_ERR_INVALID_ARG, "output_format %d: expected 0, 1 or 2",
+    if (r->output_format != LPX_OUTPUT_JSON_OBJECT && r->output_format != LPX_OUTPUT_JSON_SCHEMA &&
+        r->output_format != LPX_OUTPUT_TOOL_CALLS)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "output_format %d: expected 0, 1, 2 or 3",
                           (int)r->output_format);
     const char *schema =
-        r->output_format == LPX_OUTPUT_JSON_SCHEMA && r->json_schema ? r->json_schema : "";
+        r->output_format != LPX_OUTPUT_JSON_OBJECT && r->json_schema ? r->json_schema : "";
     size_t n = strlen(schema);
     char *key = malloc(n + 2);
     if (!key) return lpx_errorf(LPX_ERR_NOMEM, "response format: out of memory");

@@ -37,6 +37,12 @@ typedef struct lpx_grammar lpx_grammar;
  * supported" (the keyword's JSON path, then what is wrong). */
 lpx_status lpx_grammar_from_schema(const char *json, size_t len, const char *path,
                                    lpx_grammar **out);
+/* Tool calls in a model family's format (tool_calls.h, lpx_tools_grammar_text):
+ * json[0..len) is {"format": "hermes" | "llama3", "functions": [{"name", "parameters":
+ * a schema}, ...], "parallel": bool}. hermes: <tool_call>\n{"name": N, "arguments": A}
+ * \n</tool_call>, one or (parallel) more joined by "\n"; llama3: {"name": N,
+ * "parameters": A}, more joined by "; ". */
+lpx_status lpx_grammar_tool_calls(const char *json, size_t len, lpx_grammar **out);
 /* Any JSON object (response_format json_object). */
 lpx_status lpx_grammar_json_object(lpx_grammar **out);
 void lpx_grammar_free(lpx_grammar *g);

@@ -143,15 +143,37 @@ typedef struct mentry {
     int32_t n_allowed;
 } mentry;
 
+/* The states a scan meets, interned (an id each), and their byte transitions: in a
+ * scan most trie nodes repeat a (state, byte) pair seen before (inside a free string
+ * every character leads back to the same state), so a node costs a lookup, and a
+ * matcher step only for a pair not seen yet. Kept across scans of one grammar. */
+typedef struct gstate {
+    uint64_t hash;
+    size_t off, n; /* its stacks: pool[off .. off + n) */
+} gstate;
+
+typedef struct gtrans {
+    int32_t *pool; /* [n_pool] the interned states' stacks */
+    size_t n_pool, cap_pool;
+    gstate *state; /* [n_state] */
+    size_t n_state, cap_state;
+    int32_t *index; /* [n_index] open addressing of states: id + 1, 0 empty */
+    size_t n_index;
+    uint64_t *key; /* [n_slot] open addressing of transitions: (id << 8 | byte) + 1, 0 empty */
+    int32_t *next; /* [n_slot] the next state's id, -1 where the byte is refused */
+    size_t n_slot, n_trans;
+    int32_t *tmp; /* a step's output */
+    size_t cap_tmp;
+} gtrans;
+
 struct lpx_gmasks {
     const lpx_grammar *g;
     const lpx_gvocab *v;
     size_t words, max_bytes, bytes;
     mentry *slot; /* [n_slots] open addressing, a power of two */
     size_t n_slots, n_used;
-    /* The scan: the state after each depth's prefix. */
-    int32_t **lvl;
-    size_t *lvl_cap, *lvl_n;
+    gtrans t;
+    int32_t *lvl; /* [max_depth + 1] the scan: the state after each depth's prefix */
     lpx_gmask_stats st;
 };
 
@@ -176,11 +198,8 @@ lpx_status lpx_gmasks_create(const lpx_grammar *g, const lpx_gvocab *v, size_t m
     c->max_bytes = max_bytes ? max_bytes : (size_t)64 << 20;
     c->n_slots = 256;
     c->slot = calloc(c->n_slots, sizeof *c->slot);
-    size_t levels = (size_t)v->max_depth + 1;
-    c->lvl = calloc(levels, sizeof *c->lvl);
-    c->lvl_cap = calloc(levels, sizeof *c->lvl_cap);
-    c->lvl_n = calloc(levels, sizeof *c->lvl_n);
-    if (!c->slot || !c->lvl || !c->lvl_cap || !c->lvl_n) {
+    c->lvl = calloc((size_t)v->max_depth + 1, sizeof *c->lvl);
+    if (!c->slot || !c->lvl) {
         lpx_gmasks_free(c);
         return lpx_errorf(LPX_ERR_NOMEM, "grammar masks: out of memory");
     }
@@ -198,15 +217,27 @@ static void clear_slots(lpx_gmasks *c) {
     c->bytes = 0;
 }
 
+static void trans_free(gtrans *t) {
+    free(t->pool);
+    free(t->state);
+    free(t->index);
+    free(t->key);
+    free(t->next);
+    free(t->tmp);
+    memset(t, 0, sizeof *t);
+}
+
+static size_t trans_bytes(const gtrans *t) {
+    return t->cap_pool * sizeof *t->pool + t->cap_state * sizeof *t->state +
+           t->n_index * sizeof *t->index + t->n_slot * (sizeof *t->key + sizeof *t->next);
+}
+
 void lpx_gmasks_free(lpx_gmasks *c) {
     if (!c) return;
     if (c->slot) clear_slots(c);
     free(c->slot);
-    for (size_t d = 0; c->lvl && d <= c->v->max_depth; d++)
-        free(c->lvl[d]);
+    trans_free(&c->t);
     free(c->lvl);
-    free(c->lvl_cap);
-    free(c->lvl_n);
     free(c);
 }
 
@@ -215,32 +246,136 @@ void lpx_gmasks_stats(const lpx_gmasks *c, lpx_gmask_stats *out) {
     out->bytes = c->bytes;
 }
 
+static bool grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t n = *cap ? *cap : 64;
+    while (n < need)
+        n *= 2;
+    void *q = realloc(*p, n * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+/* Rehashes the state index to n slots (a power of two). */
+static bool index_resize(gtrans *t, size_t n) {
+    int32_t *ix = calloc(n, sizeof *ix);
+    if (!ix) return false;
+    for (size_t id = 0; id < t->n_state; id++) {
+        size_t j = t->state[id].hash & (n - 1);
+        while (ix[j])
+            j = (j + 1) & (n - 1);
+        ix[j] = (int32_t)id + 1;
+    }
+    free(t->index);
+    t->index = ix;
+    t->n_index = n;
+    return true;
+}
+
+/* The id of state s[0..n), interned when new; -1 out of memory. */
+static int32_t intern(gtrans *t, const int32_t *s, size_t n) {
+    uint64_t h = hash_state(s, n);
+    if ((t->n_state + 1) * 2 > t->n_index && !index_resize(t, t->n_index ? 2 * t->n_index : 256))
+        return -1;
+    size_t j = h & (t->n_index - 1);
+    for (; t->index[j]; j = (j + 1) & (t->n_index - 1)) {
+        const gstate *e = &t->state[t->index[j] - 1];
+        if (e->hash == h && e->n == n && !memcmp(t->pool + e->off, s, n * sizeof *s))
+            return t->index[j] - 1;
+    }
+    if (t->n_state >= INT32_MAX - 1 ||
+        !grow((void **)&t->state, &t->cap_state, t->n_state + 1, sizeof *t->state) ||
+        !grow((void **)&t->pool, &t->cap_pool, t->n_pool + n + 1, sizeof *t->pool))
+        return -1;
+    memcpy(t->pool + t->n_pool, s, n * sizeof *s);
+    t->state[t->n_state] = (gstate){.hash = h, .off = t->n_pool, .n = n};
+    t->n_pool += n;
+    t->index[j] = (int32_t)t->n_state + 1;
+    return (int32_t)t->n_state++;
+}
+
+static size_t trans_slot(const gtrans *t, uint64_t k) {
+    size_t j = (size_t)(k * 0x9E3779B97F4A7C15ull >> 17) & (t->n_slot - 1);
+    while (t->key[j] && t->key[j] != k)
+        j = (j + 1) & (t->n_slot - 1);
+    return j;
+}
+
+static bool trans_resize(gtrans *t, size_t n) {
+    gtrans old = *t;
+    t->key = calloc(n, sizeof *t->key);
+    t->next = malloc(n * sizeof *t->next);
+    if (!t->key || !t->next) {
+        free(t->key);
+        free(t->next);
+        t->key = old.key;
+        t->next = old.next;
+        return false;
+    }
+    t->n_slot = n;
+    for (size_t i = 0; i < old.n_slot; i++)
+        if (old.key[i]) {
+            size_t j = trans_slot(t, old.key[i]);
+            t->key[j] = old.key[i];
+            t->next[j] = old.next[i];
+        }
+    free(old.key);
+    free(old.next);
+    return true;
+}
+
+/* The state after byte b from state id (-1: refused); -2 out of memory. */
+static int32_t step_id(const lpx_grammar *g, gtrans *t, int32_t id, uint8_t b, int64_t *steps) {
+    uint64_t k = ((uint64_t)id << 8 | b) + 1;
+    if ((t->n_trans + 1) * 2 > t->n_slot && !trans_resize(t, t->n_slot ? 2 * t->n_slot : 1024))
+        return -2;
+    size_t j = trans_slot(t, k);
+    if (t->key[j]) return t->next[j];
+    const gstate *s = &t->state[id];
+    int32_t nx = -1;
+    if (lpx_grammar_state_takes(g, t->pool + s->off, s->n, b)) {
+        int64_t n = lpx_grammar_step(g, t->pool + s->off, s->n, b, &t->tmp, &t->cap_tmp);
+        if (n < 0) return -2;
+        ++*steps;
+        if (n > 0 && (nx = intern(t, t->tmp, (size_t)n)) < 0) return -2;
+    }
+    t->key[j] = k; /* j still holds: interning leaves the transition table alone */
+    t->next[j] = nx;
+    t->n_trans++;
+    return nx;
+}
+
 /* One scan of the trie from state st: the tokens whose bytes the grammar takes. */
 static lpx_status scan(lpx_gmasks *c, const int32_t *st, size_t n_st, uint32_t *mask,
                        int32_t *n_allowed) {
     const lpx_gvocab *v = c->v;
     const lpx_grammar *g = c->g;
+    gtrans *t = &c->t;
+    /* the transitions count against the cache's budget: past half of it, start over */
+    if (trans_bytes(t) > c->max_bytes / 2) {
+        trans_free(t);
+        c->st.trans_resets++;
+    }
     memset(mask, 0, c->words * sizeof *mask);
     int32_t allowed = 0;
+    int32_t root = intern(t, st, n_st);
+    if (root < 0) return lpx_errorf(LPX_ERR_NOMEM, "grammar masks: out of memory");
+    c->lvl[0] = root;
     size_t i = 1;
     while (i < v->n_nodes) {
         int d = v->depth[i];
-        const int32_t *ps = d == 1 ? st : c->lvl[d - 1];
-        size_t pn = d == 1 ? n_st : c->lvl_n[d - 1];
-        if (!lpx_grammar_state_takes(g, ps, pn, v->byte[i])) {
+        int32_t nx = step_id(g, t, c->lvl[d - 1], v->byte[i], &c->st.steps);
+        if (nx == -2) return lpx_errorf(LPX_ERR_NOMEM, "grammar masks: out of memory");
+        if (nx < 0) {
             i = v->skip[i];
             continue;
         }
-        int64_t k = lpx_grammar_step(g, ps, pn, v->byte[i], &c->lvl[d], &c->lvl_cap[d]);
-        if (k < 0) return lpx_errorf(LPX_ERR_NOMEM, "grammar masks: out of memory");
         c->st.nodes_visited++;
-        if (k == 0) {
-            i = v->skip[i];
-            continue;
-        }
-        c->lvl_n[d] = (size_t)k;
-        for (int32_t t = v->tok0[i]; t < v->tok0[i + 1]; t++) {
-            int32_t id = v->toks[t];
+        c->lvl[d] = nx;
+        for (int32_t k = v->tok0[i]; k < v->tok0[i + 1]; k++) {
+            int32_t id = v->toks[k];
             mask[id >> 5] |= 1u << (id & 31);
             allowed++;
         }

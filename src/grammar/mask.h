@@ -4,7 +4,9 @@
  * so that a mask is one scan of it that skips a whole subtree as soon as its prefix
  * is refused. Masks are cached per state (a state recurs: every character inside a
  * free string is the same state), so a state costs one scan the first time and a hash
- * lookup after. Token bytes come in as arrays: this layer does not know tokenizers. */
+ * lookup after; within and across scans, the states met are interned and their byte
+ * transitions cached, so a trie node costs a matcher step only for a (state, byte)
+ * pair not seen before. Token bytes come in as arrays: this layer does not know tokenizers. */
 #ifndef LPX_GRAMMAR_MASK_H
 #define LPX_GRAMMAR_MASK_H
 
@@ -39,6 +41,9 @@ lpx_status lpx_gmasks_get(lpx_gmasks *c, const lpx_gmatch *m, const uint32_t **m
 typedef struct lpx_gmask_stats {
     int64_t hits, misses;  /* lookups answered from the cache / by a scan */
     int64_t nodes_visited; /* trie nodes the scans stepped into */
+    int64_t steps;         /* matcher steps the scans made (the others were transitions
+                              cached per state and byte) */
+    int64_t trans_resets;  /* times the transition cache passed half the budget */
     size_t bytes;          /* masks held */
 } lpx_gmask_stats;
 

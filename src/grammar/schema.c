@@ -654,3 +654,99 @@ lpx_status lpx_grammar_json_object(lpx_grammar **out) {
     if (!(c.j.g = g_new())) return lpx_errorf(LPX_ERR_NOMEM, "json_object: out of memory");
     return finish_grammar(&c, gj_object_any(&c.j), out);
 }
+
+/* One call: {"name": "NAME", "KEY": PARAMS} (the header in the order the templates
+ * show it, so that the parser reads it). */
+static int32_t call_rule(sc *c, const cJSON *fn, const char *key, int i) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(fn, "name");
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+    char at[64];
+    snprintf(at, sizeof at, "tool_calls.functions[%d]", i);
+    snprintf(c->path, sizeof c->path, "%s", at);
+    c->plen = strlen(c->path);
+    if (!cJSON_IsString(name) || !params)
+        return fail(c, "expected {\"name\": a string, \"parameters\": a schema}");
+    size_t mark = path_push(c, "parameters", 0);
+    c->root = params; /* its $refs point into it */
+    int32_t val = compile(c, params);
+    path_pop(c, mark);
+    if (val < 0) return -1;
+    lpx_grammar *g = c->j.g;
+    int32_t ws = gj_ws(&c->j);
+    gseq body = {0}, s = {0};
+    seq_lit(&body, "\"name\"", 6);
+    seq_ref(&body, ws);
+    seq_byte(&body, ':');
+    seq_ref(&body, ws);
+    if (!seq_json(c, &body, name)) {
+        seq_free(&body);
+        return -1;
+    }
+    seq_ref(&body, ws);
+    seq_byte(&body, ',');
+    seq_ref(&body, ws);
+    seq_byte(&body, '"');
+    seq_lit(&body, key, strlen(key));
+    seq_byte(&body, '"');
+    seq_ref(&body, ws);
+    seq_byte(&body, ':');
+    seq_ref(&body, ws);
+    seq_ref(&body, val);
+    seq_ref(&body, ws);
+    seq_byte(&s, '{');
+    seq_ref(&s, ws);
+    seq_push(&s, GE_REF, g_rule_of(g, &body, 1), true);
+    seq_byte(&s, '}');
+    return g_rule_of(g, &s, 1);
+}
+
+lpx_status lpx_grammar_tool_calls(const char *json, size_t len, lpx_grammar **out) {
+    *out = NULL;
+    sc c = {0};
+    snprintf(c.path, sizeof c.path, "tool_calls");
+    c.plen = strlen(c.path);
+    cJSON *spec = cJSON_ParseWithLength(json, len);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(spec, "format");
+    const cJSON *fns = cJSON_GetObjectItemCaseSensitive(spec, "functions");
+    bool hermes = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "hermes");
+    bool llama = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "llama3");
+    int n = cJSON_IsArray(fns) ? cJSON_GetArraySize(fns) : 0;
+    if (!spec || (!hermes && !llama) || n == 0) {
+        cJSON_Delete(spec);
+        return lpx_errorf(LPX_ERR_INVALID_ARG,
+                          "tool_calls: expected {\"format\": \"hermes\" or \"llama3\", "
+                          "\"functions\": [{\"name\", \"parameters\"}, ...], \"parallel\"}");
+    }
+    if (!(c.j.g = g_new())) {
+        cJSON_Delete(spec);
+        return lpx_errorf(LPX_ERR_NOMEM, "tool_calls: out of memory");
+    }
+    gseq *alts = calloc((size_t)n, sizeof *alts);
+    int32_t call = -1;
+    if (!alts) fail(&c, "out of memory");
+    for (int i = 0; i < n && !c.failed; i++) {
+        int32_t r =
+            call_rule(&c, cJSON_GetArrayItem(fns, i), hermes ? "arguments" : "parameters", i);
+        if (r >= 0) seq_ref(&alts[i], r);
+    }
+    if (!c.failed) call = g_rule_of(c.j.g, alts, (size_t)n);
+    for (int i = 0; alts && i < n; i++)
+        seq_free(&alts[i]);
+    free(alts);
+    int32_t root = -1;
+    if (call >= 0) {
+        gseq item = {0}, sep = {0}, list = {0};
+        if (hermes) seq_lit(&item, "<tool_call>\n", 12);
+        seq_ref(&item, call);
+        if (hermes) seq_lit(&item, "\n</tool_call>", 13);
+        const char *sep_text = hermes ? "\n" : "; ";
+        seq_lit(&sep, sep_text, strlen(sep_text));
+        bool parallel = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "parallel"));
+        seq_repeat(c.j.g, &list, g_rule_of(c.j.g, &item, 1), 1, parallel ? -1 : 1, &sep);
+        seq_free(&sep);
+        root = g_rule_of(c.j.g, &list, 1);
+    }
+    lpx_status st = finish_grammar(&c, root, out);
+    cJSON_Delete(spec);
+    return st;
+}

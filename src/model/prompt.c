@@ -3,6 +3,7 @@
 
 #include "base/error.h"
 #include "model/model.h"
+#include "template/template.h"
 #include "tokenizer/tokenizer.h"
 
 #include <stdio.h>
@@ -18,22 +19,11 @@ const char *lpx_chat_role(const char *role) {
     return NULL;
 }
 
-lpx_status lpx_prompt_ids(const lpx_model *m, const char *text, const lpx_chat_message *msgs,
-                          size_t n_msgs, size_t limit, int32_t **ids, size_t *n) {
-    *ids = NULL;
-    *n = 0;
-    const lpx_tokenizer *t = m ? m->tok : NULL;
-    if (!t) return lpx_errorf(LPX_ERR_UNSUPPORTED, "the model has no tokenizer: send token ids");
-    char *rendered = NULL;
-    bool add_special = true;
-    if (msgs) {
-        LPX_TRY(lpx_chat_render(m, msgs, n_msgs, true, -1, &rendered));
-        text = rendered;
-        add_special = false; /* the template writes BOS itself, as transformers assumes */
-    }
+/* text's ids (with the tokenizer's BOS/EOS when add_special), bounded by limit. */
+static lpx_status text_ids(const lpx_tokenizer *t, const char *text, bool add_special, size_t limit,
+                           int32_t **ids, size_t *n) {
     size_t len = strlen(text);
     if (limit && len > lpx_tokenizer_bytes_bound(t, limit)) {
-        lpx_free(rendered);
         *n = limit + 1;
         return LPX_OK;
     }
@@ -50,7 +40,6 @@ lpx_status lpx_prompt_ids(const lpx_model *m, const char *text, const lpx_chat_m
         if (st != LPX_OK || need <= cap) break;
         cap = need;
     }
-    lpx_free(rendered);
     if (st != LPX_OK) {
         free(*ids);
         *ids = NULL;
@@ -58,6 +47,34 @@ lpx_status lpx_prompt_ids(const lpx_model *m, const char *text, const lpx_chat_m
     }
     *n = need;
     return LPX_OK;
+}
+
+lpx_status lpx_prompt_ids(const lpx_model *m, const char *text, const lpx_chat_message *msgs,
+                          size_t n_msgs, size_t limit, int32_t **ids, size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    const lpx_tokenizer *t = m ? m->tok : NULL;
+    if (!t) return lpx_errorf(LPX_ERR_UNSUPPORTED, "the model has no tokenizer: send token ids");
+    if (!msgs) return text_ids(t, text, true, limit, ids, n);
+    char *rendered = NULL;
+    LPX_TRY(lpx_chat_render(m, msgs, n_msgs, true, -1, &rendered));
+    /* the template writes BOS itself, as transformers assumes */
+    lpx_status st = text_ids(t, rendered, false, limit, ids, n);
+    lpx_free(rendered);
+    return st;
+}
+
+lpx_status lpx_prompt_ids_json(const lpx_model *m, const char *messages_json, const char *vars_json,
+                               size_t limit, int32_t **ids, size_t *n) {
+    *ids = NULL;
+    *n = 0;
+    const lpx_tokenizer *t = m ? m->tok : NULL;
+    if (!t) return lpx_errorf(LPX_ERR_UNSUPPORTED, "the model has no tokenizer: send token ids");
+    char *rendered = NULL;
+    LPX_TRY(lpx_chat_render_json(m, messages_json, vars_json, true, -1, &rendered));
+    lpx_status st = text_ids(t, rendered, false, limit, ids, n);
+    lpx_free(rendered);
+    return st;
 }
 
 bool lpx_prompt_fits(int64_t max_model_len, size_t n_prompt, bool counted, int32_t max_tokens,

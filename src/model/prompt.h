@@ -25,6 +25,11 @@ const char *lpx_chat_role(const char *role);
 lpx_status lpx_prompt_ids(const lpx_model *m, const char *text, const lpx_chat_message *msgs,
                           size_t n_msgs, size_t limit, int32_t **ids, size_t *n);
 
+/* The same for chat messages as JSON (any keys: tool_calls, tool_call_id, ...) and
+ * further template variables vars_json (e.g. {"tools": [...]}, may be NULL). */
+lpx_status lpx_prompt_ids_json(const lpx_model *m, const char *messages_json, const char *vars_json,
+                               size_t limit, int32_t **ids, size_t *n);
+
 /* Whether n_prompt tokens and max_tokens more (<= 0: none asked) fit a context of
  * max_model_len. False with the OpenAI-style message in msg and the parameter to blame
  * in *param ("max_tokens", or what: "prompt" / "messages"); counted false: lpx_prompt_ids

@@ -564,7 +564,8 @@ static void prep_tokenize(conn_ctx *c) {
     bool fb = false, pinned = false;
     c->failed = !model_ok(s, &p, &fb, &pinned, &c->err);
     const lpx_model *m = fb ? s->fb_m : s->m; /* each model tokenizes for itself */
-    c->failed = c->failed || !lpx_srv_check_vocab(&p, m->cfg.vocab_size, &c->err) ||
+    c->failed = c->failed || !lpx_srv_bind_model(m, &p, &c->err) ||
+                !lpx_srv_check_vocab(&p, m->cfg.vocab_size, &c->err) ||
                 !lpx_job_prompt_ids(m, &p, 0, 0, &ids, &n, &c->err);
     lpx_srv_params_free(&p);
     if (c->failed) return;
@@ -733,7 +734,7 @@ static void prep_generate(conn_ctx *c) {
     int32_t *ids[LPX_SRV_MAX_PROMPTS] = {0};
     lpx_job *j = NULL;
     size_t limit = (size_t)L;
-    ok = ok && lpx_srv_check_vocab(&p, m->cfg.vocab_size, e);
+    ok = ok && lpx_srv_bind_model(m, &p, e) && lpx_srv_check_vocab(&p, m->cfg.vocab_size, e);
     for (size_t k = 0; ok && k < n_prompts; k++)
         ok = lpx_job_prompt_ids(m, &p, k, limit, &ids[k], &n_ids[k], e) &&
              fits(L, &p, n_ids[k], n_ids[k] <= limit || (p.n_prompts && p.prompts[k].ids), e);

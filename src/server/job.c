@@ -1,9 +1,11 @@
 #include "server/job.h"
 
 #include "base/checked.h"
+#include "base/error.h"
 #include "model/model.h"
 #include "server/openai.h"
 #include "tokenizer/tokenizer.h"
+#include "template/template.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,10 +60,12 @@ lpx_job *lpx_job_new(lpx_engine *e, const lpx_tokenizer *tok, lpx_metrics *metri
     unsigned long long k = __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", p->kind == LPX_SRV_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)j->created, k);
+    j->tool_format = p->tool_format;
     for (int32_t i = 0; i < j->n; i++) {
         j->ch[i].job = j;
         j->ch[i].index = i;
         j->ch[i].prompt = i / p->n;
+        lpx_tool_parser_init(&j->ch[i].tp, p->tool_format);
     }
     return j;
 }
@@ -75,6 +79,7 @@ static void job_free(lpx_job *j) {
         free(c->lp_value);
         free(c->lp_top);
         free(c->lp_n_top);
+        lpx_tool_parser_free(&c->tp);
     }
     for (int k = 0; k < LPX_SRV_MAX_PROMPTS; k++)
         free(j->echo[k]);
@@ -330,9 +335,13 @@ bool lpx_job_prompt_ids(const lpx_model *m, const lpx_srv_params *p, size_t k, s
         }
         return ok;
     }
-    char *text = NULL;
+    char *text = NULL, *vars = lpx_tools_template_vars(&p->tools);
     bool gen_prompt = p->kind == LPX_SRV_TOKENIZE ? p->add_generation_prompt : true;
-    if (lpx_chat_render(m, p->messages, p->n_messages, gen_prompt, -1, &text) != LPX_OK)
+    lpx_status st = p->tools.n_tools && !vars
+                        ? lpx_errorf(LPX_ERR_NOMEM, "out of memory")
+                        : lpx_chat_render_json(m, p->messages_json, vars, gen_prompt, -1, &text);
+    free(vars);
+    if (st != LPX_OK)
         return lpx_srv_fail(err, 400, "invalid_request_error", NULL, "messages",
                             "rendering the chat template: %s", lpx_last_error());
     /* The template writes BOS itself, as transformers assumes. */

@@ -40,6 +40,10 @@ typedef struct lpx_job_choice {
     int32_t n_cached_tokens; /* set on the finish: prompt tokens the prefix cache gave */
     double t_last_token;     /* ms, for inter-token latency */
     lpx_strbuf text;         /* non-streaming: the output so far */
+    /* Streaming with tools: the parser, and what of its content and calls was sent (the
+     * calls whose first delta went out, the argument bytes of the last of them). */
+    lpx_tool_parser tp;
+    size_t sent_content, n_started, sent_args;
     /* Non-streaming logprobs, one entry per output token. */
     int32_t n_lp, cap_lp;
     int32_t *lp_token;         /* [cap_lp] */
@@ -60,6 +64,7 @@ struct lpx_job {
     lpx_srv_kind kind;
     bool stream, include_usage, continuous_usage, logprobs;
     int32_t top_n;
+    lpx_tool_format tool_format; /* the output is parsed for tool calls unless NONE */
     char id[40];
     int64_t created;
     const char *model_name;

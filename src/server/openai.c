@@ -134,6 +134,71 @@ static void comp_lp_add(const lpx_job *j, comp_lp *c, int32_t id, float lp,
     cJSON_AddItemToArray(c->tops, m);
 }
 
+/* ---- tool calls ------------------------------------------------------------ */
+
+/* Its calls' ids: unique within the server's run (the job's id, the choice, then the
+ * call's index). */
+static void call_prefix(const lpx_job *j, int choice, char *buf, size_t cap) {
+    const char *tail = strchr(j->id, '-');
+    snprintf(buf, cap, "call_%s%02x", tail ? tail + 1 : j->id, choice & 0xff);
+}
+
+/* A stream's piece of call i: {"index", "id", "type": "function", "function": {"name",
+ * "arguments"}} for its first, {"index", "function": {"arguments"}} for the later. */
+static cJSON *call_delta(const lpx_job *j, int choice, const lpx_tool_call *c, size_t i,
+                         const char *args, bool first) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "index", (double)i);
+    if (first) {
+        char id[96];
+        call_prefix(j, choice, id, sizeof id - 4);
+        snprintf(id + strlen(id), 4, "%02zx", i & 0xff);
+        cJSON_AddStringToObject(o, "id", id);
+        cJSON_AddStringToObject(o, "type", "function");
+    }
+    cJSON *f = cJSON_AddObjectToObject(o, "function");
+    if (first) cJSON_AddStringToObject(f, "name", c->name);
+    cJSON_AddStringToObject(f, "arguments", args);
+    return o;
+}
+
+static const char *tail_of(const lpx_tool_buf *b, size_t from) {
+    return b->n > from ? b->p + from : "";
+}
+
+/* Whether the parser has content or call text the stream has not sent. */
+static bool tool_news(const lpx_job_choice *ch) {
+    const lpx_tool_parser *tp = &ch->tp;
+    if (tp->content.n > ch->sent_content || tp->n_calls > ch->n_started) return true;
+    return ch->n_started && tp->calls[ch->n_started - 1].args.n > ch->sent_args;
+}
+
+/* The new content and call pieces into delta d: a call's first delta has its id, type
+ * and name, the later ones more of its arguments, as OpenAI streams them. */
+static void tool_deltas(const lpx_job *j, lpx_job_choice *ch, cJSON *d) {
+    const lpx_tool_parser *tp = &ch->tp;
+    if (tp->content.n > ch->sent_content) {
+        cJSON_AddStringToObject(d, "content", tail_of(&tp->content, ch->sent_content));
+        ch->sent_content = tp->content.n;
+    }
+    cJSON *calls = NULL;
+    for (size_t i = ch->n_started ? ch->n_started - 1 : 0; i < tp->n_calls; i++) {
+        bool fresh = i >= ch->n_started;
+        size_t from = fresh ? 0 : ch->sent_args;
+        if (!fresh && from == tp->calls[i].args.n) continue;
+        if (!calls) calls = cJSON_AddArrayToObject(d, "tool_calls");
+        cJSON_AddItemToArray(calls, call_delta(j, ch->index, &tp->calls[i], i,
+                                               tail_of(&tp->calls[i].args, from), fresh));
+        ch->n_started = i + 1;
+        ch->sent_args = tp->calls[i].args.n;
+    }
+}
+
+/* finish_reason: "tool_calls" when the output ended with calls in it. */
+static const char *finish_of(lpx_finish_reason r, size_t n_calls) {
+    return r == LPX_FINISH_STOP && n_calls ? "tool_calls" : lpx_oa_finish(r);
+}
+
 /* ---- streaming ----------------------------------------------------------- */
 
 /* The request's token counts so far (every prompt once, every choice). A prompt's
@@ -220,7 +285,16 @@ bool lpx_oa_stream_open(lpx_job *j) {
 bool lpx_oa_stream_event(lpx_job *j, lpx_job_choice *ch, const lpx_event *ev) {
     bool has_lp = j->logprobs && ev->token >= 0;
     const char *fin = lpx_oa_finish(ev->finish);
-    if (ev->text_len == 0 && !has_lp && !fin) return true;
+    if (j->kind == LPX_SRV_CHAT && j->tool_format != LPX_TOOLS_NONE) {
+        bool ok = lpx_tool_parser_feed(&ch->tp, ev->text, ev->text_len);
+        if (fin) ok = lpx_tool_parser_finish(&ch->tp) && ok;
+        if (!ok) j->oom = true;
+        fin = fin ? finish_of(ev->finish, ch->tp.n_calls) : NULL;
+        if (!tool_news(ch) && !has_lp && !fin) return true;
+        if (ev->finish == LPX_FINISH_CANCELLED && !tool_news(ch) && !has_lp) return true;
+    } else if (ev->text_len == 0 && !has_lp && !fin) {
+        return true;
+    }
     /* A cancelled choice ends without a finish chunk: the job's end tells why. */
     if (ev->finish == LPX_FINISH_CANCELLED && ev->text_len == 0 && !has_lp) return true;
     cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices");
@@ -240,10 +314,14 @@ bool lpx_oa_stream_event(lpx_job *j, lpx_job_choice *ch, const lpx_event *ev) {
     }
     if (j->kind == LPX_SRV_CHAT) {
         cJSON *d = cJSON_AddObjectToObject(c, "delta");
-        if (ev->text_len)
-            cJSON_AddItemToObject(d, "content", text);
-        else
+        if (j->tool_format != LPX_TOOLS_NONE) {
             cJSON_Delete(text);
+            tool_deltas(j, ch, d);
+        } else if (ev->text_len) {
+            cJSON_AddItemToObject(d, "content", text);
+        } else {
+            cJSON_Delete(text);
+        }
         if (has_lp) {
             cJSON *lp = cJSON_AddObjectToObject(c, "logprobs");
             cJSON *content = cJSON_AddArrayToObject(lp, "content");
@@ -325,6 +403,16 @@ static cJSON *string_n(const char *prefix, const lpx_strbuf *b) {
     return s;
 }
 
+/* The message of a choice whose output is parsed for tool calls; returns how many. */
+static size_t tool_message(const lpx_job *j, const lpx_job_choice *c, cJSON *x) {
+    char prefix[64];
+    size_t n = 0;
+    call_prefix(j, c->index, prefix, sizeof prefix);
+    cJSON *m = lpx_tool_message(j->tool_format, c->text.p, c->text.n, prefix, &n);
+    if (m) cJSON_AddItemToObject(x, "message", m);
+    return n;
+}
+
 char *lpx_oa_response(const lpx_job *j, double elapsed_ms) {
     cJSON *o = cJSON_CreateObject();
     if (j->kind == LPX_SRV_GENERATE) {
@@ -347,7 +435,10 @@ char *lpx_oa_response(const lpx_job *j, double elapsed_ms) {
             const lpx_job_choice *c = &j->ch[i];
             cJSON *x = cJSON_CreateObject();
             cJSON_AddNumberToObject(x, "index", i);
-            if (chat) {
+            size_t n_calls = 0;
+            if (chat && j->tool_format != LPX_TOOLS_NONE) {
+                n_calls = tool_message(j, c, x);
+            } else if (chat) {
                 cJSON *m = cJSON_AddObjectToObject(x, "message");
                 cJSON_AddStringToObject(m, "role", "assistant");
                 cJSON_AddItemToObject(m, "content", string_n(NULL, &c->text));
@@ -355,7 +446,7 @@ char *lpx_oa_response(const lpx_job *j, double elapsed_ms) {
                 cJSON_AddItemToObject(x, "text", string_n(j->echo[c->prompt], &c->text));
             }
             cJSON_AddItemToObject(x, "logprobs", choice_logprobs(j, c));
-            cJSON_AddStringToObject(x, "finish_reason", lpx_oa_finish(c->finish));
+            cJSON_AddStringToObject(x, "finish_reason", finish_of(c->finish, n_calls));
             cJSON_AddItemToArray(choices, x);
         }
         cJSON_AddItemToObject(o, "usage", usage(j));

@@ -84,6 +84,9 @@ void lpx_srv_params_free(lpx_srv_params *p) {
     }
     free(p->logit_bias);
     free(p->json_schema);
+    free(p->messages_json);
+    free(p->tool_grammar);
+    lpx_tools_free(&p->tools);
     for (size_t i = 0; i < p->n_messages; i++) {
         free((char *)p->messages[i].role);
         free((char *)p->messages[i].content);
@@ -306,6 +309,9 @@ static bool parse_messages(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) 
         p->n_messages = (size_t)i + 1;
         if (!p->messages[i].role || !content) return oom(e);
     }
+    char msg[300];
+    if (!lpx_chat_messages_json(v, &p->messages_json, msg, sizeof msg))
+        return lpx_srv_fail(e, 400, BAD, NULL, "messages", "%s", msg);
     return true;
 }
 
@@ -459,8 +465,9 @@ static const struct known_field {
     {"best_of", K_CMPL},
     {"suffix", K_CMPL},
     {"response_format", K_OAI},
-    {"tools", K_CHAT},
+    {"tools", K_CHAT | K_TOK},
     {"tool_choice", K_CHAT},
+    {"parallel_tool_calls", K_CHAT},
     {"functions", K_CHAT},
     {"function_call", K_CHAT},
     /* IGNORED */
@@ -468,7 +475,6 @@ static const struct known_field {
     {"service_tier", K_OAI},
     {"store", K_OAI},
     {"metadata", K_OAI},
-    {"parallel_tool_calls", K_CHAT},
 };
 
 static bool check_known(const cJSON *o, lpx_srv_kind kind, lpx_srv_error *e) {
@@ -522,14 +528,44 @@ static bool check_limited(const cJSON *o, const lpx_srv_params *p, lpx_srv_error
                                "ranking more candidates than 'n' is not supported (best_of must "
                                "be 1 or equal n)");
     }
-    const cJSON *tools = field(o, "tools"), *fns = field(o, "functions");
-    if (tools && !empty_list(tools)) return unsupported(e, "tools", "tool calls are not supported");
+    const cJSON *fns = field(o, "functions");
     if (fns && !empty_list(fns))
-        return unsupported(e, "functions", "function calls are not supported");
-    if ((v = field(o, "tool_choice")) && !is_str(v, "none") && !is_str(v, "auto"))
-        return unsupported(e, "tool_choice", "tool calls are not supported");
+        return unsupported(e, "functions",
+                           "the legacy function calls are not supported: send 'tools'");
     if ((v = field(o, "function_call")) && !is_str(v, "none") && !is_str(v, "auto"))
-        return unsupported(e, "function_call", "function calls are not supported");
+        return unsupported(e, "function_call",
+                           "the legacy function calls are not supported: send 'tool_choice'");
+    return true;
+}
+
+/* tools, tool_choice, parallel_tool_calls (grammar/tool_calls.h, shared with batch). */
+static bool parse_tools(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
+    char msg[600];
+    const char *param = NULL;
+    if (!lpx_tools_parse(o, &p->tools, msg, sizeof msg, &param))
+        return lpx_srv_fail(e, 400, BAD, NULL, param, "%s", msg);
+    if (lpx_tools_parsed(&p->tools) && p->req.output_format != LPX_OUTPUT_TEXT &&
+        (p->tools.choice == LPX_TOOL_CHOICE_REQUIRED || p->tools.choice == LPX_TOOL_CHOICE_NAMED))
+        return unsupported(e, "tool_choice",
+                           "a forced tool call (\"required\" or a named function) together with "
+                           "'response_format' is not supported");
+    return true;
+}
+
+bool lpx_srv_bind_model(const lpx_model *m, lpx_srv_params *p, lpx_srv_error *e) {
+    if (!p->tools.n_tools) return true;
+    lpx_tool_format f = lpx_tool_format_of(m->chat_template);
+    if (f == LPX_TOOLS_NONE)
+        return unsupported(e, "tools",
+                           "this model's chat template has no tool-call format (lpx knows the "
+                           "Qwen <tool_call> and the Llama 3.x JSON formats)");
+    if (!lpx_tools_parsed(&p->tools)) return true;
+    p->tool_format = f;
+    if (p->tools.choice != LPX_TOOL_CHOICE_REQUIRED && p->tools.choice != LPX_TOOL_CHOICE_NAMED)
+        return true;
+    if (!(p->tool_grammar = lpx_tools_grammar_text(&p->tools, f))) return oom(e);
+    p->req.output_format = LPX_OUTPUT_TOOL_CALLS;
+    p->req.json_schema = p->tool_grammar;
     return true;
 }
 
@@ -542,8 +578,7 @@ static bool check_ignored(const cJSON *o, lpx_srv_error *e) {
     } f[] = {{"user", cJSON_IsString, "a string"},
              {"service_tier", cJSON_IsString, "a string"},
              {"store", cJSON_IsBool, "a boolean"},
-             {"metadata", cJSON_IsObject, "an object"},
-             {"parallel_tool_calls", cJSON_IsBool, "a boolean"}};
+             {"metadata", cJSON_IsObject, "an object"}};
     for (size_t i = 0; i < sizeof f / sizeof *f; i++) {
         const cJSON *v = field(o, f[i].name);
         if (v && !f[i].ok(v))
@@ -576,7 +611,8 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         if (!get_bool(o, "add_special_tokens", &p->add_special, e) ||
             !get_bool(o, "add_generation_prompt", &p->add_generation_prompt, e))
             return false;
-        return field(o, "messages") ? parse_messages(o, p, e) : parse_prompt(o, p, e);
+        if (!(field(o, "messages") ? parse_messages(o, p, e) : parse_prompt(o, p, e))) return false;
+        return parse_tools(o, p, e);
     case LPX_SRV_CHAT:
         if (!parse_messages(o, p, e)) return false;
         break;
@@ -619,7 +655,8 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         return unsupported(e, "echo",
                            "echo with logprobs (the prompt's logprobs) is not supported: ask "
                            "for one of them");
-    if (!check_limited(o, p, e) || !check_ignored(o, e) || !parse_response_format(o, p, e))
+    if (!check_limited(o, p, e) || !check_ignored(o, e) || !parse_response_format(o, p, e) ||
+        !parse_tools(o, p, e))
         return false;
     if (p->kind == LPX_SRV_GENERATE && p->n != 1)
         return lpx_srv_fail(e, 400, BAD, NULL, "n",

@@ -5,6 +5,7 @@
 #ifndef LPX_SERVER_PARAMS_H
 #define LPX_SERVER_PARAMS_H
 
+#include "grammar/tool_calls.h"
 #include "lpx.h"
 #include "model/model.h"
 
@@ -64,6 +65,12 @@ typedef struct lpx_srv_params {
     size_t n_prompts;
     lpx_chat_message *messages; /* [n_messages], strings owned */
     size_t n_messages;
+    char *messages_json; /* the messages as the chat template takes them (tool calls too) */
+    lpx_tools tools;     /* tools, tool_choice, parallel_tool_calls */
+    /* Set by lpx_srv_bind_model: the model's tool-call format when the output is parsed
+     * for calls (NONE otherwise), and the forcing grammar's text (req.json_schema). */
+    lpx_tool_format tool_format;
+    char *tool_grammar;
     lpx_request req; /* sampling, max_tokens (-1: not given), stop, ignore_eos */
     char *stop[LPX_SRV_MAX_STOPS];
     char *json_schema;          /* response_format json_schema: its schema text; req.json_schema */
@@ -87,6 +94,10 @@ bool lpx_srv_parse(lpx_srv_kind kind, const char *body, size_t len, const lpx_ge
 void lpx_srv_params_free(lpx_srv_params *p);
 /* Prompts (or messages: 1) of p, and the choices of the request. */
 size_t lpx_srv_n_prompts(const lpx_srv_params *p);
+/* What depends on the model: its tool-call format (tools for a template without one
+ * are a 400) and, for tool_choice "required" or a named function, the grammar that
+ * forces the calls. */
+bool lpx_srv_bind_model(const lpx_model *m, lpx_srv_params *p, lpx_srv_error *err);
 /* Checks the token ids of p (prompt ids, logit_bias) against the vocabulary. */
 bool lpx_srv_check_vocab(const lpx_srv_params *p, int32_t vocab, lpx_srv_error *err);
 

@@ -101,7 +101,7 @@ def test_refusal_is_an_openai_error_object(srv):
     assert err["param"] == "frobnicate" and err["code"] == "unknown_parameter"
     assert err["type"] == "invalid_request_error"
     # A field lpx knows, with a value it does not implement: OpenAI's code for that.
-    r = srv.post("/v1/chat/completions", {"messages": MSGS, "tool_choice": "required"})
+    r = srv.post("/v1/chat/completions", {"messages": MSGS, "function_call": {"name": "f"}})
     assert r.status_code == 400 and r.json()["error"]["code"] == "unsupported_value"
     # The plain endpoints too: /generate makes no logprobs, so it refuses them.
     r = srv.post("/generate", {"prompt": PROMPT, "logprobs": 2})

@@ -5,7 +5,8 @@
  *                                          string a line
  *   test_grammar check SCHEMA_FILE         for each line (a JSON string) of stdin:
  *                                          "accept" or "reject"
- *   test_grammar prefix SCHEMA_FILE        the same for "is a prefix of a document" */
+ *   test_grammar prefix SCHEMA_FILE        the same for "is a prefix of a document"
+ * SCHEMA_FILE may also hold a tool-call description (lpx_grammar_tool_calls). */
 #include "test.h"
 
 #include "grammar/grammar.h"
@@ -267,9 +268,22 @@ static char *walk(const lpx_grammar *g, uint64_t *seed) {
     return out;
 }
 
+/* A schema, or a tool-call description ({"format", "functions", ...}). */
+static lpx_grammar *compile_any(const char *text) {
+    cJSON *o = cJSON_Parse(text);
+    bool tools = cJSON_GetObjectItemCaseSensitive(o, "functions") &&
+                 cJSON_GetObjectItemCaseSensitive(o, "format");
+    cJSON_Delete(o);
+    lpx_grammar *g = NULL;
+    if (!tools) return compile(text);
+    if (lpx_grammar_tool_calls(text, strlen(text), &g) != LPX_OK)
+        fprintf(stderr, "compile failed: %s\n", lpx_last_error());
+    return g;
+}
+
 static int driver(int argc, char **argv) {
     char *schema = read_file(argv[2]);
-    lpx_grammar *g = schema ? compile(schema) : NULL;
+    lpx_grammar *g = schema ? compile_any(schema) : NULL;
     free(schema);
     if (!g) return 2;
     if (!strcmp(argv[1], "walk") && argc == 5) {

@@ -186,7 +186,16 @@ static void test_refusals(void) {
         {"\"response_format\": {\"type\": \"json_object\", \"schema\": {}}", "response_format"},
         {"\"response_format\": {\"type\": \"json_schema\", \"json_schema\": {}}",
          "response_format"},
-        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]", "tools"},
+        {"\"tools\": [{\"type\": \"retrieval\"}]", "tools"},
+        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}, {\"type\": "
+         "\"function\", \"function\": {\"name\": \"f\"}}]",
+         "tools"},
+        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+         "\"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": \"g\"}}",
+         "tool_choice"},
+        {"\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"f\"}}], "
+         "\"tool_choice\": \"required\", \"response_format\": {\"type\": \"json_object\"}",
+         "tool_choice"},
         {"\"tool_choice\": \"required\"", "tool_choice"},
         {"\"functions\": [{\"name\": \"f\"}]", "functions"},
         {"\"function_call\": {\"name\": \"f\"}", "function_call"},

@@ -1,0 +1,368 @@
+/* The tool-call parser (tool_calls.h): a byte-at-a-time state machine, so that the
+ * same text gives the same content and calls however it is cut into pieces.
+ *
+ * hermes: anywhere in the text, <tool_call> then the header {"name": "N", "arguments":
+ * then the arguments' JSON value (streamed as it comes), then anything up to
+ * </tool_call>. llama3: at the start of the output (after whitespace and an optional
+ * <|python_tag|>), {"name": "N", "parameters": (or "arguments":) value }, more calls
+ * after ";" or whitespace; text anywhere else is content. A call whose header does not
+ * read that way (another key order, not JSON) stays content, tag and all; once the
+ * header is read the call is kept, even when the output ends inside its arguments. */
+#include "grammar/tool_calls.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    P_TEXT,    /* hermes: content, a tag may start */
+    P_START,   /* llama3: the start of the output, a call may start */
+    P_PLAIN,   /* llama3: content, no more calls */
+    P_TAG,     /* a start tag being matched (hold) */
+    P_HEAD,    /* a call's header being read (hold) */
+    P_ARGS,    /* its arguments' value */
+    P_TAIL,    /* after the value: up to </tool_call> (hermes) or "}" (llama3) */
+    P_BETWEEN, /* llama3: after a call */
+    P_DONE,
+};
+
+/* Header steps: what comes next after whitespace. */
+enum { H_OPEN, H_K1, H_K1S, H_C1, H_V1, H_V1S, H_COMMA, H_K2, H_K2S, H_C2 };
+
+#define HOLD_MAX 4096 /* a header longer than this is not one */
+
+static const char START_TAG[] = "<tool_call>", END_TAG[] = "</tool_call>",
+                  PYTHON_TAG[] = "<|python_tag|>";
+
+static bool is_ws(char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+static void add(lpx_tool_parser *p, lpx_tool_buf *b, const char *s, size_t n) {
+    if (p->oom || !n) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 64;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            p->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+void lpx_tool_parser_init(lpx_tool_parser *p, lpx_tool_format f) {
+    memset(p, 0, sizeof *p);
+    p->f = f;
+    p->state = f == LPX_TOOLS_LLAMA3 ? P_START : P_TEXT;
+}
+
+void lpx_tool_parser_free(lpx_tool_parser *p) {
+    for (size_t i = 0; i < p->n_calls; i++) {
+        free(p->calls[i].name);
+        free(p->calls[i].args.p);
+    }
+    free(p->calls);
+    free(p->content.p);
+    free(p->hold.p);
+    free(p->ws.p);
+    free(p->token.p);
+    free(p->name);
+    memset(p, 0, sizeof *p);
+}
+
+static int text_state(const lpx_tool_parser *p) {
+    return p->f == LPX_TOOLS_LLAMA3 ? P_PLAIN : P_TEXT;
+}
+
+static void content(lpx_tool_parser *p, const char *s, size_t n) {
+    /* whitespace between a call and the text after it is dropped */
+    if (!p->after_call) add(p, &p->content, p->ws.p, p->ws.n);
+    p->ws.n = 0;
+    add(p, &p->content, s, n);
+    p->after_call = false;
+}
+
+/* The held text was no markup after all: content. */
+static void give_up(lpx_tool_parser *p) {
+    if (p->hold.n)
+        content(p, p->hold.p, p->hold.n);
+    else if (!p->after_call)
+        add(p, &p->content, p->ws.p, p->ws.n);
+    p->ws.n = p->hold.n = 0;
+    p->state = text_state(p);
+}
+
+static void commit(lpx_tool_parser *p) {
+    if (p->n_calls == p->cap_calls) {
+        size_t cap = p->cap_calls ? 2 * p->cap_calls : 4;
+        lpx_tool_call *c = realloc(p->calls, cap * sizeof *c);
+        if (!c) {
+            p->oom = true;
+            return;
+        }
+        p->calls = c;
+        p->cap_calls = cap;
+    }
+    p->calls[p->n_calls++] = (lpx_tool_call){.name = p->name};
+    p->name = NULL;
+    p->ws.n = p->hold.n = 0; /* whitespace before a call is dropped */
+    p->state = P_ARGS;
+    p->depth = -1;
+    p->in_str = p->esc = p->prim = false;
+}
+
+/* One byte of a JSON string being read into token; true at its closing quote. */
+static bool string_byte(lpx_tool_parser *p, char c) {
+    if (p->esc) {
+        p->esc = false;
+    } else if (c == '\\') {
+        p->esc = true;
+    } else if (c == '"') {
+        return true;
+    }
+    add(p, &p->token, &c, 1);
+    return false;
+}
+
+static bool token_is(const lpx_tool_parser *p, const char *s) {
+    return p->token.n == strlen(s) && !memcmp(p->token.p, s, p->token.n);
+}
+
+/* The header's name: token as a JSON string's contents, decoded. */
+static bool read_name(lpx_tool_parser *p) {
+    char *q = malloc(p->token.n + 3);
+    if (!q) return p->oom = true, false;
+    q[0] = '"';
+    if (p->token.n) memcpy(q + 1, p->token.p, p->token.n);
+    q[p->token.n + 1] = '"';
+    q[p->token.n + 2] = '\0';
+    cJSON *s = cJSON_Parse(q);
+    free(q);
+    if (cJSON_IsString(s) && s->valuestring[0]) {
+        size_t n = strlen(s->valuestring) + 1;
+        free(p->name);
+        if ((p->name = malloc(n))) memcpy(p->name, s->valuestring, n);
+    }
+    cJSON_Delete(s);
+    if (!p->name) return false;
+    return true;
+}
+
+/* A header byte; false when the header does not read as one. */
+static bool head_byte(lpx_tool_parser *p, char c) {
+    static const char expect[] = {[H_OPEN] = '{',  [H_K1] = '"', [H_C1] = ':', [H_V1] = '"',
+                                  [H_COMMA] = ',', [H_K2] = '"', [H_C2] = ':'};
+    if (p->head == H_K1S || p->head == H_V1S || p->head == H_K2S) {
+        if (!string_byte(p, c)) return true;
+        if (p->head == H_K1S) {
+            if (!token_is(p, "name")) return false;
+        } else if (p->head == H_V1S) {
+            if (!read_name(p)) return false;
+        } else if (!token_is(p, "arguments") &&
+                   !(p->f == LPX_TOOLS_LLAMA3 && token_is(p, "parameters"))) {
+            return false;
+        }
+        p->head++;
+        return true;
+    }
+    if (is_ws(c)) return true;
+    if (c != expect[p->head]) return false;
+    if (p->head == H_C2) {
+        commit(p);
+        return true;
+    }
+    p->token.n = 0;
+    p->esc = false;
+    p->head++;
+    return true;
+}
+
+static void args_done(lpx_tool_parser *p) {
+    p->state = P_TAIL;
+    p->tag_at = 0;
+}
+
+static void byte(lpx_tool_parser *p, char c);
+
+static void args_byte(lpx_tool_parser *p, char c) {
+    lpx_tool_buf *a = &p->calls[p->n_calls - 1].args;
+    if (p->depth < 0) {
+        if (is_ws(c)) return;
+        if (c == '}' || c == ']' || c == ',') { /* no value */
+            args_done(p);
+            byte(p, c);
+            return;
+        }
+        p->depth = c == '{' || c == '[' ? 1 : 0;
+        p->in_str = c == '"';
+        p->prim = !p->depth && !p->in_str;
+        add(p, a, &c, 1);
+        return;
+    }
+    if (p->in_str) {
+        add(p, a, &c, 1);
+        if (p->esc)
+            p->esc = false;
+        else if (c == '\\')
+            p->esc = true;
+        else if (c == '"') {
+            p->in_str = false;
+            if (p->depth == 0) args_done(p);
+        }
+        return;
+    }
+    if (p->prim) {
+        if (is_ws(c) || c == ',' || c == '}' || c == ']') {
+            args_done(p);
+            byte(p, c);
+        } else {
+            add(p, a, &c, 1);
+        }
+        return;
+    }
+    add(p, a, &c, 1);
+    if (c == '"')
+        p->in_str = true;
+    else if (c == '{' || c == '[')
+        p->depth++;
+    else if ((c == '}' || c == ']') && --p->depth == 0)
+        args_done(p);
+}
+
+static void start_head(lpx_tool_parser *p, char c) {
+    p->state = P_HEAD;
+    p->head = H_OPEN;
+    p->hold.n = 0;
+    byte(p, c);
+}
+
+static void byte(lpx_tool_parser *p, char c) {
+    const char *tag = p->f == LPX_TOOLS_LLAMA3 ? PYTHON_TAG : START_TAG;
+    switch (p->state) {
+    case P_START:
+    case P_BETWEEN:
+        if (is_ws(c) || (p->state == P_BETWEEN && c == ';')) {
+            if (p->state == P_START) add(p, &p->ws, &c, 1);
+            return;
+        }
+        if (c == '{') {
+            start_head(p, c);
+            return;
+        }
+        if (c == '<') {
+            p->state = P_TAG;
+            p->hold.n = 0;
+            add(p, &p->hold, &c, 1);
+            return;
+        }
+        p->state = P_PLAIN;
+        byte(p, c);
+        return;
+    case P_TEXT:
+    case P_PLAIN:
+        if (is_ws(c)) {
+            add(p, &p->ws, &c, 1);
+            return;
+        }
+        if (p->state == P_TEXT && c == '<') {
+            p->state = P_TAG;
+            p->hold.n = 0;
+            add(p, &p->hold, &c, 1);
+            return;
+        }
+        content(p, &c, 1);
+        return;
+    case P_TAG:
+        add(p, &p->hold, &c, 1);
+        if (p->hold.n <= strlen(tag) && !memcmp(p->hold.p, tag, p->hold.n)) {
+            if (p->hold.n == strlen(tag)) {
+                p->state = P_HEAD;
+                p->head = H_OPEN;
+            }
+            return;
+        }
+        p->hold.n--;
+        give_up(p);
+        byte(p, c);
+        return;
+    case P_HEAD:
+        add(p, &p->hold, &c, 1);
+        if (p->hold.n <= HOLD_MAX && head_byte(p, c)) return;
+        p->hold.n--;
+        give_up(p);
+        byte(p, c);
+        return;
+    case P_ARGS:
+        args_byte(p, c);
+        return;
+    case P_TAIL:
+        if (p->f == LPX_TOOLS_LLAMA3) {
+            if (is_ws(c)) return;
+            p->state = P_BETWEEN;
+            p->after_call = true;
+            if (c != '}') byte(p, c);
+            return;
+        }
+        if (c == END_TAG[p->tag_at]) {
+            if (++p->tag_at == (int)strlen(END_TAG)) {
+                p->state = P_TEXT;
+                p->after_call = true;
+            }
+        } else {
+            p->tag_at = c == '<';
+        }
+        return;
+    default:
+        return;
+    }
+}
+
+bool lpx_tool_parser_feed(lpx_tool_parser *p, const char *s, size_t n) {
+    for (size_t i = 0; i < n && !p->oom; i++)
+        byte(p, s[i]);
+    return !p->oom;
+}
+
+bool lpx_tool_parser_finish(lpx_tool_parser *p) {
+    if (p->state == P_TAG || p->state == P_HEAD) give_up(p);
+    if (p->state != P_ARGS && p->state != P_TAIL && !p->after_call)
+        add(p, &p->content, p->ws.p, p->ws.n);
+    p->ws.n = 0;
+    p->state = P_DONE;
+    return !p->oom;
+}
+
+cJSON *lpx_tool_message(lpx_tool_format f, const char *text, size_t n, const char *id_prefix,
+                        size_t *n_calls) {
+    lpx_tool_parser p;
+    lpx_tool_parser_init(&p, f);
+    bool ok = lpx_tool_parser_feed(&p, text, n) && lpx_tool_parser_finish(&p);
+    cJSON *m = ok ? cJSON_CreateObject() : NULL;
+    cJSON_AddStringToObject(m, "role", "assistant");
+    if (p.content.n)
+        cJSON_AddStringToObject(m, "content", p.content.p);
+    else
+        cJSON_AddNullToObject(m, "content");
+    cJSON *calls = m && p.n_calls ? cJSON_AddArrayToObject(m, "tool_calls") : NULL;
+    for (size_t i = 0; calls && i < p.n_calls; i++) {
+        char id[96];
+        snprintf(id, sizeof id, "%.80s%02zx", id_prefix, i & 0xff);
+        cJSON *o = cJSON_CreateObject(), *fn;
+        cJSON_AddStringToObject(o, "id", id);
+        cJSON_AddStringToObject(o, "type", "function");
+        fn = cJSON_AddObjectToObject(o, "function");
+        cJSON_AddStringToObject(fn, "name", p.calls[i].name);
+        cJSON_AddStringToObject(fn, "arguments", p.calls[i].args.n ? p.calls[i].args.p : "");
+        cJSON_AddItemToArray(calls, o);
+    }
+    *n_calls = p.n_calls;
+    lpx_tool_parser_free(&p);
+    return m;
+}

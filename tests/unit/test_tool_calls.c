@@ -1,0 +1,346 @@
+/* Tool calls (src/grammar/tool_calls.h): the parser on recorded outputs of each format,
+ * malformed ones included, fed whole, byte by byte and in random pieces (the same
+ * result each way); the forcing grammar; the tools' checks; the messages for the
+ * template. With arguments, a driver for tests/py/test_tool_grammar.py:
+ *   test_tool_calls parse hermes|llama3   stdin's text parsed: {"content", "tool_calls":
+ *                                         [{"name", "arguments"}]} */
+#include "test.h"
+
+#include "grammar/grammar.h"
+#include "grammar/tool_calls.h"
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+#include <string.h>
+
+/* The parse as JSON text: {"content": ..., "tool_calls": [[name, arguments], ...]}. */
+static char *summary(const lpx_tool_parser *p) {
+    cJSON *o = cJSON_CreateObject();
+    if (p->content.n)
+        cJSON_AddStringToObject(o, "content", p->content.p);
+    else
+        cJSON_AddNullToObject(o, "content");
+    cJSON *calls = cJSON_AddArrayToObject(o, "tool_calls");
+    for (size_t i = 0; i < p->n_calls; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "name", p->calls[i].name);
+        cJSON_AddStringToObject(c, "arguments", p->calls[i].args.n ? p->calls[i].args.p : "");
+        cJSON_AddItemToArray(calls, c);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static uint64_t rng(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* text parsed in pieces: 0 whole, 1 a byte at a time, else random cuts (seed). */
+static char *parse(lpx_tool_format f, const char *text, int how) {
+    lpx_tool_parser p;
+    lpx_tool_parser_init(&p, f);
+    size_t n = strlen(text), i = 0;
+    uint64_t seed = (uint64_t)how * 2654435761u + 1;
+    while (i < n) {
+        size_t k = how == 0 ? n : how == 1 ? 1 : 1 + rng(&seed) % 7;
+        if (k > n - i) k = n - i;
+        lpx_tool_parser_feed(&p, text + i, k);
+        i += k;
+    }
+    lpx_tool_parser_finish(&p);
+    char *s = summary(&p);
+    lpx_tool_parser_free(&p);
+    return s;
+}
+
+static void check_parse(lpx_tool_format f, const char *text, const char *want) {
+    for (int how = 0; how < 12; how++) {
+        char *got = parse(f, text, how);
+        bool ok = got && !strcmp(got, want);
+        CHECK(ok);
+        if (!ok)
+            fprintf(stderr, "  text %s (pieces %d)\n  got  %s\n  want %s\n", text, how, got, want);
+        free(got);
+    }
+}
+
+static void test_hermes(void) {
+    lpx_tool_format H = LPX_TOOLS_HERMES;
+    check_parse(H, "Hello there.", "{\"content\":\"Hello there.\",\"tool_calls\":[]}");
+    check_parse(H,
+                "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                "\"Paris\"}}\n</tool_call>",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":\"{"
+                "\\\"city\\\": \\\"Paris\\\"}\"}]}");
+    /* text before, two calls, whitespace beside them dropped, text after kept */
+    check_parse(
+        H,
+        "Let me check.\n\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, {\"y\": "
+        "\"}\"}]}}\n</tool_call>\n"
+        "<tool_call>\n{\"name\":\"b\",\"arguments\":{}}\n</tool_call>\n Done.",
+        "{\"content\":\"Let me check.Done.\",\"tool_calls\":[{\"name\":\"a\",\"arguments\":"
+        "\"{\\\"x\\\": [1, {\\\"y\\\": \\\"}\\\"}]}\"},{\"name\":\"b\",\"arguments\":\"{}\"}]}");
+    /* escapes in the name and in string arguments */
+    check_parse(
+        H, "<tool_call>{\"name\": \"f\\u0031\", \"arguments\": {\"q\": \"a\\\"}b\"}}</tool_call>",
+        "{\"content\":null,\"tool_calls\":[{\"name\":\"f1\",\"arguments\":\"{\\\"q\\\": "
+        "\\\"a\\\\\\\"}b\\\"}\"}]}");
+    /* malformed: another key order, not JSON, an unclosed tag: all content */
+    check_parse(H, "<tool_call>\n{\"arguments\": {}, \"name\": \"f\"}\n</tool_call>",
+                "{\"content\":\"<tool_call>\\n{\\\"arguments\\\": {}, \\\"name\\\": "
+                "\\\"f\\\"}\\n</tool_call>\",\"tool_calls\":[]}");
+    check_parse(H, "a <tool_call>oops</tool_call> b",
+                "{\"content\":\"a <tool_call>oops</tool_call> b\",\"tool_calls\":[]}");
+    check_parse(H, "x <tool_ca", "{\"content\":\"x <tool_ca\",\"tool_calls\":[]}");
+    check_parse(H, "<<tool_call>{\"name\": \"f\", \"arguments\": 5}</tool_call>",
+                "{\"content\":\"<\",\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"5\"}]}");
+    check_parse(H, "a < b and c <tool_call>{\"name\": 3}",
+                "{\"content\":\"a < b and c <tool_call>{\\\"name\\\": 3}\",\"tool_calls\":[]}");
+    /* cut short inside the arguments (max_tokens): the call keeps what it has */
+    check_parse(H, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": \"hal",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": "
+                "\\\"hal\"}]}");
+    /* a header cut short: content */
+    check_parse(H, "<tool_call>\n{\"name\": \"f\"",
+                "{\"content\":\"<tool_call>\\n{\\\"name\\\": \\\"f\\\"\",\"tool_calls\":[]}");
+    check_parse(H, "  \n", "{\"content\":\"  \\n\",\"tool_calls\":[]}");
+    check_parse(H, "", "{\"content\":null,\"tool_calls\":[]}");
+}
+
+static void test_llama3(void) {
+    lpx_tool_format L = LPX_TOOLS_LLAMA3;
+    check_parse(L, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":\"{"
+                "\\\"city\\\": \\\"Paris\\\"}\"}]}");
+    check_parse(L,
+                "<|python_tag|>{\"name\": \"a\", \"arguments\": {}}; {\"name\": \"b\", "
+                "\"parameters\": {\"k\": 1}}",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"a\",\"arguments\":\"{}\"},{\"name\":"
+                "\"b\",\"arguments\":\"{\\\"k\\\": 1}\"}]}");
+    /* text first: no calls, {...} later is content */
+    check_parse(L, "Sure: {\"name\": \"a\", \"parameters\": {}}",
+                "{\"content\":\"Sure: {\\\"name\\\": \\\"a\\\", \\\"parameters\\\": "
+                "{}}\",\"tool_calls\":[]}");
+    check_parse(L, "{\"answer\": 42}", "{\"content\":\"{\\\"answer\\\": 42}\",\"tool_calls\":[]}");
+    check_parse(
+        L, "{\"name\": \"a\", \"parameters\": {}} and more",
+        "{\"content\":\"and more\",\"tool_calls\":[{\"name\":\"a\",\"arguments\":\"{}\"}]}");
+    check_parse(L, "\n  Hi", "{\"content\":\"\\n  Hi\",\"tool_calls\":[]}");
+}
+
+static bool grammar_takes(const lpx_grammar *g, const char *text) {
+    lpx_gmatch m;
+    if (lpx_gmatch_init(&m, g) != LPX_OK) return false;
+    bool ok = lpx_gmatch_feed(&m, text, strlen(text)) && lpx_gmatch_can_end(&m);
+    lpx_gmatch_free(&m);
+    return ok;
+}
+
+static lpx_grammar *tool_grammar(const char *spec) {
+    lpx_grammar *g = NULL;
+    if (lpx_grammar_tool_calls(spec, strlen(spec), &g) != LPX_OK)
+        fprintf(stderr, "tool grammar: %s\n", lpx_last_error());
+    return g;
+}
+
+static void test_grammar(void) {
+    const char *fns = "[{\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
+                      "\"properties\": {\"city\": {\"type\": \"string\"}, \"unit\": {\"enum\": "
+                      "[\"c\", \"f\"]}}, \"required\": [\"city\"], \"additionalProperties\": "
+                      "false}}, {\"name\": \"now\", \"parameters\": {\"type\": \"object\", "
+                      "\"additionalProperties\": false}}]";
+    char spec[1024];
+    snprintf(spec, sizeof spec, "{\"format\": \"hermes\", \"parallel\": true, \"functions\": %s}",
+             fns);
+    lpx_grammar *g = tool_grammar(spec);
+    CHECK(g != NULL);
+    if (g) {
+        CHECK(grammar_takes(g, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+                               "\"Paris\"}}\n</tool_call>"));
+        CHECK(grammar_takes(g,
+                            "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
+                            "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"x\","
+                            "\"unit\":\"f\"}}\n</tool_call>"));
+        CHECK(!grammar_takes(
+            g, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+        CHECK(!grammar_takes(
+            g, "<tool_call>\n{\"name\": \"now\", \"arguments\": {\"x\": 1}}\n</tool_call>"));
+        CHECK(
+            !grammar_takes(g, "<tool_call>\n{\"arguments\": {}, \"name\": \"now\"}\n</tool_call>"));
+        CHECK(!grammar_takes(g, "{\"name\": \"now\", \"arguments\": {}}"));
+        CHECK(!grammar_takes(g, ""));
+        lpx_grammar_free(g);
+    }
+    snprintf(spec, sizeof spec, "{\"format\": \"hermes\", \"parallel\": false, \"functions\": %s}",
+             fns);
+    g = tool_grammar(spec);
+    CHECK(g &&
+          !grammar_takes(g, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n"
+                            "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+    lpx_grammar_free(g);
+    snprintf(spec, sizeof spec, "{\"format\": \"llama3\", \"parallel\": false, \"functions\": %s}",
+             fns);
+    g = tool_grammar(spec);
+    CHECK(g && grammar_takes(g, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"P\"}}"));
+    CHECK(g && !grammar_takes(g, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}"));
+    lpx_grammar_free(g);
+    /* a $ref resolves inside its own function's parameters */
+    g = tool_grammar("{\"format\": \"hermes\", \"functions\": [{\"name\": \"f\", \"parameters\": "
+                     "{\"$defs\": {\"n\": {\"type\": \"integer\"}}, \"type\": \"object\", "
+                     "\"properties\": {\"a\": {\"$ref\": \"#/$defs/n\"}}, \"required\": [\"a\"], "
+                     "\"additionalProperties\": false}}]}");
+    CHECK(g && grammar_takes(
+                   g, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 7}}\n</tool_call>"));
+    lpx_grammar_free(g);
+    CHECK(lpx_grammar_tool_calls("{\"format\": \"x\", \"functions\": []}", 33, &g) ==
+              LPX_ERR_INVALID_ARG &&
+          !g);
+}
+
+/* lpx_tools_parse on body; returns the message ("" when accepted). */
+static const char *tools_msg(const char *body, lpx_tools *t, const char **param) {
+    static char msg[600];
+    msg[0] = '\0';
+    *param = NULL;
+    cJSON *o = cJSON_Parse(body);
+    if (!lpx_tools_parse(o, t, msg, sizeof msg, param) && !msg[0]) snprintf(msg, sizeof msg, "?");
+    cJSON_Delete(o);
+    return msg;
+}
+
+static void test_tools_parse(void) {
+    lpx_tools t;
+    const char *param;
+    const char *fn = "{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": "
+                     "{\"type\": \"object\"}}}";
+    char body[1024];
+    snprintf(body, sizeof body, "{\"tools\": [%s]}", fn);
+    CHECK(!strcmp(tools_msg(body, &t, &param), "") && t.n_tools == 1 &&
+          t.choice == LPX_TOOL_CHOICE_AUTO && t.parallel && lpx_tools_parsed(&t));
+    char *vars = lpx_tools_template_vars(&t);
+    CHECK(vars && strstr(vars, "{\"tools\": [{\"type\":\"function\""));
+    free(vars);
+    char *gt = lpx_tools_grammar_text(&t, LPX_TOOLS_HERMES);
+    CHECK(gt == NULL); /* auto: nothing forced */
+    lpx_tools_free(&t);
+    snprintf(body, sizeof body,
+             "{\"tools\": [%s], \"tool_choice\": {\"type\": \"function\", \"function\": {\"name\": "
+             "\"f\"}}, \"parallel_tool_calls\": false}",
+             fn);
+    CHECK(!strcmp(tools_msg(body, &t, &param), "") && t.choice == LPX_TOOL_CHOICE_NAMED &&
+          t.named == 0 && !t.parallel);
+    gt = lpx_tools_grammar_text(&t, LPX_TOOLS_HERMES);
+    CHECK(gt && strstr(gt, "\"format\":\"hermes\"") && strstr(gt, "\"parallel\":false"));
+    lpx_grammar *g = gt ? tool_grammar(gt) : NULL;
+    CHECK(g != NULL);
+    lpx_grammar_free(g);
+    free(gt);
+    lpx_tools_free(&t);
+    CHECK(!strcmp(tools_msg("{\"tool_choice\": \"none\"}", &t, &param), "") &&
+          t.choice == LPX_TOOL_CHOICE_NONE && !lpx_tools_parsed(&t));
+    lpx_tools_free(&t);
+
+    static const struct {
+        const char *body, *param, *msg;
+    } bad[] = {
+        {"{\"tools\": {}}", "tools", "must be a list"},
+        {"{\"tools\": [{\"type\": \"retrieval\"}]}", "tools",
+         "tools[0].type: 'retrieval' is not supported"},
+        {"{\"tools\": [{\"type\": \"function\"}]}", "tools",
+         "tools[0].function: expected an object"},
+        {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a b\"}}]}", "tools",
+         "tools[0].function.name: 'a b' must be"},
+        {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\"}}, {\"type\": "
+         "\"function\", \"function\": {\"name\": \"a\"}}]}",
+         "tools", "tools[1].function.name: 'a' is given twice"},
+        {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", \"parameters\": "
+         "{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"number\", \"multipleOf\": "
+         "2}}}}}]}",
+         "tools",
+         "tools[0].function.parameters.properties.x: keyword 'multipleOf' is not supported"},
+        {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", \"parameters\": "
+         "{\"type\": \"strin\"}}}]}",
+         "tools", "tools[0].function.parameters: keyword 'type': 'strin'"},
+        {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\", \"x\": 1}}]}",
+         "tools", "field 'x' is not supported"},
+        {"{\"tool_choice\": \"required\"}", "tool_choice", "needs 'tools'"},
+        {"{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": \"a\"}}], "
+         "\"tool_choice\": "
+         "{\"type\": \"function\", \"function\": {\"name\": \"b\"}}}",
+         "tool_choice", "names function 'b', which is not in 'tools'"},
+        {"{\"tool_choice\": \"sometimes\"}", "tool_choice", "is not one of"},
+        {"{\"parallel_tool_calls\": 1}", "parallel_tool_calls", "must be a boolean"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *m = tools_msg(bad[i].body, &t, &param);
+        bool ok = param && !strcmp(param, bad[i].param) && strstr(m, bad[i].msg);
+        CHECK(ok);
+        if (!ok) fprintf(stderr, "  %s\n  -> %s: %s\n", bad[i].body, param ? param : "-", m);
+    }
+}
+
+static void test_messages(void) {
+    cJSON *m = cJSON_Parse(
+        "[{\"role\": \"developer\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, "
+        "{\"type\": "
+        "\"text\", \"text\": \"b\"}]}, {\"role\": \"assistant\", \"content\": null, "
+        "\"tool_calls\": "
+        "[{\"id\": \"call_1\", \"type\": \"function\", \"function\": {\"name\": \"f\", "
+        "\"arguments\": "
+        "\"{\\\"x\\\": 1}\"}}]}, {\"role\": \"tool\", \"tool_call_id\": \"call_1\", \"content\": "
+        "\"42\"}]");
+    char *out = NULL, msg[256];
+    CHECK(lpx_chat_messages_json(m, &out, msg, sizeof msg));
+    const char *want =
+        "[{\"role\":\"system\",\"content\":\"ab\"},{\"role\":\"assistant\",\"content\":\"\","
+        "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+        "\"arguments\":{\"x\":1}}}]},{\"role\":\"tool\",\"content\":\"42\",\"tool_call_id\":"
+        "\"call_1\"}]";
+    CHECK(out && !strcmp(out, want));
+    if (out && strcmp(out, want)) fprintf(stderr, "  got  %s\n  want %s\n", out, want);
+    free(out);
+    cJSON_Delete(m);
+    m = cJSON_Parse("[{\"role\": \"assistant\", \"tool_calls\": [{\"function\": {\"name\": \"f\", "
+                    "\"arguments\": \"{x\"}}]}]");
+    CHECK(!lpx_chat_messages_json(m, &out, msg, sizeof msg) &&
+          strstr(msg, "messages[0].tool_calls[0].function.arguments is not valid JSON"));
+    cJSON_Delete(m);
+}
+
+static void test_formats(void) {
+    CHECK(lpx_tool_format_of("{{ '<tool_call>' }}") == LPX_TOOLS_HERMES);
+    CHECK(lpx_tool_format_of(NULL) == LPX_TOOLS_NONE);
+    CHECK(lpx_tool_format_of("{% for m in messages %}{{ m.content }}{% endfor %}") ==
+          LPX_TOOLS_NONE);
+}
+
+static int driver(char **argv) {
+    lpx_tool_format f = !strcmp(argv[2], "llama3") ? LPX_TOOLS_LLAMA3 : LPX_TOOLS_HERMES;
+    lpx_tool_parser p;
+    lpx_tool_parser_init(&p, f);
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, stdin)) > 0)
+        lpx_tool_parser_feed(&p, buf, n);
+    lpx_tool_parser_finish(&p);
+    char *s = summary(&p);
+    printf("%s\n", s);
+    free(s);
+    lpx_tool_parser_free(&p);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "parse")) return driver(argv);
+    test_hermes();
+    test_llama3();
+    test_grammar();
+    test_tools_parse();
+    test_messages();
+    test_formats();
+    TEST_DONE();
+}
