@@ -193,7 +193,7 @@ static wmat make_weights(lpx_dtype type, int rows, int cols, std::vector<uint8_t
         lpx_wp_unpack_row(f, &packed[(size_t)r * rb], cols, row.data());
         for (int i = 0; i < cols; i++) ref[(size_t)r * cols + i] = row[i];
     }
-    return wmat{NULL, f.kind, (int)rb, f.group ? __builtin_ctz((unsigned)f.group) : 0, f.has_min};
+    return wmat_of(NULL, f, (int)rb);
 }
 
 static bool check_op(const char *model, const op_spec &op, int T, int n_sms,
@@ -433,8 +433,7 @@ static void time_model(const model_spec &m, const std::vector<int> &Ts, int n_sm
             bf16 *p;
             CK(cudaMalloc(&p, n * 2));
             fill_bf16<<<1024, 256>>>(p, n, 1000003ull * (l * 4 + k), 0.03f);
-            L[l].w[k] = wmat{p, f.kind, rb[k], f.group ? __builtin_ctz((unsigned)f.group) : 0,
-                             f.has_min};
+            L[l].w[k] = wmat_of(p, f, rb[k]);
         }
         for (int k = 0; k < 2; k++) {
             CK(cudaMalloc(&L[l].nw[k], (size_t)m.d * 4));

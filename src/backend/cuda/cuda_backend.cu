@@ -172,24 +172,42 @@ static lpx_status dalloc(cuda_backend *b, void **p, size_t bytes) {
     return LPX_OK;
 }
 
-/* Uploads the tensors ts[0..n) stacked (or, with interleave, row-interleaved) as
- * one matrix of width cols: bf16, or (b->bf16_weights false) in the packing
- * wpack.h chooses for them. */
-static lpx_status upload_matrix(cuda_backend *b, wmat *out, const lpx_tensor *const *ts, int n,
-                                bool interleave, int64_t cols, uint8_t *stage, float *tmp) {
-    lpx_wp_format f = {LPX_WP_BF16, 0, 0};
-    if (!b->bf16_weights) LPX_TRY(lpx_wp_choose(ts, n, cols, &f));
-    const size_t rb = lpx_wp_row_bytes(f, cols);
+/* A matrix the backend holds, merged from up to three of the file's tensors
+ * (stacked, or row-interleaved for gate/up). */
+typedef struct merged {
+    const lpx_tensor *ts[3];
+    int n;
+    bool interleave;
+    int64_t cols;
+} merged;
+
+/* The packing of a merged matrix: wpack.h's choice, or bf16. */
+static lpx_status matrix_format(const merged *mt, bool bf16, lpx_wp_format *f) {
+    if (bf16) {
+        *f = lpx_wp_format{LPX_WP_BF16, 0, 0};
+        return LPX_OK;
+    }
+    return lpx_wp_choose(mt->ts, mt->n, mt->cols, f);
+}
+
+/* Uploads the matrix mt: bf16, or (b->bf16_weights false) in the packing wpack.h
+ * chooses for its tensors. */
+static lpx_status upload_matrix(cuda_backend *b, wmat *out, const merged *mt, uint8_t *stage,
+                                float *tmp) {
+    lpx_wp_format f;
+    LPX_TRY(matrix_format(mt, b->bf16_weights, &f));
+    const size_t rb = lpx_wp_row_bytes(f, mt->cols);
     int64_t rows = 0;
-    for (int i = 0; i < n; i++) {
-        LPX_TRY(lpx_wp_pack_rows(f, ts[i], stage, interleave ? i : rows, interleave ? n : 1, tmp));
-        rows += lpx_tensor_rows(ts[i]);
+    for (int i = 0; i < mt->n; i++) {
+        LPX_TRY(lpx_wp_pack_rows(f, mt->ts[i], stage, mt->interleave ? i : rows,
+                                 mt->interleave ? mt->n : 1, tmp));
+        rows += lpx_tensor_rows(mt->ts[i]);
     }
     void *d;
     const size_t bytes = (size_t)rows * rb;
     LPX_TRY(dalloc(b, &d, bytes));
     LPX_CUDA_TRY(cudaMemcpy(d, stage, bytes, cudaMemcpyHostToDevice));
-    *out = wmat{d, f.kind, (int)rb, f.group ? __builtin_ctz((unsigned)f.group) : 0, f.has_min};
+    *out = wmat_of(d, f, (int)rb);
     return LPX_OK;
 }
 
@@ -839,15 +857,6 @@ static void cuda_destroy(lpx_backend *base) {
     free(b);
 }
 
-/* A matrix the backend holds, merged from up to three of the file's tensors
- * (stacked, or row-interleaved for gate/up). */
-typedef struct merged {
-    const lpx_tensor *ts[3];
-    int n;
-    bool interleave;
-    int64_t cols;
-} merged;
-
 /* Layer l's matrices: q/k/v, o, gate/up, down; their shapes checked. */
 static lpx_status layer_matrices(const lpx_config *c, const lpx_layer *L, int l, merged out[4]) {
     const int d = c->d_model, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
@@ -879,15 +888,6 @@ typedef struct weight_plan {
 } weight_plan;
 
 #define WTILE_MAX_ELEMS ((size_t)32 << 20) /* 64 MB of bf16 */
-
-/* The packing of a merged matrix: wpack.h's choice, or bf16. */
-static lpx_status matrix_format(const merged *mt, bool bf16, lpx_wp_format *f) {
-    if (bf16) {
-        *f = lpx_wp_format{LPX_WP_BF16, 0, 0};
-        return LPX_OK;
-    }
-    return lpx_wp_choose(mt->ts, mt->n, mt->cols, f);
-}
 
 static lpx_status plan_matrix(const merged *mt, bool bf16, weight_plan *p, lpx_wp_format *out) {
     lpx_wp_format f;
@@ -1084,12 +1084,15 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     lpx_status s = LPX_OK;
     if (!stage || !tmp || !b->layers) s = lpx_errorf(LPX_ERR_NOMEM, "cuda: out of host memory");
     const lpx_weights *w = &m->w;
-    if (s == LPX_OK) s = upload_matrix(b, &b->tok_embd, &w->tok_embd, 1, false, d, stage, tmp);
+    merged e = {{w->tok_embd, NULL, NULL}, 1, false, d};
+    if (s == LPX_OK) s = upload_matrix(b, &b->tok_embd, &e, stage, tmp);
     if (s == LPX_OK) {
-        if (tied)
+        if (tied) {
             b->lm_head = b->tok_embd;
-        else
-            s = upload_matrix(b, &b->lm_head, &w->lm_head, 1, false, d, stage, tmp);
+        } else {
+            e.ts[0] = w->lm_head;
+            s = upload_matrix(b, &b->lm_head, &e, stage, tmp);
+        }
     }
     if (s == LPX_OK) s = check_shape(w->out_norm, "output_norm", -1, 1, d);
     if (s == LPX_OK) s = upload_vector(b, &b->out_norm, &w->out_norm, 1, tmp);
@@ -1104,8 +1107,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
         s = layer_matrices(c, L, l, mt);
         wmat *dst[4] = {&D->wqkv, &D->wo, &D->wgu, &D->wdown};
         for (int k = 0; s == LPX_OK && k < 4; k++)
-            s = upload_matrix(b, dst[k], mt[k].ts, mt[k].n, mt[k].interleave, mt[k].cols, stage,
-                              tmp);
+            s = upload_matrix(b, dst[k], &mt[k], stage, tmp);
         if (s == LPX_OK) s = upload_vector(b, &D->attn_norm, &L->attn_norm, 1, tmp);
         if (s == LPX_OK) s = upload_vector(b, &D->ffn_norm, &L->ffn_norm, 1, tmp);
         if (s == LPX_OK && c->qkv_bias) {

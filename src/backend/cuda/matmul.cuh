@@ -562,10 +562,6 @@ static int matvec_ksplit(int rows, int nchunks, int n_sms, bool pairs) {
     return ks;
 }
 
-/* A matrix's packing parameters for the kernels: bytes a row, log2 of the group,
- * and the mins' offset from the scales in halves (0: none). */
-static int wm_moff(const wmat &W, int cols) { return W.has_min ? cols >> W.gshift : 0; }
-
 template <int B, int F>
 static cudaError_t matvec_launch(float *y, bf16 *act, const wmat &W, const void *x,
                                  const float *norm_w, int rows, int cols, int n_sms,

@@ -555,7 +555,7 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const wmat &W,
     cfg.attrs = attr;
     cfg.numAttrs = 2;
     cudaError_t e = cudaErrorInvalidValue;
-    const int moff = W.has_min ? cols >> W.gshift : 0;
+    const int moff = wm_moff(W, cols);
 #define QA_LAUNCH_F(HD, GM, F)                                                                     \
     e = cudaLaunchKernelEx(&cfg, qkv_attn_kernel<HD, GM, F>, out, kv, W.w, x, norm_w, bias, q_norm, \
                            k_norm, inv_freq, tok_seq, positions, slots, block_table, max_blocks, g, \

@@ -25,6 +25,15 @@ typedef struct wmat {
     int has_min;
 } wmat;
 
+/* The descriptor of w, rows of row_bytes in packing f. */
+static inline wmat wmat_of(const void *w, lpx_wp_format f, int row_bytes) {
+    return wmat{w, f.kind, row_bytes, f.group ? __builtin_ctz((unsigned)f.group) : 0, f.has_min};
+}
+/* The kernels' offset of the mins from the scales, in halves (0: none). */
+static inline int wm_moff(const wmat &W, int cols) {
+    return W.has_min ? cols >> W.gshift : 0;
+}
+
 /* Kernel template argument: the packing (lpx_wp_kind). */
 #define WF_BF16 LPX_WP_BF16
 #define WF_Q8 LPX_WP_Q8
