@@ -115,7 +115,7 @@ void lpx_free(void *p);
 typedef enum lpx_kv_dtype {
     LPX_KV_AUTO = 0, /* the backend's own: bf16 on CUDA, f32 on the CPU backend */
     LPX_KV_BF16 = 1,
-    LPX_KV_FP8 = 2,  /* CPU backend only for now (CUDA: LPX_ERR_UNSUPPORTED) */
+    LPX_KV_FP8 = 2,  /* e4m3 codes with a scale per head (format/kv_fp8.h), both backends */
     LPX_KV_F32 = 3,  /* the CPU backend's auto, named in stats and messages; not a
                         value of --kv-cache-dtype */
 } lpx_kv_dtype;

@@ -41,6 +41,9 @@
 #   weights kept quantized (tune key wq=1): the SmolLM2 slice's Q4_1/Q8_0 (3e-2) and a
 #   Q4_K_M of the Qwen3-0.6B shape (5e-2), prefill and decode, against the CPU
 #   backend's exact mode (LPX_CPU_TUNE=act=f32).
+#   the fp8 KV cache: prefill, chunked, fused and split decode, two sequences and
+#   8,000 ids at depth on the SmolLM2 slice against the CPU backend's fp8 cache
+#   (5e-2; fp8's own error there is ~4e-2), and memcheck.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="${BUILD:-build}"
@@ -295,6 +298,37 @@ raise SystemExit(0 if e < 1e-3 and f < 3e-2 else 1)"
         check "quantized Q4_K_M (wq=1): prefill vs cpu exact" compare "$d/qk.f32" "$d/qk.cpu.f32" 151936 5e-2 "wq q4_k_m prefill~cpu"
     fi
     grep -E "^wq " "$out/checks.log" | tail -5 >>"$summary"
+
+    # the fp8 KV cache (--kv-cache-dtype fp8, kv_cache.cuh): CUDA's codes and scales
+    # against the CPU backend's fp8 cache (exact mode), on every path that writes or
+    # reads the cache: prefill (flash prefill over fp8 tiles), chunked prefill, the
+    # fused batch-1 decode, the split decode (qa=0, and two sequences), decode at
+    # depth (8,000 ids). Tolerance 5e-2: fp8's own error on this prompt (CPU fp8 vs
+    # CPU bf16) is 4.0e-2, and CUDA's bf16 activations round some values across an
+    # fp8 step; a wrong byte order or scale gives errors of order 1.
+    f8="--kv-cache-dtype fp8"
+    check "fp8 KV: cuda prefill runs" logits "$smol" "$lids" "$dev" "$d/f8.f32" $f8
+    check "fp8 KV: cuda chunked (61) runs" logits "$smol" "$lids" "$dev" "$d/f8.chunk.f32" $f8 --chunk 61
+    check "fp8 KV: cuda decode (fused) runs" logits "$smol" "$lids" "$dev" "$d/f8.dec.f32" $f8 --mode decode
+    check "fp8 KV: cuda decode (two-kernel) runs" env "$qa_off" "$lpx" logits -m "$smol" --ids "$lids" --device "$dev" -o "$d/f8.dec2.f32" $f8 --mode decode
+    check "fp8 KV: cuda decode of two runs" logits "$smol" "$lids" "$dev" "$d/f8.two.f32" --ids "$ids_smol" $f8 --mode decode
+    check "fp8 KV: cpu runs" logits "$smol" "$lids" cpu "$d/f8.cpu.f32" $f8
+    check "fp8 KV: cpu (two) runs" logits "$smol" "$lids" cpu "$d/f8.cpu2.f32" --ids "$ids_smol" $f8
+    check "fp8 KV: cpu bf16 runs" logits "$smol" "$lids" cpu "$d/f8.cpubf.f32" --kv-cache-dtype bf16
+    check "fp8 KV: cpu fp8 vs cpu bf16 (fp8's own error, < 6e-2)" compare "$d/f8.cpu.f32" "$d/f8.cpubf.f32" 49152 6e-2 "f8 cpu-fp8~cpu-bf16"
+    check "fp8 KV: cuda prefill vs cpu fp8" compare "$d/f8.f32" "$d/f8.cpu.f32" 49152 5e-2 "f8 prefill~cpu"
+    check "fp8 KV: cuda chunked vs cpu fp8" compare "$d/f8.chunk.f32" "$d/f8.cpu.f32" 49152 5e-2 "f8 chunked~cpu"
+    check "fp8 KV: cuda decode (fused) vs cpu fp8" compare "$d/f8.dec.f32" "$d/f8.cpu.f32" 49152 5e-2 "f8 decode~cpu"
+    check "fp8 KV: cuda decode (two-kernel) vs cpu fp8" compare "$d/f8.dec2.f32" "$d/f8.cpu.f32" 49152 5e-2 "f8 decode2~cpu"
+    check "fp8 KV: cuda decode of two vs cpu fp8" compare "$d/f8.two.f32" "$d/f8.cpu2.f32" 49152 5e-2 "f8 two~cpu"
+    check "fp8 KV: 8k cuda decode at depth runs" logits "$smol" "$l8" "$dev" "$d/f8.l8.f32" $f8 --chunk 2048 --tail 32 --mode decode
+    check "fp8 KV: 8k cpu runs" logits "$smol" "$l8" cpu "$d/f8.l8.cpu.f32" $f8 --chunk 1024 --tail 32
+    check "fp8 KV: 8k decode at depth vs cpu fp8" compare "$d/f8.l8.f32" "$d/f8.l8.cpu.f32" 49152 5e-2 "f8 8k decode~cpu"
+    [ "$dev" = cuda ] && check "compute-sanitizer memcheck (fp8 KV: chunked prefill to 2,000, decode at depth)" \
+        compute-sanitizer --tool memcheck --error-exitcode 9 "$lpx" logits -m "$smol" \
+        --ids "$(long_ids 2000 49152)" --ids "$(long_ids 700 49152)" --device cuda --chunk 512 --tail 4 --mode decode \
+        $f8 -o "$out/tmp/ms8.f32"
+    grep -E "^f8 " "$out/checks.log" | tail -9 >>"$summary"
 
     # device sampling (sampling.cuh): the CUDA sampler's token equals the host
     # sampler's on the same logits, for greedy, penalties, temperature, min_p,

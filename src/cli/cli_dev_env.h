@@ -5,9 +5,10 @@
 #ifndef LPX_CLI_DEV_ENV_H
 #define LPX_CLI_DEV_ENV_H
 
-/* The strings for a device ("cuda", "cuda:N"; anything else is the CPU): each
- * the variable's value when it is set and non-empty, else NULL (the CPU
- * backend has no tracing: its trace is always NULL). */
+/* The strings for a device ("cuda", "cuda:N"; NULL or "" the engine's default, a GPU
+ * if one answers; anything else is the CPU): each the variable's value when it is
+ * set and non-empty, else NULL (the CPU backend has no tracing: its trace is always
+ * NULL). */
 void lpx_cli_dev_env(const char *device, const char **tune, const char **trace);
 
 #endif

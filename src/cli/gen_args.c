@@ -14,7 +14,7 @@ const char lpx_backend_args_help[] =
     "  --device DEV            cpu, cuda or cuda:N (default: cuda if usable, else cpu)\n"
     "  -t, --threads N         CPU threads, 1 to 4096 (default: all cores)\n"
     "  --kv-cache-dtype D      KV cache: auto (bf16 on cuda, f32 on cpu), bf16 or fp8\n"
-    "                          (e4m3 + a scale per head, half of bf16; cpu only for now)\n"
+    "                          (e4m3 + a scale per head: half the bytes of bf16)\n"
     "  --no-step-ahead         wait for each decode step before queueing the next\n"
     "  --no-device-sampling    copy each decode step's logits to the host and sample there\n";
 
@@ -26,7 +26,7 @@ const char lpx_engine_args_help[] =
     "  -t, --threads N         CPU threads, 1 to 4096 (default: all cores)\n"
     "  --kv-bytes N            KV cache budget in bytes (default: derived)\n"
     "  --kv-cache-dtype D      KV cache: auto (bf16 on cuda, f32 on cpu), bf16 or fp8\n"
-    "                          (e4m3 + a scale per head, half of bf16; cpu only for now)\n"
+    "                          (e4m3 + a scale per head: half the bytes of bf16)\n"
     "  --no-prefix-caching     compute every prompt in full (default: reuse the cached KV\n"
     "                          blocks of earlier requests' prefixes; --enable-prefix-caching\n"
     "                          is accepted)\n"

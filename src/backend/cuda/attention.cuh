@@ -12,6 +12,7 @@
 
 #include "attn_plan.h"
 #include "common.cuh"
+#include "kv_cache.cuh"
 
 #include <cuda_pipeline.h>
 
@@ -19,26 +20,17 @@
 /* int32s before the items of a step's plan (its item count first) */
 #define AP_HDR 8
 
-typedef struct kv_geom {
-    int n_heads, n_kv, head_dim, block_size, n_layers;
-    int bs_shift; /* log2(block_size): block sizes are powers of two */
-    int64_t block_stride; /* elements per block: n_layers*2*n_kv*block_size*head_dim */
-} kv_geom;
-
-static __device__ __forceinline__ int64_t kv_offset(const kv_geom g, int layer, int which,
-                                                    int kvh, int block, int slot) {
-    return block * g.block_stride +
-           ((((int64_t)layer * 2 + which) * g.n_kv + kvh) * g.block_size + slot) * g.head_dim;
-}
-
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
 /* One block of head_dim threads per (token, head) over the q, k and v heads of the
  * merged qkv output. q: + bias, RMSNorm (Qwen3), RoPE -> q_out; k: same -> cache;
- * v: + bias -> cache. slot < 0 marks a padding token: nothing is written. */
+ * v: + bias -> cache (F8: each head quantized to codes and a scale, kv_cache.cuh).
+ * slot < 0 marks a padding token: nothing is written. */
+template <bool F8>
 __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_heads*head_dim)
-                                bf16 *__restrict__ kv,             // cache
+                                kv_elem<F8> *__restrict__ kv,      // cache
+                                float *__restrict__ kvs,           // F8: its scales
                                 const float *__restrict__ qkv,     // (T, (n_heads+2*n_kv)*head_dim)
                                 const float *__restrict__ bias,    // (same cols) or NULL
                                 const float *__restrict__ q_norm,  // (head_dim) or NULL
@@ -56,10 +48,22 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
     const int col = head * hd + i;
     float v = qkv[(size_t)t * cols + col] + (bias ? bias[col] : 0.0f);
     const bool is_q = head < g.n_heads, is_k = !is_q && head < g.n_heads + g.n_kv;
+    /* the cached value r of this thread's dim in K (which 0) or V (1) */
+    auto store = [&](int which, int kvh, float r) {
+        if constexpr (F8) {
+            float sc;
+            const uint8_t code = block_fp8_quantize(bf2f(f2bf(r)), &sc);
+            if (slot < 0) return;
+            const int blk = slot / g.block_size, sl = slot % g.block_size;
+            kv[kv_offset(g, layer, which, kvh, blk, sl) + i] = code;
+            if (i == 0) kvs[kv_scale_at(g, layer, which, kvh, blk, sl)] = sc;
+        } else if (slot >= 0) {
+            kv[kv_offset(g, layer, which, kvh, slot / g.block_size, slot % g.block_size) + i] =
+                f2bf(r);
+        }
+    };
     if (!is_q && !is_k) { /* v */
-        if (slot >= 0)
-            kv[kv_offset(g, layer, 1, head - g.n_heads - g.n_kv, slot / g.block_size,
-                         slot % g.block_size) + i] = f2bf(v);
+        store(1, head - g.n_heads - g.n_kv, v);
         return;
     }
     const float *nw = is_q ? q_norm : k_norm;
@@ -72,12 +76,10 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
     float s, c;
     sincosf((float)positions[t] * inv_freq[fi], &s, &c);
     const float r = v * c + sign * vals[partner] * s;
-    if (is_q) {
+    if (is_q)
         q_out[(size_t)t * g.n_heads * hd + head * hd + i] = r;
-    } else if (slot >= 0) {
-        kv[kv_offset(g, layer, 0, head - g.n_heads, slot / g.block_size, slot % g.block_size) + i] =
-            f2bf(r);
-    }
+    else
+        store(0, head - g.n_heads, r);
 }
 
 #define AD_LOG2E 1.4426950408889634f
@@ -95,26 +97,47 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
 #define AD_TK (AD_KW * AD_WARPS)
 #define AD_STAGES 3
 
-/* Where logical 16-byte chunk c of a tile's key row goes: odd rows swap the halves
- * of each 128 bytes, so a quarter warp's reads (two rows, four chunks each) hit
- * all 32 banks once, with no padding (four blocks an SM fit, not three). */
-static __device__ __forceinline__ int ad_kswz(int row, int c) { return c ^ ((row & 1) << 2); }
+/* Where logical 16-byte chunk c of a tile's key row goes, for rows of NCH chunks:
+ * with NCH >= 8 odd rows swap the halves of each 128 bytes, so a quarter warp's
+ * reads (two rows, four chunks each) hit all 32 banks once, with no padding (four
+ * blocks an SM fit, not three); rows of 64 bytes (fp8, head_dim 64) need none. */
+template <int NCH> static __device__ __forceinline__ int ad_kswz(int row, int c) {
+    if constexpr (NCH >= 8)
+        return c ^ ((row & 1) << 2);
+    else
+        return c;
+}
 
-/* One tile in shared memory: its keys (padded rows) and values. */
-template <int HD> struct ad_tile {
-    alignas(16) bf16 k[AD_TK][HD]; /* chunks placed by ad_kswz */
-    alignas(16) bf16 v[AD_TK][HD];
+/* The scales of a tile's keys and values (fp8; none for bf16, so that its shared
+ * memory is laid out as without fp8), and of the token's own key and value. The
+ * ring and each tile's rows start on 128 bytes: a warp's 16-byte chunk reads and
+ * its value rows (8 bytes a lane, bf16) then take the fewest shared-memory
+ * wavefronts; shifted by 16 bytes (scales placed before them) the bf16 kernel ran
+ * 10-16% slower at depth (docs/PERF.md, "fp8 KV cache"). */
+template <bool F8> struct ad_tile_scales {
+    float ks[AD_TK], vs[AD_TK];
+};
+template <> struct ad_tile_scales<false> {};
+template <bool F8> struct ad_cur_scales {
+    float kcs, vcs;
+};
+template <> struct ad_cur_scales<false> {};
+
+/* One tile in shared memory: its keys and values (and, fp8, their scales). */
+template <int HD, bool F8> struct ad_tile : ad_tile_scales<F8> {
+    alignas(128) kv_elem<F8> k[AD_TK][HD]; /* chunks placed by ad_kswz */
+    alignas(128) kv_elem<F8> v[AD_TK][HD];
 };
 
-/* Shared memory of attn_decode_kernel<HD, RM>: the item's queries, the token's own
- * key and value, the tile ring; after an item's keys, the ring holds each warp's
- * partial output (acc), and in the combine the splits' maxima and sums (mls). */
-template <int HD, int RM> struct ad_smem {
-    alignas(16) float qs[RM][HD]; /* queries after norm and RoPE, times scale·log2 e */
-    alignas(16) bf16 kcur[HD];    /* the token's own key and value, as cached */
-    alignas(16) bf16 vcur[HD];
-    alignas(16) union {
-        ad_tile<HD> st[AD_STAGES];
+/* Shared memory of attn_decode_kernel<HD, RM, F8>: the item's queries, the token's
+ * own key and value, the tile ring; after an item's keys, the ring holds each
+ * warp's partial output (acc), and in the combine the splits' maxima and sums (mls). */
+template <int HD, int RM, bool F8> struct ad_smem : ad_cur_scales<F8> {
+    alignas(16) float qs[RM][HD];    /* queries after norm and RoPE, times scale·log2 e */
+    alignas(16) kv_elem<F8> kcur[HD]; /* the token's own key and value, as cached */
+    alignas(16) kv_elem<F8> vcur[HD];
+    alignas(128) union {
+        ad_tile<HD, F8> st[AD_STAGES];
         float acc[AD_WARPS][RM][HD];
         float mls[AP_MAX_SPLITS][RM][2];
     } u;
@@ -135,8 +158,9 @@ template <int HD, int RM> struct ad_smem {
  *     loads exactly the keys it uses and the tile loop needs no block barrier;
  *  2. meanwhile turns the token's projections into queries (bias, RMSNorm, RoPE)
  *     and, in the item that holds the token's own position p0, its key and value,
- *     which it writes to the cache (rounded to bf16 as every cached key is; key
- *     p0 is read from kcur/vcur, never from the ring);
+ *     which it writes to the cache (rounded to bf16 as every cached key is; F8:
+ *     then quantized, kv_cache.cuh; key p0 is read from kcur/vcur, never from the
+ *     ring);
  *  3. each warp streams its keys: tile i + AD_STAGES - 1 is requested while tile i
  *     is scored (4 lanes a key, two shuffles), softmaxed online over the warp's
  *     keys and multiplied into the warp's output (lanes over the head dims);
@@ -144,14 +168,16 @@ template <int HD, int RM> struct ad_smem {
  *     ends the last split of its (token, kv head) (atomic counter) combines them:
  *     out = Σ 2^(m_s-M) o_s / Σ 2^(m_s-M) l_s (scores are in log2 units).
  * Only the first item's first tiles are requested before grid_wait(). Padding
- * tokens (sequence -1) get zeros and write nothing. */
-template <int HD, int RM>
+ * tokens (sequence -1) get zeros and write nothing. F8: the cache holds fp8 codes
+ * (kvs their scales); a key's scale multiplies its score, a value's its weight. */
+template <int HD, int RM, bool F8>
 __global__ void __launch_bounds__(AD_THREADS)
     attn_decode_kernel(bf16 *__restrict__ out,          // (T, n_heads*HD)
                        float *__restrict__ part_o,      // (items, G, HD)
                        float *__restrict__ part_ml,     // (items, G, 2)
                        int *__restrict__ done,          // (T, n_kv) split counters, left at 0
-                       bf16 *__restrict__ kv,           // cache
+                       kv_elem<F8> *__restrict__ kv,    // cache
+                       float *__restrict__ kvs,         // F8: its scales
                        const float *__restrict__ qkv,   // (T, (n_heads+2*n_kv)*HD)
                        const float *__restrict__ bias,  // (same cols) or NULL
                        const float *__restrict__ q_norm, // (HD) or NULL
@@ -165,10 +191,12 @@ __global__ void __launch_bounds__(AD_THREADS)
                        const int32_t *__restrict__ plan, // count, then lpx_attn_items at AP_HDR
                        kv_geom g, int layer, float scale, float eps, int interleaved,
                        long long *__restrict__ trace) { // (n_layers, AD_TRACE) or NULL
-    /* head dims a lane in P·V; 16-byte chunks of a key's quarter */
-    constexpr int NT = AD_THREADS, NW = AD_WARPS, DPL = HD / 32, CQ = HD / 32;
-    extern __shared__ uint4 smem_raw[];
-    ad_smem<HD, RM> &sm = *reinterpret_cast<ad_smem<HD, RM> *>(smem_raw);
+    /* head dims a lane in P·V; elements a 16-byte chunk, chunks a key row, chunks
+     * of a key's quarter */
+    constexpr int NT = AD_THREADS, NW = AD_WARPS, DPL = HD / 32;
+    constexpr int VPC = 16 / sizeof(kv_elem<F8>), NCH = HD / VPC, CQ = NCH / 4;
+    extern __shared__ __align__(128) uint4 ad_raw[];
+    ad_smem<HD, RM, F8> &sm = *reinterpret_cast<ad_smem<HD, RM, F8> *>(ad_raw);
     /* Until grid_wait() only memory no kernel of this step writes is read: the step
      * inputs and the cached keys and values of earlier positions, so their round
      * trips overlap the qkv projection still running before us. */
@@ -214,16 +242,21 @@ __global__ void __launch_bounds__(AD_THREADS)
     auto issue = [&](int i) {
         const int key = k0 + i * AD_TK + warp * AD_KW + kq;
         if (i < n_tiles && key < k1 && key != p0) {
-            ad_tile<HD> &st = sm.u.st[i % AD_STAGES];
-            const int64_t kb = bt[key >> g.bs_shift], sl = key & (g.block_size - 1);
+            ad_tile<HD, F8> &st = sm.u.st[i % AD_STAGES];
+            const int kb = bt[key >> g.bs_shift], sl = key & (g.block_size - 1);
             const uint4 *kr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, sl));
             const uint4 *vr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 1, kvh, kb, sl));
             uint4 *kd = reinterpret_cast<uint4 *>(&st.k[warp * AD_KW + kq][0]);
             uint4 *vd = reinterpret_cast<uint4 *>(&st.v[warp * AD_KW + kq][0]);
 #pragma unroll
             for (int c = 0; c < CQ; c++) {
-                __pipeline_memcpy_async(kd + ad_kswz(kq, c * 4 + part), kr + c * 4 + part, 16);
+                __pipeline_memcpy_async(kd + ad_kswz<NCH>(kq, c * 4 + part), kr + c * 4 + part, 16);
                 __pipeline_memcpy_async(vd + c * 4 + part, vr + c * 4 + part, 16);
+            }
+            if constexpr (F8) { /* the key's two scales: lanes of quarters 0 and 1 */
+                if (part < 2)
+                    __pipeline_memcpy_async(part ? &st.vs[warp * AD_KW + kq] : &st.ks[warp * AD_KW + kq],
+                                            kvs + kv_scale_at(g, layer, part, kvh, kb, sl), 4);
             }
         }
         __pipeline_commit();
@@ -249,30 +282,49 @@ __global__ void __launch_bounds__(AD_THREADS)
         float v[DPL];
 #pragma unroll
         for (int e = 0; e < DPL; e++) v[e] = qkv[(size_t)t0 * cols + c0 + e] + (bias ? bias[c0 + e] : 0.0f);
-        const int64_t cache = kv_offset(g, layer, r == G ? 0 : 1, kvh, slot / g.block_size,
-                                        slot % g.block_size) + lane * DPL;
-        if (r == G + 1) { /* v */
+        const int which = r == G ? 0 : 1, cb = slot / g.block_size, cs_ = slot % g.block_size;
+        const int64_t cache = kv_offset(g, layer, which, kvh, cb, cs_) + lane * DPL;
+        /* the token's key (which 0) or value as cached: into kcur/vcur, and by the
+         * item that holds p0 into the cache */
+        auto put = [&](const float (&x)[DPL]) {
+            kv_elem<F8> *cur = which ? sm.vcur : sm.kcur;
+            if constexpr (F8) {
+                float xb[DPL];
+                uint8_t code[DPL];
 #pragma unroll
-            for (int e = 0; e < DPL; e++) {
-                const bf16 vb = f2bf(v[e]);
-                sm.vcur[lane * DPL + e] = vb;
-                if (own && slot >= 0) kv[cache + e] = vb;
+                for (int e = 0; e < DPL; e++) xb[e] = bf2f(f2bf(x[e]));
+                const float sc = warp_fp8_quantize<DPL>(xb, code);
+#pragma unroll
+                for (int e = 0; e < DPL; e++) {
+                    cur[lane * DPL + e] = code[e];
+                    if (own && slot >= 0) kv[cache + e] = code[e];
+                }
+                if (lane == 0) {
+                    (which ? sm.vcs : sm.kcs) = sc;
+                    if (own && slot >= 0) kvs[kv_scale_at(g, layer, which, kvh, cb, cs_)] = sc;
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < DPL; e++) {
+                    const bf16 xb = f2bf(x[e]);
+                    cur[lane * DPL + e] = xb;
+                    if (own && slot >= 0) kv[cache + e] = xb;
+                }
             }
+        };
+        if (r == G + 1) { /* v */
+            put(v);
             continue;
         }
         const float *nw = r < G ? q_norm : k_norm;
         if (nw) head_rmsnorm<DPL>(v, nw, HD, eps);
         float rot[DPL];
         head_rope<DPL>(v, cs, sn, interleaved, rot);
+        if (r < G) {
 #pragma unroll
-        for (int e = 0; e < DPL; e++) {
-            if (r < G) {
-                sm.qs[r][lane * DPL + e] = rot[e] * qscale;
-            } else {
-                const bf16 kb = f2bf(rot[e]);
-                sm.kcur[lane * DPL + e] = kb;
-                if (own && slot >= 0) kv[cache + e] = kb;
-            }
+            for (int e = 0; e < DPL; e++) sm.qs[r][lane * DPL + e] = rot[e] * qscale;
+        } else {
+            put(rot);
         }
     }
     __syncthreads();
@@ -291,39 +343,45 @@ __global__ void __launch_bounds__(AD_THREADS)
         issue(i + AD_STAGES - 1); /* its slot was tile i-1's: the warp is past it */
         __pipeline_wait_prior(AD_STAGES - 1);
         __syncwarp(); /* tile i's rows of this warp, every lane's copies */
-        const ad_tile<HD> &st = sm.u.st[i % AD_STAGES];
+        const ad_tile<HD, F8> &st = sm.u.st[i % AD_STAGES];
         const int base = k0 + i * AD_TK + warp * AD_KW; /* the warp's first key */
         const int key = base + kq;
         const bool live = key < k1;
-        const bf16 *kr = key == p0 ? sm.kcur : &st.k[warp * AD_KW + kq][0];
-        float dot[RM], dot2[RM]; /* even and odd 8-dim chunks: two FMA chains a row */
+        const kv_elem<F8> *kr = key == p0 ? sm.kcur : &st.k[warp * AD_KW + kq][0];
+        float dot[RM], dot2[RM]; /* alternate 8-dim groups: two FMA chains a row */
 #pragma unroll
         for (int r = 0; r < RM; r++) dot[r] = dot2[r] = 0.0f;
         if (live) {
 #pragma unroll
             for (int c = 0; c < CQ; c++) {
-                const uint4 k8 = reinterpret_cast<const uint4 *>(kr)[key == p0 ? c * 4 + part : ad_kswz(kq, c * 4 + part)];
-                const float kf[8] = {bf_lo(k8.x), bf_hi(k8.x), bf_lo(k8.y), bf_hi(k8.y),
-                                     bf_lo(k8.z), bf_hi(k8.z), bf_lo(k8.w), bf_hi(k8.w)};
+                const uint4 k8 = reinterpret_cast<const uint4 *>(kr)[key == p0 ? c * 4 + part : ad_kswz<NCH>(kq, c * 4 + part)];
+                float kf[VPC];
+                kv_chunk<F8>(k8, kf);
 #pragma unroll
                 for (int r = 0; r < RM; r++) {
                     if (r < G) {
-                        const float *qr = &sm.qs[r][(c * 4 + part) * 8];
-                        const float4 qa = *reinterpret_cast<const float4 *>(qr);
-                        const float4 qb = *reinterpret_cast<const float4 *>(qr + 4);
-                        float &d = c & 1 ? dot2[r] : dot[r];
-                        d = fmaf(qa.x, kf[0], d);
-                        d = fmaf(qa.y, kf[1], d);
-                        d = fmaf(qa.z, kf[2], d);
-                        d = fmaf(qa.w, kf[3], d);
-                        d = fmaf(qb.x, kf[4], d);
-                        d = fmaf(qb.y, kf[5], d);
-                        d = fmaf(qb.z, kf[6], d);
-                        d = fmaf(qb.w, kf[7], d);
+#pragma unroll
+                        for (int h = 0; h < VPC / 8; h++) {
+                            const float *qr = &sm.qs[r][(c * 4 + part) * VPC + h * 8];
+                            const float4 qa = *reinterpret_cast<const float4 *>(qr);
+                            const float4 qb = *reinterpret_cast<const float4 *>(qr + 4);
+                            float &d = (c * (VPC / 8) + h) & 1 ? dot2[r] : dot[r];
+                            const float *k = kf + h * 8;
+                            d = fmaf(qa.x, k[0], d);
+                            d = fmaf(qa.y, k[1], d);
+                            d = fmaf(qa.z, k[2], d);
+                            d = fmaf(qa.w, k[3], d);
+                            d = fmaf(qb.x, k[4], d);
+                            d = fmaf(qb.y, k[5], d);
+                            d = fmaf(qb.z, k[6], d);
+                            d = fmaf(qb.w, k[7], d);
+                        }
                     }
                 }
             }
         }
+        float ksc = 1.0f; /* F8: the key's scale */
+        if constexpr (F8) ksc = live ? (key == p0 ? sm.kcs : st.ks[warp * AD_KW + kq]) : 0.0f;
         if (i == 0) AD_MARK(5);
         /* the key's four quarters, then softmax over the warp's keys, online */
         float p[RM];
@@ -333,6 +391,7 @@ __global__ void __launch_bounds__(AD_THREADS)
                 float sc = dot[r] + dot2[r];
                 sc += __shfl_xor_sync(0xffffffffu, sc, 1);
                 sc += __shfl_xor_sync(0xffffffffu, sc, 2);
+                if (F8) sc *= ksc;
                 sc = live ? sc : -INFINITY;
                 float mt = sc;
                 for (int o = 4; o < 32; o <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
@@ -352,22 +411,16 @@ __global__ void __launch_bounds__(AD_THREADS)
 #pragma unroll
         for (int j = 0; j < AD_KW; j++) {
             if (base + j >= k1) break;
-            const bf16 *vr = base + j == p0 ? sm.vcur + lane * DPL : &st.v[warp * AD_KW + j][lane * DPL];
+            const kv_elem<F8> *vr = base + j == p0 ? sm.vcur + lane * DPL : &st.v[warp * AD_KW + j][lane * DPL];
             float vf[DPL];
-            if constexpr (DPL == 4) {
-                const uint2 v4 = *reinterpret_cast<const uint2 *>(vr);
-                vf[0] = bf_lo(v4.x); vf[1] = bf_hi(v4.x); vf[2] = bf_lo(v4.y); vf[3] = bf_hi(v4.y);
-            } else if constexpr (DPL == 2) {
-                const uint32_t v2 = *reinterpret_cast<const uint32_t *>(vr);
-                vf[0] = bf_lo(v2); vf[1] = bf_hi(v2);
-            } else {
-#pragma unroll
-                for (int e = 0; e < DPL; e++) vf[e] = bf2f(vr[e]);
-            }
+            kv_load<F8, DPL>(vr, vf);
+            float vsc = 1.0f; /* F8: the value's scale, folded into its weight */
+            if constexpr (F8) vsc = base + j == p0 ? sm.vcs : st.vs[warp * AD_KW + j];
 #pragma unroll
             for (int r = 0; r < RM; r++) {
                 if (r < G) {
-                    const float pj = __shfl_sync(0xffffffffu, p[r], j * 4);
+                    float pj = __shfl_sync(0xffffffffu, p[r], j * 4);
+                    if (F8) pj *= vsc;
 #pragma unroll
                     for (int e = 0; e < DPL; e++) acc[r][e] = fmaf(pj, vf[e], acc[r][e]);
                 }
@@ -467,20 +520,29 @@ __global__ void __launch_bounds__(AD_THREADS)
 // ----------------------------------------------------------------------------
 // kernel launchers
 
-static lpx_status qkv_rope(float *q_out, bf16 *kv, const float *qkv, const float *bias,
-                           const float *q_norm, const float *k_norm, const float *inv_freq,
-                           const int32_t *positions, const int32_t *slots, int T, kv_geom g,
-                           int layer, float eps, bool interleaved, kstream st) {
+static lpx_status qkv_rope(float *q_out, void *kv, float *kvs, const float *qkv,
+                           const float *bias, const float *q_norm, const float *k_norm,
+                           const float *inv_freq, const int32_t *positions, const int32_t *slots,
+                           int T, kv_geom g, int layer, float eps, bool interleaved, kstream st) {
     const dim3 grid(T, g.n_heads + 2 * g.n_kv);
-    LPX_CUDA_TRY(launch(qkv_rope_kernel, grid, dim3(g.head_dim), 0, st, q_out, kv, qkv, bias,
-                        q_norm, k_norm, inv_freq, positions, slots, g, layer, eps,
-                        (int)interleaved));
+    if (g.fp8)
+        LPX_CUDA_TRY(launch(qkv_rope_kernel<true>, grid, dim3(g.head_dim), 0, st, q_out,
+                            (uint8_t *)kv, kvs, qkv, bias, q_norm, k_norm, inv_freq, positions,
+                            slots, g, layer, eps, (int)interleaved));
+    else
+        LPX_CUDA_TRY(launch(qkv_rope_kernel<false>, grid, dim3(g.head_dim), 0, st, q_out,
+                            (bf16 *)kv, kvs, qkv, bias, q_norm, k_norm, inv_freq, positions,
+                            slots, g, layer, eps, (int)interleaved));
     return LPX_OK;
 }
 
-/* (head_dim, rows bound): G query heads per kv head run the kernel for the
- * smallest bound >= G. */
-#define ATTN_VARIANTS(X) X(64, 2) X(64, 4) X(64, 8) X(128, 2) X(128, 4) X(128, 8) X(256, 2) X(256, 4) X(256, 8)
+/* (head_dim, rows bound, fp8 cache): G query heads per kv head run the kernel for
+ * the smallest bound >= G. */
+#define ATTN_VARIANTS(X)                                                                           \
+    X(64, 2, false) X(64, 4, false) X(64, 8, false) X(128, 2, false) X(128, 4, false)              \
+    X(128, 8, false) X(256, 2, false) X(256, 4, false) X(256, 8, false) X(64, 2, true)             \
+    X(64, 4, true) X(64, 8, true) X(128, 2, true) X(128, 4, true) X(128, 8, true) X(256, 2, true)  \
+    X(256, 4, true) X(256, 8, true)
 
 /* The decode attention grid of one instance: its shape's rows bound, and the
  * blocks resident on the whole GPU at once (the persistent grid, and the slots
@@ -492,20 +554,20 @@ typedef struct attn_ctx {
 /* Lets each attn_decode_kernel instantiation take its shared memory (over 48 KB),
  * and sizes this shape's grid from the occupancy of its variant. */
 static lpx_status attention_init(const kv_geom *g, int n_sms, attn_ctx *a) {
-#define ATTN_ATTR(HD, RM)                                                                          \
-    LPX_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<HD, RM>,                                  \
+#define ATTN_ATTR(HD, RM, F8)                                                                      \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<HD, RM, F8>,                              \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
-                                      (int)sizeof(ad_smem<HD, RM>)));
+                                      (int)sizeof(ad_smem<HD, RM, F8>)));
     ATTN_VARIANTS(ATTN_ATTR)
 #undef ATTN_ATTR
     const int G = g->n_heads / g->n_kv;
     a->rm = G <= 2 ? 2 : G <= 4 ? 4 : 8;
     a->blocks = 0;
-#define ATTN_OCC(HD, RM)                                                                           \
-    if (g->head_dim == HD && a->rm == RM) {                                                        \
+#define ATTN_OCC(HD, RM, F8)                                                                       \
+    if (g->head_dim == HD && a->rm == RM && (g->fp8 != 0) == F8) {                                 \
         int n = 0;                                                                                 \
         LPX_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(                                \
-            &n, attn_decode_kernel<HD, RM>, AD_THREADS, sizeof(ad_smem<HD, RM>)));                 \
+            &n, attn_decode_kernel<HD, RM, F8>, AD_THREADS, sizeof(ad_smem<HD, RM, F8>)));         \
         a->blocks = (n > 0 ? n : 1) * n_sms;                                                       \
     }
     ATTN_VARIANTS(ATTN_OCC)
@@ -517,11 +579,11 @@ static lpx_status attention_init(const kv_geom *g, int n_sms, attn_ctx *a) {
 }
 
 /* One token per sequence, T tokens: q/k/v from the projections qkv (with bias,
- * q/k norms and RoPE applied here), the token's key and value into the cache,
- * attention into out, over the items of plan (device; made by lpx_cuda_attn_plan
- * with a->blocks slots). */
+ * q/k norms and RoPE applied here), the token's key and value into the cache
+ * (kv, and with g.fp8 its scales kvs), attention into out, over the items of plan
+ * (device; made by lpx_cuda_attn_plan with a->blocks slots). */
 static lpx_status attention(const attn_ctx *a, bf16 *out, float *part_o, float *part_ml,
-                            int *done, bf16 *kv, const float *qkv, const float *bias,
+                            int *done, void *kv, float *kvs, const float *qkv, const float *bias,
                             const float *q_norm, const float *k_norm, const float *inv_freq,
                             const int32_t *tok_seq, const int32_t *positions,
                             const int32_t *slots, const int32_t *block_table, int max_blocks,
@@ -529,12 +591,13 @@ static lpx_status attention(const attn_ctx *a, bf16 *out, float *part_o, float *
                             bool interleaved, long long *trace, kstream st) {
     const float scale = 1.0f / sqrtf((float)g.head_dim);
     cudaError_t e = cudaErrorInvalidValue;
-#define ATTN_LAUNCH(HD, RM)                                                                        \
-    if (g.head_dim == HD && a->rm == RM)                                                           \
-        e = launch(attn_decode_kernel<HD, RM>, dim3(a->blocks), dim3(AD_THREADS),                  \
-                   sizeof(ad_smem<HD, RM>), st, out, part_o, part_ml, done, kv, qkv, bias, q_norm, \
-                   k_norm, inv_freq, tok_seq, positions, slots, block_table, max_blocks, plan, g,  \
-                   layer, scale, eps, (int)interleaved, trace);
+#define ATTN_LAUNCH(HD, RM, F8)                                                                    \
+    if (g.head_dim == HD && a->rm == RM && (g.fp8 != 0) == F8)                                     \
+        e = launch(attn_decode_kernel<HD, RM, F8>, dim3(a->blocks), dim3(AD_THREADS),              \
+                   sizeof(ad_smem<HD, RM, F8>), st, out, part_o, part_ml, done,                    \
+                   (kv_elem<F8> *)kv, kvs, qkv, bias, q_norm, k_norm, inv_freq, tok_seq,           \
+                   positions, slots, block_table, max_blocks, plan, g, layer, scale, eps,          \
+                   (int)interleaved, trace);
     ATTN_VARIANTS(ATTN_LAUNCH)
 #undef ATTN_LAUNCH
     LPX_CUDA_TRY(e);

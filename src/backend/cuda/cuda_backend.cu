@@ -61,7 +61,8 @@ typedef struct cuda_backend {
     wmat tok_embd, lm_head;         /* (vocab, d_model) */
     const float *out_norm;          /* (d_model) */
     const float *inv_freq;          /* (hd/2), scaling applied */
-    bf16 *kv;                       /* (n_blocks, block_stride) */
+    void *kv;                       /* (n_blocks, block_stride) of kv_elem<geom.fp8> */
+    float *kvs;                     /* fp8: the scales (n_blocks, kv_scale_stride) */
     kv_geom geom;
     int qkv_rows;
 
@@ -315,18 +316,18 @@ static lpx_status qkv_and_attention(cuda_backend *b, int l, int T, int n_tiles) 
                        b->qkv_rows, d, 0, st));
     /* decode: q/k norms and RoPE are fused into the attention kernel */
     if (n_tiles > 0 && !(sk & SK_ROPE))
-        LPX_TRY(qkv_rope(b->q, b->kv, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
+        LPX_TRY(qkv_rope(b->q, b->kv, b->kvs, b->qkv, L->bqkv, L->q_norm, L->k_norm, b->inv_freq,
                          in_part(b, in, IN_POS), in_part(b, in, IN_SLOT), T, b->geom, l,
                          c->rms_norm_eps, c->rope_interleaved, st));
     if (sk & SK_ATTN)
         ;
     else if (n_tiles > 0)
-        LPX_TRY(flash_prefill(b->attn, b->q, b->kv, in_part(b, in, IN_TILES), n_tiles,
+        LPX_TRY(flash_prefill(b->attn, b->q, b->kv, b->kvs, in_part(b, in, IN_TILES), n_tiles,
                               in_part(b, in, IN_SEQ), in_part(b, in, IN_POS),
                               in_part(b, in, IN_BT), b->max_blocks, b->geom, l,
                               c->sliding_window, st));
     else
-        LPX_TRY(attention(&b->ag, b->attn, b->part_o, b->part_ml, b->done, b->kv, b->qkv,
+        LPX_TRY(attention(&b->ag, b->attn, b->part_o, b->part_ml, b->done, b->kv, b->kvs, b->qkv,
                           L->bqkv, L->q_norm, L->k_norm, b->inv_freq, in_part(b, in, IN_SEQ),
                           in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
                           in_part(b, in, IN_BT), b->max_blocks, plan_part(b, in), b->geom, l,
@@ -384,7 +385,7 @@ static lpx_status forward_layers(cuda_backend *b, int T, int n_tiles) {
         const cuda_layer *L = &b->layers[l];
         // attn = attention(rope(rmsnorm(x) · Wqkvᵀ + bqkv)), k/v into the cache
         if (fused)
-            LPX_TRY(qkv_attn(&b->qa, b->attn, b->kv, L->wqkv, b->x, L->attn_norm, L->bqkv,
+            LPX_TRY(qkv_attn(&b->qa, b->attn, b->kv, b->kvs, L->wqkv, b->x, L->attn_norm, L->bqkv,
                              L->q_norm, L->k_norm, b->inv_freq, in_part(b, in, IN_SEQ),
                              in_part(b, in, IN_POS), in_part(b, in, IN_SLOT),
                              in_part(b, in, IN_BT), b->max_blocks, b->geom, l, d, eps,
@@ -969,9 +970,9 @@ static lpx_status gather_facts(const qa_plan *qa, const cudaDeviceProp *prop, in
 static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const lpx_backend_opts *o) {
     const lpx_config *c = &m->cfg;
     LPX_TRY(check_config(c));
-    if (o->kv_dtype != LPX_KV_AUTO && o->kv_dtype != LPX_KV_BF16)
+    if (o->kv_dtype != LPX_KV_AUTO && o->kv_dtype != LPX_KV_BF16 && o->kv_dtype != LPX_KV_FP8)
         return lpx_errorf(LPX_ERR_UNSUPPORTED, "cuda: --kv-cache-dtype %s is not supported on the "
-                          "CUDA backend yet (bf16 is)", lpx_kv_dtype_name(o->kv_dtype));
+                          "CUDA backend (bf16 and fp8 are)", lpx_kv_dtype_name(o->kv_dtype));
     cudaDeviceProp prop;
     LPX_TRY(pick_device(o->device, &prop));
     b->device = o->device;
@@ -1010,6 +1011,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     b->geom.bs_shift = __builtin_ctz((unsigned)eo->block_size);
     b->geom.n_layers = c->n_layers;
     b->geom.block_stride = (int64_t)c->n_layers * 2 * c->n_kv_heads * eo->block_size * hd;
+    b->geom.fp8 = o->kv_dtype == LPX_KV_FP8;
     /* the tuning: the tune string, the fused kernel's plan (unless qa=0), the
      * device's facts, then the per-instance choices (tuning.c) */
     cuda_tune_overrides ov;
@@ -1025,7 +1027,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
      * today for batches past 8 and prefill: docs/backend.md), else as the file
      * keeps them (tune key wq: 0 always bf16, 1 always as the file). */
     const size_t T = (size_t)b->tok_cap;
-    const size_t kvbytes = (size_t)eo->n_blocks * b->geom.block_stride * 2;
+    const size_t kvbytes = (size_t)eo->n_blocks * kv_block_bytes(&b->geom);
     const size_t prow = (size_t)b->plan_cap * (c->n_heads / c->n_kv_heads); /* item rows */
     const size_t scratch = T * (4 * d + 2 * d + 4 * b->qkv_rows + 4 * qd + 2 * qd +
                                 8 * c->d_ff + 2 * c->d_ff) +
@@ -1049,7 +1051,7 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
                           eo->n_blocks, scratch / 1048576.0, free_b / 1048576.0,
                           total_b / 1048576.0);
 
-    if (ov.qa != 0) b->qa = qkv_attn_plan(&shape, wp.qkv_kinds, wp.qkv_row_bytes);
+    if (ov.qa != 0) b->qa = qkv_attn_plan(&shape, wp.qkv_kinds, wp.qkv_row_bytes, b->geom.fp8);
     int solo_smem = 0;
     LPX_TRY(matvec_init(&solo_smem));
     cuda_facts facts;
@@ -1138,8 +1140,9 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
     free(tmp);
     LPX_TRY(s);
 
-    LPX_TRY(dalloc(b, (void **)&b->kv, kvbytes));
+    LPX_TRY(dalloc(b, &b->kv, kvbytes));
     LPX_CUDA_TRY(cudaMemset(b->kv, 0, kvbytes));
+    if (b->geom.fp8) b->kvs = (float *)((uint8_t *)b->kv + (size_t)eo->n_blocks * b->geom.block_stride);
     const size_t in_elems = IN_BT * T + (size_t)b->seq_cap * b->max_blocks + AP_HDR +
                             (size_t)b->plan_cap * (sizeof(lpx_attn_item) / sizeof(int32_t));
     for (int i = 0; i < N_SLOTS; i++) {
@@ -1188,11 +1191,16 @@ static lpx_status cuda_copy_block(lpx_backend *base, int32_t src, int32_t dst) {
     if (src < 0 || src >= n || dst < 0 || dst >= n)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: copy_block %d -> %d (of %d blocks)", src,
                           dst, n);
-    const size_t bytes = (size_t)b->geom.block_stride * sizeof(bf16);
+    const size_t bytes = (size_t)b->geom.block_stride * (b->geom.fp8 ? 1 : sizeof(bf16));
+    uint8_t *kv = (uint8_t *)b->kv;
     LPX_CUDA_TRY(cudaSetDevice(b->device));
-    LPX_CUDA_TRY(cudaMemcpyAsync(b->kv + (size_t)dst * b->geom.block_stride,
-                                 b->kv + (size_t)src * b->geom.block_stride, bytes,
+    LPX_CUDA_TRY(cudaMemcpyAsync(kv + dst * bytes, kv + src * bytes, bytes,
                                  cudaMemcpyDeviceToDevice, b->stream));
+    if (b->geom.fp8) {
+        const size_t sn = kv_block_scales(&b->geom);
+        LPX_CUDA_TRY(cudaMemcpyAsync(b->kvs + dst * sn, b->kvs + src * sn, sn * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, b->stream));
+    }
     LPX_CUDA_TRY(cudaStreamSynchronize(b->stream));
     return LPX_OK;
 }

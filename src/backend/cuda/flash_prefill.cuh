@@ -11,7 +11,12 @@
  * P goes from the S accumulators to the A operand in registers (FlashAttention-2).
  * Keys: from the window start of the tile's first token (0 without a sliding
  * window) to the position of its last token; each row masks keys after its own
- * position and outside its window. */
+ * position and outside its window.
+ *
+ * An fp8 cache (kv_cache.cuh): a tile's codes go by cp.async into a staging area;
+ * each thread turns the chunks it copied into bf16 values (code times its head's
+ * scale) in the tile's buffer once the tile before is computed, so the tensor-core
+ * loop is the bf16 one. */
 #ifndef LPX_BACKEND_CUDA_FLASH_PREFILL_CUH
 #define LPX_BACKEND_CUDA_FLASH_PREFILL_CUH
 
@@ -38,6 +43,14 @@ template <int HD> struct fp_smem {
     bf16 k[2][fp_cfg<HD>::BN][fp_cfg<HD>::LD];
     bf16 v[2][fp_cfg<HD>::BN][fp_cfg<HD>::LD];
 };
+/* fp8 caches: the next tile's codes, after fp_smem */
+template <int HD> struct fp_stage {
+    alignas(16) uint8_t k[fp_cfg<HD>::BN][HD];
+    alignas(16) uint8_t v[fp_cfg<HD>::BN][HD];
+};
+template <int HD, bool F8> static constexpr size_t fp_smem_bytes() {
+    return sizeof(fp_smem<HD>) + (F8 ? sizeof(fp_stage<HD>) : 0);
+}
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -87,11 +100,12 @@ static __device__ __forceinline__ uint32_t pack_bf2(float lo, float hi) {
 /* Grid (n_tiles, n_kv). tiles[i] = first row << FP_ROW_BITS | rows (rows of one
  * sequence, 1..FP_ROWS). scale_log2 = log2(e)/sqrt(HD): scores live in the exp2
  * domain. */
-template <int HD>
+template <int HD, bool F8>
 __global__ void __launch_bounds__(FP_THREADS)
     flash_prefill_kernel(bf16 *__restrict__ out,                  // (T, n_heads*HD)
                          const float *__restrict__ q,             // (T, n_heads*HD)
-                         const bf16 *__restrict__ kv,             // paged cache
+                         const kv_elem<F8> *__restrict__ kv,      // paged cache
+                         const float *__restrict__ kvs,           // F8: its scales
                          const int32_t *__restrict__ tiles,       // (n_tiles)
                          const int32_t *__restrict__ tok_seq,     // (T)
                          const int32_t *__restrict__ positions,   // (T)
@@ -102,6 +116,8 @@ __global__ void __launch_bounds__(FP_THREADS)
                   DT = HD / 8 /* O column tiles */, CH = HD / 8 /* 16-byte chunks a row */;
     extern __shared__ uint4 smem_raw[];
     fp_smem<HD> &sm = *reinterpret_cast<fp_smem<HD> *>(smem_raw);
+    fp_stage<HD> &stg = *reinterpret_cast<fp_stage<HD> *>(reinterpret_cast<uint8_t *>(smem_raw) +
+                                                          sizeof(fp_smem<HD>));
     grid_wait();
     grid_launch_next();
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -131,12 +147,15 @@ __global__ void __launch_bounds__(FP_THREADS)
     }
 
     /* K/V tile loads. Thread tid copies 16-byte chunk tid % CH of rows tid / CH +
-     * i*RSTEP. The block ids of a tile's keys are fetched one tile ahead (fetch),
-     * so the cp.async of the next tile (issue) never waits on a block-table load;
-     * keys >= k_hi are zero-filled (their block id: that of k_lo, a mapped one). */
-    constexpr int RSTEP = FP_THREADS / CH, RPT = BN / RSTEP;
-    const int lc = tid % CH, lr = tid / CH;
+     * i*RSTEP (F8: chunks of 16 codes, CH8 a row). The block ids of a tile's keys
+     * are fetched one tile ahead (fetch), so the cp.async of the next tile (issue)
+     * never waits on a block-table load; keys >= k_hi are zero-filled (their block
+     * id: that of k_lo, a mapped one). */
+    constexpr int CH8 = HD / 16, CHL = F8 ? CH8 : CH;
+    constexpr int RSTEP = FP_THREADS / CHL, RPT = BN / RSTEP;
+    const int lc = tid % CHL, lr = tid / CHL;
     int blk[RPT];
+    float ksc[F8 ? RPT : 1], vsc[F8 ? RPT : 1]; /* F8: the scales of the staged rows */
     auto fetch = [&](int kbase) {
 #pragma unroll
         for (int i = 0; i < RPT; i++) {
@@ -144,23 +163,57 @@ __global__ void __launch_bounds__(FP_THREADS)
             blk[i] = bt[(key < k_hi ? key : k_lo) / g.block_size];
         }
     };
+    /* bf16: tile kbase into buffer buf; F8: its codes into the staging area and
+     * its scales into ksc/vsc (0 past k_hi) */
     auto issue = [&](int buf, int kbase) {
 #pragma unroll
         for (int i = 0; i < RPT; i++) {
             const int r = lr + i * RSTEP, key = kbase + r;
             const bool ok = key < k_hi;
             const int slot = (ok ? key : k_lo) % g.block_size;
-            cp_async16(&sm.k[buf][r][lc * 8], kv + kv_offset(g, layer, 0, kvh, blk[i], slot) + lc * 8, ok);
-            cp_async16(&sm.v[buf][r][lc * 8], kv + kv_offset(g, layer, 1, kvh, blk[i], slot) + lc * 8, ok);
+            if constexpr (F8) {
+                cp_async16(&stg.k[r][lc * 16], kv + kv_offset(g, layer, 0, kvh, blk[i], slot) + lc * 16, ok);
+                cp_async16(&stg.v[r][lc * 16], kv + kv_offset(g, layer, 1, kvh, blk[i], slot) + lc * 16, ok);
+                ksc[i] = ok ? kvs[kv_scale_at(g, layer, 0, kvh, blk[i], slot)] : 0.0f;
+                vsc[i] = ok ? kvs[kv_scale_at(g, layer, 1, kvh, blk[i], slot)] : 0.0f;
+            } else {
+                cp_async16(&sm.k[buf][r][lc * 8], kv + kv_offset(g, layer, 0, kvh, blk[i], slot) + lc * 8, ok);
+                cp_async16(&sm.v[buf][r][lc * 8], kv + kv_offset(g, layer, 1, kvh, blk[i], slot) + lc * 8, ok);
+            }
         }
         cp_async_commit();
+    };
+    /* F8: the staged codes this thread copied -> bf16 values in buffer buf */
+    auto convert = [&](int buf) {
+        if constexpr (F8) {
+            cp_async_wait<0>();
+#pragma unroll
+            for (int i = 0; i < RPT; i++) {
+                const int r = lr + i * RSTEP;
+#pragma unroll
+                for (int w = 0; w < 2; w++) {
+                    const uint4 c = *reinterpret_cast<const uint4 *>(w ? &stg.v[r][lc * 16] : &stg.k[r][lc * 16]);
+                    float f[16];
+                    kv_chunk<true>(c, f);
+                    const float sc = w ? vsc[i] : ksc[i];
+                    uint4 o[2];
+                    uint32_t *ow = reinterpret_cast<uint32_t *>(o);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) ow[e] = pack_bf2(f[2 * e] * sc, f[2 * e + 1] * sc);
+                    uint4 *dst = reinterpret_cast<uint4 *>(w ? &sm.v[buf][r][lc * 16] : &sm.k[buf][r][lc * 16]);
+                    dst[0] = o[0];
+                    dst[1] = o[1];
+                }
+            }
+        }
     };
 
     const int n_kt = (k_hi - k_lo + BN - 1) / BN;
     fetch(k_lo);
     issue(0, k_lo);
     if (n_kt > 1) fetch(k_lo + BN);
-    __syncthreads(); /* sm.q written */
+    convert(0);
+    __syncthreads(); /* sm.q written (F8: and tile 0) */
 
     /* this thread's two rows: warp*16 + lane/4 (A) and +8 (B); position -1 = no row */
     const int rA = warp * 16 + (lane >> 2), rB = rA + 8;
@@ -184,8 +237,8 @@ __global__ void __launch_bounds__(FP_THREADS)
         if (it + 1 < n_kt) {
             issue(buf ^ 1, kbase + BN);
             if (it + 2 < n_kt) fetch(kbase + 2 * BN); /* in flight during this tile's math */
-            cp_async_wait<1>();
-        } else {
+            if (!F8) cp_async_wait<1>();
+        } else if (!F8) {
             cp_async_wait<0>();
         }
         __syncthreads(); /* tile it visible to all warps */
@@ -271,6 +324,7 @@ __global__ void __launch_bounds__(FP_THREADS)
                 }
             }
         }
+        if (it + 1 < n_kt) convert(buf ^ 1); /* F8: tile it+1's values, for the next pass */
         __syncthreads(); /* buffer buf free for the load of tile it+2 */
     }
 
@@ -300,14 +354,14 @@ __global__ void __launch_bounds__(FP_THREADS)
 // ----------------------------------------------------------------------------
 // launchers
 
-#define FP_VARIANTS(X) X(64) X(128) X(256)
+#define FP_VARIANTS(X) X(64, false) X(128, false) X(256, false) X(64, true) X(128, true) X(256, true)
 
 /* Lets each instantiation take its shared memory (over 48 KB). */
 static lpx_status flash_prefill_init(void) {
-#define FP_ATTR(HD)                                                                                \
-    LPX_CUDA_TRY(cudaFuncSetAttribute(flash_prefill_kernel<HD>,                                    \
+#define FP_ATTR(HD, F8)                                                                            \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(flash_prefill_kernel<HD, F8>,                                \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
-                                      (int)sizeof(fp_smem<HD>)));
+                                      (int)fp_smem_bytes<HD, F8>()));
     FP_VARIANTS(FP_ATTR)
 #undef FP_ATTR
     return LPX_OK;
@@ -330,18 +384,19 @@ static int flash_tiles(const int32_t *seq_start, int n_seqs, int G, int32_t *til
     return n;
 }
 
-static lpx_status flash_prefill(bf16 *out, const float *q, const bf16 *kv, const int32_t *tiles,
+static lpx_status flash_prefill(bf16 *out, const float *q, const void *kv, const float *kvs,
+                                const int32_t *tiles,
                                 int n_tiles, const int32_t *tok_seq, const int32_t *positions,
                                 const int32_t *block_table, int max_blocks, kv_geom g, int layer,
                                 int window, kstream st) {
     const dim3 grid(n_tiles, g.n_kv);
     const float scale_log2 = 1.4426950408889634f / sqrtf((float)g.head_dim);
     cudaError_t e = cudaErrorInvalidValue;
-#define FP_LAUNCH(HD)                                                                              \
-    if (g.head_dim == HD)                                                                          \
-        e = launch(flash_prefill_kernel<HD>, grid, dim3(FP_THREADS), sizeof(fp_smem<HD>), st, out,  \
-                   q, kv, tiles, tok_seq, positions, block_table, max_blocks, g, layer,            \
-                   scale_log2, window);
+#define FP_LAUNCH(HD, F8)                                                                          \
+    if (g.head_dim == HD && (g.fp8 != 0) == F8)                                                    \
+        e = launch(flash_prefill_kernel<HD, F8>, grid, dim3(FP_THREADS), fp_smem_bytes<HD, F8>(),  \
+                   st, out, q, (const kv_elem<F8> *)kv, kvs, tiles, tok_seq, positions,            \
+                   block_table, max_blocks, g, layer, scale_log2, window);
     FP_VARIANTS(FP_LAUNCH)
 #undef FP_LAUNCH
     LPX_CUDA_TRY(e);

@@ -18,7 +18,10 @@
  *     time, online across tiles);
  *  5. after a second cluster barrier, combine the C partial results, each block a
  *     slice of the output dims: out = Σ 2^(m_b-M) o_b / Σ 2^(m_b-M) l_b.
- * Used where it fits (qkv_attn_plan); other steps keep the two kernels. */
+ * Used where it fits (qkv_attn_plan); other steps keep the two kernels. F8: the
+ * cache holds fp8 codes and scales (kv_cache.cuh): the token's key and value are
+ * quantized as attn_decode_kernel does, a key's scale multiplies its score and a
+ * value's its softmax weight. */
 #ifndef LPX_BACKEND_CUDA_QKV_ATTN_CUH
 #define LPX_BACKEND_CUDA_QKV_ATTN_CUH
 
@@ -48,15 +51,22 @@ enum { QA_NEXT_START, QA_NEXT_WAIT, QA_NEXT_ROWS };
 #define QA_SMEM_MAX MV2_SMEM_MAX
 
 /* The fixed part of the shared memory; the weight slice, x and the block's
- * projections follow it. Keys per tile: 4096 / HD (a 16 KB K and V tile). */
-template <int HD, int GM> struct qa_smem {
+ * projections follow it. Keys per tile: 4096 / HD (a 16 KB K and V tile in bf16). */
+/* fp8: the scales of a tile's keys and values and of the token's own (none for
+ * bf16, whose layout stays as without fp8) */
+template <int KT, bool F8> struct qa_scales {
+    float kts[KT], vts[KT], kns, vns;
+};
+template <int KT> struct qa_scales<KT, false> {};
+
+template <int HD, int GM, bool F8> struct qa_smem : qa_scales<4096 / HD, F8> {
     static constexpr int KT = 4096 / HD;
-    alignas(16) bf16 kt[KT][HD];   /* the tile's cached keys */
-    alignas(16) bf16 vt[KT][HD];   /* and values */
+    alignas(128) kv_elem<F8> kt[KT][HD]; /* the tile's cached keys (128-byte rows' start */
+    alignas(128) kv_elem<F8> vt[KT][HD]; /* and values: attention.cuh's ad_tile) */
     alignas(16) float qf[GM][HD];  /* queries after norm and RoPE, times scale·log2 e */
     alignas(16) float pacc[GM][HD]; /* the block's unnormalised output, read by the cluster */
-    alignas(16) bf16 kn[HD];       /* the token's key and value, as cached */
-    alignas(16) bf16 vn[HD];
+    alignas(16) kv_elem<F8> kn[HD]; /* the token's key and value, as cached */
+    alignas(16) kv_elem<F8> vn[HD];
     alignas(16) float wacc[QA_THREADS / 32][GM][HD]; /* each warp's unnormalised output */
     float wm[QA_THREADS / 32][GM], wl[QA_THREADS / 32][GM]; /* and its max and sum */
     float m[GM], l[GM];            /* the block's max and sum (log2 units) */
@@ -64,14 +74,15 @@ template <int HD, int GM> struct qa_smem {
     uint64_t bar;                  /* the weight slice's mbarrier */
 };
 
-template <int HD, int GM> static constexpr size_t qa_fixed_bytes() {
-    return (sizeof(qa_smem<HD, GM>) + 127) / 128 * 128;
+template <int HD, int GM, bool F8> static constexpr size_t qa_fixed_bytes() {
+    return (sizeof(qa_smem<HD, GM, F8>) + 127) / 128 * 128;
 }
 
-template <int HD, int GM, int F>
+template <int HD, int GM, int F, bool F8>
 __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA_MAXNREG */
     qkv_attn_kernel(bf16 *__restrict__ out,               // (n_heads*HD)
-                    bf16 *__restrict__ kv,                // cache
+                    kv_elem<F8> *__restrict__ kv,         // cache
+                    float *__restrict__ kvs,              // F8: its scales
                     const void *__restrict__ W,           // (qkv rows) of row_bytes
                     const float *__restrict__ x,          // (cols) residual stream
                     const float *__restrict__ norm_w,     // (cols)
@@ -89,11 +100,12 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
                     long long *__restrict__ trace, // (n_layers, AD_TRACE) or NULL
                     long long *__restrict__ btrace) { // (BT_BLOCKS, BT_MARKS) or NULL
     namespace cg = cooperative_groups;
-    constexpr int KT = qa_smem<HD, GM>::KT, DPL = HD / 32, NW = QA_THREADS / 32;
+    constexpr int KT = qa_smem<HD, GM, F8>::KT, DPL = HD / 32, NW = QA_THREADS / 32;
+    constexpr int RC = HD * (int)sizeof(kv_elem<F8>) / 16; /* 16-byte chunks a cached row */
     constexpr int XR = 8; /* x values a thread keeps: cols <= XR * QA_THREADS */
     extern __shared__ __align__(128) uint4 qa_raw[];
-    qa_smem<HD, GM> &sm = *reinterpret_cast<qa_smem<HD, GM> *>(qa_raw);
-    uint8_t *ws = reinterpret_cast<uint8_t *>(qa_raw) + qa_fixed_bytes<HD, GM>();
+    qa_smem<HD, GM, F8> &sm = *reinterpret_cast<qa_smem<HD, GM, F8> *>(qa_raw);
+    uint8_t *ws = reinterpret_cast<uint8_t *>(qa_raw) + qa_fixed_bytes<HD, GM, F8>();
     bf16 *xs = reinterpret_cast<bf16 *>(ws + (size_t)rb * row_bytes);
     float *proj = reinterpret_cast<float *>(xs + cols); /* cols % 8 == 0: 16-byte aligned */
     cg::cluster_group cl = cg::this_cluster();
@@ -139,16 +151,22 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
     const int nkb = seq < 0 ? 0 : k1 - k0 + (own ? 1 : 0);
     const int32_t *bt = block_table + (size_t)(seq < 0 ? 0 : seq) * max_blocks;
     /* the old keys of tile [base, base + KT) of the block's list, K and V rows by
-     * 16-byte cp.async (the token's own key, last in the list, is added later) */
+     * 16-byte cp.async, F8 with their scales (the token's own key, last in the
+     * list, is added later) */
     auto issue = [&](int base) {
         const int n = min(KT, k1 - k0 - base);
-        for (int i = tid; i < n * (HD / 8); i += QA_THREADS) {
-            const int j = i / (HD / 8), c = i % (HD / 8), key = k0 + base + j;
-            const int64_t kb = bt[key / g.block_size], sl = key % g.block_size;
+        for (int i = tid; i < n * RC; i += QA_THREADS) {
+            const int j = i / RC, c = i % RC, key = k0 + base + j;
+            const int kb = bt[key / g.block_size], sl = key % g.block_size;
             __pipeline_memcpy_async(reinterpret_cast<uint4 *>(&sm.kt[j][0]) + c,
                                     reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, sl)) + c, 16);
             __pipeline_memcpy_async(reinterpret_cast<uint4 *>(&sm.vt[j][0]) + c,
                                     reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 1, kvh, kb, sl)) + c, 16);
+            if constexpr (F8) {
+                if (c < 2) /* RC >= 4 for fp8 rows */
+                    __pipeline_memcpy_async(c ? &sm.vts[j] : &sm.kts[j],
+                                            kvs + kv_scale_at(g, layer, c, kvh, kb, sl), 4);
+            }
         }
         __pipeline_commit();
     };
@@ -278,29 +296,49 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
             const float *src = cl.map_shared_rank(proj, i / rb);
             v[e] = src[i % rb] + bv[e];
         }
-        const int64_t cache = kv_offset(g, layer, r == G ? 0 : 1, kvh, slot / g.block_size,
-                                        slot % g.block_size) + lane * DPL;
-        if (r == G + 1) { /* v */
+        const int which = r == G ? 0 : 1, cb = slot / g.block_size, cs_ = slot % g.block_size;
+        const int64_t cache = kv_offset(g, layer, which, kvh, cb, cs_) + lane * DPL;
+        const bool store = own && seq >= 0 && slot >= 0;
+        /* the token's key (which 0) or value as cached: into kn/vn, and by the
+         * cluster's last block into the cache */
+        auto put = [&](const float (&x)[DPL]) {
+            kv_elem<F8> *cur = which ? sm.vn : sm.kn;
+            if constexpr (F8) {
+                float xb[DPL];
+                uint8_t code[DPL];
 #pragma unroll
-            for (int e = 0; e < DPL; e++) {
-                const bf16 vb = f2bf(v[e]);
-                sm.vn[lane * DPL + e] = vb;
-                if (own && seq >= 0 && slot >= 0) kv[cache + e] = vb;
+                for (int e = 0; e < DPL; e++) xb[e] = bf2f(f2bf(x[e]));
+                const float sc = warp_fp8_quantize<DPL>(xb, code);
+#pragma unroll
+                for (int e = 0; e < DPL; e++) {
+                    cur[lane * DPL + e] = code[e];
+                    if (store) kv[cache + e] = code[e];
+                }
+                if (lane == 0) {
+                    (which ? sm.vns : sm.kns) = sc;
+                    if (store) kvs[kv_scale_at(g, layer, which, kvh, cb, cs_)] = sc;
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < DPL; e++) {
+                    const bf16 xb = f2bf(x[e]);
+                    cur[lane * DPL + e] = xb;
+                    if (store) kv[cache + e] = xb;
+                }
             }
+        };
+        if (r == G + 1) { /* v */
+            put(v);
             continue;
         }
         if (r < G ? q_norm != NULL : k_norm != NULL) head_rmsnorm_regs<DPL>(v, nwv, HD, eps);
         float rot[DPL];
         head_rope<DPL>(v, cs, sn, interleaved, rot);
+        if (r < G) {
 #pragma unroll
-        for (int e = 0; e < DPL; e++) {
-            if (r < G) {
-                sm.qf[r][lane * DPL + e] = rot[e] * qscale;
-            } else {
-                const bf16 kb = f2bf(rot[e]);
-                sm.kn[lane * DPL + e] = kb;
-                if (own && seq >= 0 && slot >= 0) kv[cache + e] = kb;
-            }
+            for (int e = 0; e < DPL; e++) sm.qf[r][lane * DPL + e] = rot[e] * qscale;
+        } else {
+            put(rot);
         }
     }
     __syncthreads();
@@ -332,13 +370,16 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
         __syncthreads();
         for (int j = warp; j < nt; j += NW) {
             const bool mine = own && base + j == nkb - 1;
-            const bf16 *kr = mine ? sm.kn : &sm.kt[j][0];
-            const bf16 *vr = mine ? sm.vn : &sm.vt[j][0];
+            const kv_elem<F8> *kr = mine ? sm.kn : &sm.kt[j][0];
+            const kv_elem<F8> *vr = mine ? sm.vn : &sm.vt[j][0];
             float kf[DPL], vf[DPL];
-#pragma unroll
-            for (int e = 0; e < DPL; e++) {
-                kf[e] = bf2f(kr[lane * DPL + e]);
-                vf[e] = bf2f(vr[lane * DPL + e]);
+            kv_load<F8, DPL>(kr + lane * DPL, kf);
+            kv_load<F8, DPL>(vr + lane * DPL, vf);
+            /* F8: the key's scale (on its score) and the value's (on its weight) */
+            float ksc = 1.0f, vsc = 1.0f;
+            if constexpr (F8) {
+                ksc = mine ? sm.kns : sm.kts[j];
+                vsc = mine ? sm.vns : sm.vts[j];
             }
 #pragma unroll
             for (int r = 0; r < GM; r++) {
@@ -347,12 +388,14 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
 #pragma unroll
                     for (int e = 0; e < DPL; e++) d = fmaf(qr[r][e], kf[e], d);
                     d = warp_sum(d);
+                    if (F8) d *= ksc;
                     const float nm = fmaxf(m[r], d);
                     const float a = exp2f(m[r] - nm), p = exp2f(d - nm); /* m = -inf: a = 0 */
                     m[r] = nm;
                     l[r] = l[r] * a + p;
+                    const float pv = F8 ? p * vsc : p;
 #pragma unroll
-                    for (int e = 0; e < DPL; e++) acc[r][e] = fmaf(p, vf[e], acc[r][e] * a);
+                    for (int e = 0; e < DPL; e++) acc[r][e] = fmaf(pv, vf[e], acc[r][e] * a);
                 }
             }
         }
@@ -401,7 +444,7 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
 #pragma unroll
         for (int b = 0; b < QA_MAX_CLUSTER; b++) { /* all remote loads in flight */
             if (b < C) {
-                const qa_smem<HD, GM> *rs = cl.map_shared_rank(&sm, b);
+                const qa_smem<HD, GM, F8> *rs = cl.map_shared_rank(&sm, b);
                 mb[b] = rs->m[r];
                 lb[b] = rs->l[r];
                 ob[b] = rs->pacc[r][d];
@@ -451,10 +494,10 @@ typedef struct qa_plan {
 
 static int qa_gm(int G) { return G <= 2 ? 2 : G <= 4 ? 4 : 8; }
 
-template <int HD, int GM> static const void *qa_func(int F) {
-    return F == WF_Q8   ? reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM, WF_Q8>)
-           : F == WF_Q4 ? reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM, WF_Q4>)
-                        : reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM, WF_BF16>);
+template <int HD, int GM, bool F8> static const void *qa_func(int F) {
+    return F == WF_Q8   ? reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM, WF_Q8, F8>)
+           : F == WF_Q4 ? reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM, WF_Q4, F8>)
+                        : reinterpret_cast<const void *>(qkv_attn_kernel<HD, GM, WF_BF16, F8>);
 }
 
 /* Whether the fused path applies to this model on this GPU, and its shape: the
@@ -462,8 +505,9 @@ template <int HD, int GM> static const void *qa_func(int F) {
  * MV2_ROWS, whose shared memory fits QA_SMEM_MAX and of which n_kv clusters can be
  * resident at once (the tune key qa=0 leaves it unplanned: cuda_backend.cu).
  * kinds: the bit (1 << lpx_wp_kind) of every packing the layers' q/k/v take,
- * row_bytes the widest of their rows: every kernel those need must fit. */
-static qa_plan qkv_attn_plan(const cuda_shape *sh, unsigned kinds, int row_bytes) {
+ * row_bytes the widest of their rows: every kernel those need must fit; fp8: the
+ * kernels for an fp8 cache. */
+static qa_plan qkv_attn_plan(const cuda_shape *sh, unsigned kinds, int row_bytes, bool fp8) {
     qa_plan p = {0, 0, 0, 0, 0};
     if (!lpx_cuda_qa_shape_fits(sh, 8 * QA_THREADS)) return p;
     const int n_kv = sh->n_kv, hd = sh->head_dim, cols = sh->d_model;
@@ -473,8 +517,9 @@ static qa_plan qkv_attn_plan(const cuda_shape *sh, unsigned kinds, int row_bytes
     size_t fixed = 0;
 #define QA_PICK(HD, GM)                                                                            \
     if (hd == HD && gm == GM) {                                                                    \
-        for (int k = 0; k < 3; k++) fs[k] = qa_func<HD, GM>(k);                                    \
-        fixed = qa_fixed_bytes<HD, GM>();                                                          \
+        for (int k = 0; k < 3; k++)                                                                \
+            fs[k] = fp8 ? qa_func<HD, GM, true>(k) : qa_func<HD, GM, false>(k);                    \
+        fixed = fp8 ? qa_fixed_bytes<HD, GM, true>() : qa_fixed_bytes<HD, GM, false>();            \
     }
     QA_VARIANTS(QA_PICK)
 #undef QA_PICK
@@ -531,7 +576,8 @@ static qa_plan qkv_attn_plan(const cuda_shape *sh, unsigned kinds, int row_bytes
 
 /* One token: out = attention of its q/k/v projection (RMSNorm(x; norm_w) · Wᵀ +
  * bias), the token's key and value into the cache. */
-static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const wmat &W, const float *x,
+static lpx_status qkv_attn(const qa_plan *p, bf16 *out, void *kv, float *kvs, const wmat &W,
+                           const float *x,
                            const float *norm_w, const float *bias, const float *q_norm,
                            const float *k_norm, const float *inv_freq, const int32_t *tok_seq,
                            const int32_t *positions, const int32_t *slots,
@@ -556,22 +602,29 @@ static lpx_status qkv_attn(const qa_plan *p, bf16 *out, bf16 *kv, const wmat &W,
     cfg.numAttrs = 2;
     cudaError_t e = cudaErrorInvalidValue;
     const int moff = wm_moff(W, cols);
-#define QA_LAUNCH_F(HD, GM, F)                                                                     \
-    e = cudaLaunchKernelEx(&cfg, qkv_attn_kernel<HD, GM, F>, out, kv, W.w, x, norm_w, bias, q_norm, \
-                           k_norm, inv_freq, tok_seq, positions, slots, block_table, max_blocks, g, \
-                           layer, cols, p->rb, W.row_bytes, W.gshift, moff, scale, eps,            \
-                           (int)interleaved, window, next_at, trace, bt)
+#define QA_LAUNCH_F(HD, GM, F, F8)                                                                 \
+    e = cudaLaunchKernelEx(&cfg, qkv_attn_kernel<HD, GM, F, F8>, out, (kv_elem<F8> *)kv, kvs, W.w, \
+                           x, norm_w, bias, q_norm, k_norm, inv_freq, tok_seq, positions, slots,   \
+                           block_table, max_blocks, g, layer, cols, p->rb, W.row_bytes, W.gshift,  \
+                           moff, scale, eps, (int)interleaved, window, next_at, trace, bt)
+#define QA_LAUNCH_K(HD, GM, F8)                                                                    \
+    if (W.kind == WF_Q8)                                                                           \
+        QA_LAUNCH_F(HD, GM, WF_Q8, F8);                                                            \
+    else if (W.kind == WF_Q4)                                                                      \
+        QA_LAUNCH_F(HD, GM, WF_Q4, F8);                                                            \
+    else                                                                                           \
+        QA_LAUNCH_F(HD, GM, WF_BF16, F8);
 #define QA_LAUNCH(HD, GM)                                                                          \
     if (g.head_dim == HD && gm == GM) {                                                            \
-        if (W.kind == WF_Q8)                                                                       \
-            QA_LAUNCH_F(HD, GM, WF_Q8);                                                            \
-        else if (W.kind == WF_Q4)                                                                  \
-            QA_LAUNCH_F(HD, GM, WF_Q4);                                                            \
-        else                                                                                       \
-            QA_LAUNCH_F(HD, GM, WF_BF16);                                                          \
+        if (g.fp8) {                                                                               \
+            QA_LAUNCH_K(HD, GM, true)                                                              \
+        } else {                                                                                   \
+            QA_LAUNCH_K(HD, GM, false)                                                             \
+        }                                                                                          \
     }
     QA_VARIANTS(QA_LAUNCH)
 #undef QA_LAUNCH
+#undef QA_LAUNCH_K
 #undef QA_LAUNCH_F
     LPX_CUDA_TRY(e);
     return LPX_OK;
