@@ -9,7 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The entries of a comma-separated list into p->names. */
+/* The entries of a comma-separated list into p->names; an entry of digits alone is a
+ * GPU ordinal ("cuda:0,2" is cuda:0 and cuda:2). */
 static lpx_status split_list(const char *list, lpx_dp_plan *p) {
     p->n = 0;
     for (const char *s = list;; s++) {
@@ -17,13 +18,14 @@ static lpx_status split_list(const char *list, lpx_dp_plan *p) {
         if (p->n == LPX_DP_MAX)
             return lpx_errorf(LPX_ERR_INVALID_ARG, "--device %s: more than %d devices", list,
                               LPX_DP_MAX);
-        if (len == 0 || len >= sizeof p->names[0])
+        const bool ordinal = len > 0 && strspn(s, "0123456789") == len;
+        if (len == 0 || len + (ordinal ? 5 : 0) >= sizeof p->names[0])
             return lpx_errorf(LPX_ERR_INVALID_ARG,
                               "--device %s: expected a list like cuda:0,1 (an entry is empty "
                               "or too long)",
                               list);
-        memcpy(p->names[p->n], s, len);
-        p->names[p->n][len] = '\0';
+        snprintf(p->names[p->n], sizeof p->names[p->n], "%s%.*s", ordinal ? "cuda:" : "", (int)len,
+                 s);
         p->device[p->n] = p->names[p->n];
         p->n++;
         s += len;

@@ -26,6 +26,14 @@ int main(void) {
     /* A list sets N; -dp may repeat it. */
     CHECK(lpx_dp_plan_make("cpu,cpu", 0, 4, &p) == LPX_OK && p.n == 2 && p.n_threads == 2);
     CHECK(lpx_dp_plan_make("cpu,cpu", 2, 0, &p) == LPX_OK && p.n == 2);
+    /* An entry of digits is a GPU ordinal: cuda:0,2 is cuda:0 and cuda:2, cuda:0,0 two
+     * engines on one GPU (the names are set before the backend check, which a CPU-only
+     * build fails) */
+    (void)lpx_dp_plan_make("cuda:0,2", 0, 0, &p);
+    CHECK(p.n == 2 && !strcmp(p.device[0], "cuda:0") && !strcmp(p.device[1], "cuda:2"));
+    (void)lpx_dp_plan_make("cuda:0,0", 0, 0, &p);
+    CHECK(p.n == 2 && !strcmp(p.device[1], "cuda:0"));
+    CHECK(lpx_dp_plan_make("cpu,12345678901234567890123456789", 0, 0, &p) == LPX_ERR_INVALID_ARG);
     /* Refusals. */
     CHECK(lpx_dp_plan_make("cpu,cpu", 3, 0, &p) == LPX_ERR_INVALID_ARG &&
           strstr(lpx_last_error(), "contradicts"));
