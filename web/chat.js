@@ -6,6 +6,7 @@
 const lpxChat = (() => {
   const KEY = "lpx-chats";
   let controller = null; // AbortController of the reply being streamed
+  let live = null;       // the message it is streamed into
   let state = load();    // {current: id, chats: [{id, title, messages: [{role, content, ...}]}]}
 
   function load() {
@@ -72,7 +73,8 @@ const lpxChat = (() => {
       del.type = "button";
       del.className = "delete";
       del.textContent = "×";
-      del.title = del.ariaLabel = "Delete this conversation";
+      del.title = "Delete this conversation";
+      del.setAttribute("aria-label", del.title);
       del.addEventListener("click", () => remove(c.id));
       li.append(open, del);
       ul.appendChild(li);
@@ -218,6 +220,7 @@ const lpxChat = (() => {
     c.messages.push(m);
     save();
     controller = new AbortController();
+    live = m;
     show();
     setBusy(true);
     const out = $("messages").lastChild;
@@ -282,6 +285,7 @@ const lpxChat = (() => {
       }
     } finally {
       controller = null;
+      live = null;
       save();
       if (current() === c) show();
       setBusy(false);
@@ -310,6 +314,12 @@ const lpxChat = (() => {
   });
   $("stop").addEventListener("click", () => controller && controller.abort());
   $("new-chat").addEventListener("click", newChat);
+  window.addEventListener("pagehide", () => { // a reload or a closed tab stops the answer
+    if (live) {
+      live.stopped = true;
+      save();
+    }
+  });
   window.addEventListener("storage", (ev) => { // another tab changed the conversations
     if (ev.key === KEY && !controller) {
       state = load();

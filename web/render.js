@@ -17,11 +17,16 @@ const lpxRender = (() => {
   const escapeHtml = (s) => s.replace(/[&<>"']/g, (c) =>
     ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
 
+  // the languages a fence without a name is guessed among: all of highlight.js's
+  // would cost tens of ms a block, each time a streamed answer is drawn again
+  const GUESS = ["python", "javascript", "typescript", "bash", "shell", "c", "cpp", "java",
+    "json", "xml", "css", "sql", "go", "rust", "yaml", "markdown"];
+
   function highlight(code, lang) {
     if (typeof hljs === "undefined") return null;
     try {
       if (lang && hljs.getLanguage(lang)) return hljs.highlight(lang, code, true).value;
-      return hljs.highlightAuto(code).value;
+      return hljs.highlightAuto(code, GUESS.filter((l) => hljs.getLanguage(l))).value;
     } catch (e) {
       return null;
     }
