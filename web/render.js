@@ -34,6 +34,8 @@ const lpxRender = (() => {
 
   if (typeof marked !== "undefined") {
     marked.use({
+      breaks: true, // a model's single line breaks are kept, as it wrote them
+      headerIds: false, mangle: false,
       langPrefix: "hljs language-",
       highlight,
       renderer: {

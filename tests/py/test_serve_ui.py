@@ -450,7 +450,12 @@ def test_ui_has_a_favicon_and_no_outside_assets(srv, browser):
     for ref in refs:
         assert "//" not in ref, ref
         r = httpx.get(srv.url + "/" + ref)
-        assert r.status_code == 200, ref
+        assert r.status_code == 200 and r.headers["cache-control"] == "no-cache", ref
+        # asked again with its ETag: a 304 without the body (highlight.js is 846 kB)
+        again = httpx.get(srv.url + "/" + ref, headers={"If-None-Match": r.headers["etag"]})
+        assert again.status_code == 304 and again.content == b"", ref
+        other = httpx.get(srv.url + "/" + ref, headers={"If-None-Match": '"0000"'})
+        assert other.status_code == 200 and other.content == r.content, ref
     assert browser.execute_script("return lpxRender.enabled && typeof hljs.highlight")
 
 
