@@ -27,7 +27,9 @@ const lpxChat = (() => {
 
   const current = () => state.chats.find((c) => c.id === state.current);
 
+  // Opening another chat stops the answer being streamed (kept, marked stopped).
   function newChat() {
+    if (controller) controller.abort();
     const empty = state.chats.find((c) => !c.messages.length);
     if (empty) {
       state.current = empty.id;

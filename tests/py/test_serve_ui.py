@@ -229,6 +229,24 @@ def test_ui_reload_during_an_answer_keeps_it_as_stopped(srv, browser):
     assert srv.wait_idle()["lpx:num_requests_running"] == 0
 
 
+def test_ui_new_chat_during_an_answer_stops_it(srv, browser):
+    open_ui(browser, srv)
+    set_param(browser, "temperature", 0)
+    set_param(browser, "max-tokens", 400)
+    browser.find_element(By.ID, "prompt").send_keys("Tell me a long story about a dragon.")
+    browser.find_element(By.ID, "send").click()
+    wait(browser).until(lambda d: d.execute_script(
+        "const m = lpxChat.current().messages; return m.length == 2 && m[1].content.length > 20"))
+    browser.find_element(By.ID, "new-chat").click()
+    wait(browser).until(lambda d: d.find_element(By.ID, "send").is_enabled())
+    assert browser.find_elements(By.CSS_SELECTOR, ".msg") == []
+    assert srv.wait_idle()["lpx:num_requests_running"] == 0
+    browser.find_elements(By.CSS_SELECTOR, "#conv-list .open")[1].click()
+    kept = messages(browser)
+    assert kept[1]["stopped"] is True and len(kept[1]["content"]) > 20
+    assert browser.find_element(By.CSS_SELECTOR, ".msg.assistant .badge").text == "stopped"
+
+
 def test_ui_conversations_switch_and_delete(srv, browser):
     open_ui(browser, srv)
     send(browser, "Hi")
@@ -306,6 +324,9 @@ XSS = """Here is an image: <img src=x onerror="window.pwned='img'">
 [a link](javascript:window.pwned='link') ![pic](x" onerror="window.pwned='alt')
 <a href="javascript:window.pwned='a'">raw a</a> **bold** `<b>code</b>`
 ![a <b>picture</b>](https://example.com/p.png) [lpx](https://example.com/lpx)
+<javascript:window.pwned='auto'> [enc](&#106;avascript:window.pwned='enc')
+[tab](java	script:window.pwned='tab') [data](data:text/html,<script>parent.pwned='data'</script>)
+[proto](//example.com/x)
 
 ```html
 <img src=x onerror="window.pwned='code'">
