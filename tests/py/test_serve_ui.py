@@ -51,6 +51,14 @@ def shot(browser, name):
     print("screenshot:", path)
 
 
+def finished(srv, reason=None):
+    """Requests the server has finished, with that finish reason (None: any)."""
+    from prometheus_client.parser import text_string_to_metric_families
+    return sum(s.value for f in text_string_to_metric_families(srv.get("/metrics").text)
+               for s in f.samples if s.name == "lpx:request_success_total"
+               and reason in (None, s.labels["finished_reason"]))
+
+
 def wait(browser, timeout=60):
     return WebDriverWait(browser, timeout, poll_frequency=0.05)
 
@@ -183,6 +191,7 @@ def test_ui_code_block_is_highlighted_and_copied(srv, browser):
 
 def test_ui_stop_marks_the_reply_and_reload_keeps_history(srv, browser):
     open_ui(browser, srv)
+    aborted = finished(srv, "abort")
     set_param(browser, "temperature", 0)
     set_param(browser, "max-tokens", 400)
     browser.find_element(By.ID, "prompt").send_keys("Tell me a long story about a dragon.")
@@ -198,8 +207,8 @@ def test_ui_stop_marks_the_reply_and_reload_keeps_history(srv, browser):
     stopped = messages(browser)
     assert stopped[1]["stopped"] is True and "finish" not in stopped[1]
     # the server cancelled the request when the browser closed the stream
-    m = srv.wait_idle()
-    assert m["lpx:num_requests_running"] == 0
+    assert srv.wait_idle()["lpx:num_requests_running"] == 0
+    assert finished(srv, "abort") == aborted + 1
     shot(browser, "serve_ui_stopped.png")
 
     browser.refresh()
@@ -215,6 +224,7 @@ def test_ui_stop_marks_the_reply_and_reload_keeps_history(srv, browser):
 
 def test_ui_reload_during_an_answer_keeps_it_as_stopped(srv, browser):
     open_ui(browser, srv)
+    aborted = finished(srv, "abort")
     set_param(browser, "temperature", 0)
     set_param(browser, "max-tokens", 400)
     browser.find_element(By.ID, "prompt").send_keys("Tell me a long story about a dragon.")
@@ -227,10 +237,12 @@ def test_ui_reload_during_an_answer_keeps_it_as_stopped(srv, browser):
     assert kept[1]["stopped"] is True and len(kept[1]["content"]) > 20
     assert browser.find_element(By.CSS_SELECTOR, ".msg.assistant .badge").text == "stopped"
     assert srv.wait_idle()["lpx:num_requests_running"] == 0
+    assert finished(srv, "abort") == aborted + 1
 
 
 def test_ui_new_chat_during_an_answer_stops_it(srv, browser):
     open_ui(browser, srv)
+    aborted = finished(srv, "abort")
     set_param(browser, "temperature", 0)
     set_param(browser, "max-tokens", 400)
     browser.find_element(By.ID, "prompt").send_keys("Tell me a long story about a dragon.")
@@ -241,6 +253,7 @@ def test_ui_new_chat_during_an_answer_stops_it(srv, browser):
     wait(browser).until(lambda d: d.find_element(By.ID, "send").is_enabled())
     assert browser.find_elements(By.CSS_SELECTOR, ".msg") == []
     assert srv.wait_idle()["lpx:num_requests_running"] == 0
+    assert finished(srv, "abort") == aborted + 1
     browser.find_elements(By.CSS_SELECTOR, "#conv-list .open")[1].click()
     kept = messages(browser)
     assert kept[1]["stopped"] is True and len(kept[1]["content"]) > 20
@@ -274,13 +287,6 @@ def test_ui_conversations_switch_and_delete(srv, browser):
     assert browser.find_elements(By.CSS_SELECTOR, ".msg") == []
     kept = json.loads(browser.execute_script("return localStorage.getItem('lpx-chats')"))
     assert [c["messages"] for c in kept["chats"]] == [[]]
-
-
-def finished(srv):
-    """Requests the server has answered, over every finish reason."""
-    from prometheus_client.parser import text_string_to_metric_families
-    return sum(s.value for f in text_string_to_metric_families(srv.get("/metrics").text)
-               for s in f.samples if s.name == "lpx:request_success_total")
 
 
 def test_ui_regenerate_and_edit(srv, browser):
