@@ -161,14 +161,23 @@ const lpxChat = (() => {
     area.rows = Math.min(8, area.value.split("\n").length + 1);
     const bar = document.createElement("div");
     bar.className = "actions";
-    bar.append(button("Send", () => {
+    const resend = () => {
       const text = area.value.trim();
-      if (!text) return;
+      if (!text || controller) return;
       c.messages.splice(i);
       c.messages.push({ role: "user", content: text });
       if (i === 0) c.title = titleOf(text);
       ask(c);
-    }), button("Cancel", show));
+    };
+    area.addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter" && !ev.shiftKey) {
+        ev.preventDefault();
+        resend();
+      } else if (ev.key === "Escape") {
+        show();
+      }
+    });
+    bar.append(button("Send", resend), button("Cancel", show));
     div.replaceChildren(area, bar);
     area.focus();
   }
@@ -206,6 +215,7 @@ const lpxChat = (() => {
   }
 
   function setBusy(busy) {
+    $("messages").setAttribute("aria-busy", busy); // read out once the answer is whole
     $("send").disabled = busy;
     $("stop").disabled = !busy;
     for (const b of document.querySelectorAll("#messages .actions button")) b.disabled = busy;
@@ -315,6 +325,9 @@ const lpxChat = (() => {
     }
   });
   $("stop").addEventListener("click", () => controller && controller.abort());
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key === "Escape" && controller) controller.abort();
+  });
   $("new-chat").addEventListener("click", newChat);
   window.addEventListener("pagehide", () => { // a reload or a closed tab stops the answer
     if (live) {

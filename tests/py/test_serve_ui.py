@@ -14,6 +14,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from serve_helpers import Server
@@ -200,6 +201,7 @@ def test_ui_stop_marks_the_reply_and_reload_keeps_history(srv, browser):
         "const m = lpxChat.current().messages; return m.length == 2 && m[1].content.length > 20"))
     browser.find_element(By.ID, "stop").click()
     wait(browser).until(answer_done)
+    assert browser.find_element(By.ID, "messages").get_attribute("aria-busy") == "false"
     msg = browser.find_element(By.CSS_SELECTOR, ".msg.assistant")
     assert "stopped" in msg.get_attribute("class").split()
     assert msg.find_element(By.CSS_SELECTOR, ".badge").text == "stopped"
@@ -310,7 +312,7 @@ def test_ui_regenerate_and_edit(srv, browser):
     assert box.get_attribute("value") == "Name a color."
     box.clear()
     box.send_keys("Name an animal.")
-    browser.find_element(By.CSS_SELECTOR, ".msg.user .actions .send").click()
+    box.send_keys(Keys.ENTER)
     wait(browser).until(lambda d: d.execute_script("return window.sent.length") == 3)
     wait(browser).until(answer_done)
     edited = messages(browser)
