@@ -75,12 +75,16 @@ const lpxRender = (() => {
   // Fills el with text rendered as Markdown (the nodes come from an inert document:
   // nothing in it runs or loads before clean() has kept only the allowed parts).
   function markdown(el, text) {
-    if (typeof marked === "undefined") {
-      el.classList.add("plain");
+    let html = null;
+    try {
+      if (typeof marked !== "undefined") html = marked.parse(text);
+    } catch (e) { /* a parser failure shows the text as it is */ }
+    el.classList.toggle("plain", html === null);
+    if (html === null) {
       el.textContent = text;
       return;
     }
-    const doc = new DOMParser().parseFromString(marked.parse(text), "text/html");
+    const doc = new DOMParser().parseFromString(html, "text/html");
     clean(doc.body);
     el.replaceChildren(...Array.from(doc.body.childNodes));
   }

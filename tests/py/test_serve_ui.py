@@ -100,9 +100,10 @@ def answer_done(d):
 def send(browser, text, max_tokens=8):
     set_param(browser, "temperature", 0)
     set_param(browser, "max-tokens", max_tokens)
+    sent = browser.execute_script("return window.sent.length")
     browser.find_element(By.ID, "prompt").send_keys(text)
     browser.find_element(By.ID, "send").click()
-    wait(browser).until(lambda d: d.execute_script("return window.sent.length") > 0)
+    wait(browser).until(lambda d: d.execute_script("return window.sent.length") == sent + 1)
     wait(browser).until(answer_done)
 
 
