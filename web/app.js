@@ -1,11 +1,9 @@
-// lpx web UI: a chat playground over /v1/chat/completions (SSE) and a
-// dashboard fed by the server's own /metrics. No dependencies.
+// lpx web UI: the API key, the model's name and the dashboard fed by the server's
+// own /metrics. The chat playground is chat.js.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 let modelId = null;
-let history = [];      // [{role, content}] of the conversation so far
-let controller = null; // AbortController of the reply being streamed
 
 function headers() {
   const h = { "Content-Type": "application/json" };
@@ -31,128 +29,6 @@ async function loadModel() {
     $("model-name").textContent = "model: " + e.message;
   }
 }
-
-function addMessage(role, text) {
-  const div = document.createElement("div");
-  div.className = "msg " + role;
-  div.textContent = text;
-  $("messages").appendChild(div);
-  $("messages").scrollTop = $("messages").scrollHeight;
-  return div;
-}
-
-function numberOr(id, parse) {
-  const v = $(id).value.trim();
-  return v === "" ? undefined : parse(v);
-}
-
-// Reads an SSE body and calls onData with each "data:" payload.
-async function readSSE(body, onData) {
-  const reader = body.getReader();
-  const dec = new TextDecoder();
-  let buf = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let i;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
-      const event = buf.slice(0, i);
-      buf = buf.slice(i + 2);
-      for (const line of event.split("\n"))
-        if (line.startsWith("data: ")) onData(line.slice(6));
-    }
-  }
-}
-
-async function send(text) {
-  history.push({ role: "user", content: text });
-  addMessage("user", text);
-  const out = addMessage("assistant streaming", "");
-  const messages = [];
-  const sys = $("system").value.trim();
-  if (sys) messages.push({ role: "system", content: sys });
-  messages.push(...history);
-  const body = {
-    model: modelId || undefined, messages, stream: true,
-    stream_options: { include_usage: true },
-    temperature: numberOr("temperature", parseFloat),
-    top_p: numberOr("top-p", parseFloat),
-    top_k: numberOr("top-k", (v) => parseInt(v, 10)),
-    max_tokens: numberOr("max-tokens", (v) => parseInt(v, 10)),
-    seed: numberOr("seed", (v) => parseInt(v, 10)),
-  };
-  controller = new AbortController();
-  $("send").disabled = true;
-  $("stop").disabled = false;
-  $("chat-status").textContent = "waiting for the first token…";
-  const t0 = performance.now();
-  let first = 0, reply = "", usage = null, finish = null;
-  try {
-    const r = await fetch("/v1/chat/completions", {
-      method: "POST", headers: headers(), body: JSON.stringify(body), signal: controller.signal,
-    });
-    if (!r.ok) {
-      const j = await r.json().catch(() => ({}));
-      throw new Error(r.status + ": " + (j.error ? j.error.message : r.statusText));
-    }
-    await readSSE(r.body, (data) => {
-      if (data === "[DONE]") return;
-      const j = JSON.parse(data);
-      if (j.error) throw new Error(j.error.message);
-      if (j.usage) usage = j.usage;
-      for (const c of j.choices || []) {
-        if (c.delta && c.delta.content) {
-          if (!first) first = performance.now();
-          reply += c.delta.content;
-          out.textContent = reply;
-          $("messages").scrollTop = $("messages").scrollHeight;
-        }
-        if (c.finish_reason) finish = c.finish_reason;
-      }
-    });
-    const secs = (performance.now() - t0) / 1000;
-    $("chat-status").textContent =
-      (usage ? usage.completion_tokens + " tokens, " : "") + secs.toFixed(2) + " s" +
-      (first ? ", first token after " + ((first - t0) / 1000).toFixed(2) + " s" : "") +
-      (finish ? ", finish: " + finish : "");
-  } catch (e) {
-    if (e.name === "AbortError") {
-      $("chat-status").textContent = "stopped";
-    } else {
-      out.classList.add("error");
-      out.textContent = (reply ? reply + "\n" : "") + "error: " + e.message;
-      $("chat-status").textContent = "";
-    }
-  } finally {
-    out.classList.remove("streaming");
-    out.classList.add("done");
-    history.push({ role: "assistant", content: reply });
-    controller = null;
-    $("send").disabled = false;
-    $("stop").disabled = true;
-  }
-}
-
-$("compose").addEventListener("submit", (ev) => {
-  ev.preventDefault();
-  const text = $("prompt").value.trim();
-  if (!text || controller) return;
-  $("prompt").value = "";
-  send(text);
-});
-$("prompt").addEventListener("keydown", (ev) => {
-  if (ev.key === "Enter" && !ev.shiftKey) {
-    ev.preventDefault();
-    $("compose").requestSubmit();
-  }
-});
-$("stop").addEventListener("click", () => controller && controller.abort());
-$("clear").addEventListener("click", () => {
-  history = [];
-  $("messages").textContent = "";
-  $("chat-status").textContent = "";
-});
 
 // ---- dashboard ----------------------------------------------------------
 

@@ -880,12 +880,19 @@ static enum MHD_Result do_asset(conn_ctx *c, struct MHD_Connection *conn, const 
     const char *path = !strcmp(url, "/")              ? "index.html"
                        : !strcmp(url, "/favicon.ico") ? "favicon.svg"
                                                       : url + 1;
+    /* no-cache: a browser asks each time, and a file it holds (the same ETag) costs a 304 */
+    const char *held =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_IF_NONE_MATCH);
     for (const lpx_web_asset *a = c->s->o.assets; a && a->path; a++)
         if (!strcmp(a->path, path)) {
-            struct MHD_Response *r =
-                MHD_create_response_from_buffer(a->size, (void *)a->data, MHD_RESPMEM_PERSISTENT);
-            if (r) MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-            return send_response(c, conn, 200, r, a->content_type);
+            bool same = a->etag && held && !strcmp(held, a->etag);
+            struct MHD_Response *r = MHD_create_response_from_buffer(
+                same ? 0 : a->size, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+            if (r) {
+                MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+                if (a->etag) MHD_add_response_header(r, MHD_HTTP_HEADER_ETAG, a->etag);
+            }
+            return send_response(c, conn, same ? 304 : 200, r, same ? NULL : a->content_type);
         }
     return no_route(c, conn, url);
 }

@@ -26,6 +26,7 @@ typedef struct lpx_web_asset {
     const char *content_type;
     const unsigned char *data;
     size_t size;
+    const char *etag; /* quoted, from the content: a browser's If-None-Match gets a 304 */
 } lpx_web_asset;
 
 typedef struct lpx_server_opts {

@@ -2,6 +2,7 @@
 import os
 import pathlib
 import subprocess
+import time
 
 import pytest
 
@@ -34,3 +35,19 @@ def smollm2():
 def pytest_configure(config):
     # `make asan` runs -m "not slow": tests that run the model for many seconds.
     config.addinivalue_line("markers", "slow: runs the model for seconds; skipped by make asan")
+
+
+def pytest_sessionstart(session):
+    session.config.lpx_started = time.time()
+
+
+def pytest_terminal_summary(terminalreporter):
+    # The screenshots and reports the tests wrote (tests/artifacts/), so a CI log
+    # says where to look.
+    art = ROOT / "tests" / "artifacts"
+    start = terminalreporter.config.lpx_started
+    fresh = sorted(p for p in art.glob("*") if p.stat().st_mtime >= start) if art.is_dir() else []
+    if fresh:
+        terminalreporter.write_sep("-", f"artifacts in {art}")
+        for p in fresh:
+            terminalreporter.write_line(str(p))
