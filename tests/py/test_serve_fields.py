@@ -80,7 +80,6 @@ def test_chat_refuses(client, kw, param):
     (dict(suffix=" and that is all."), "suffix"),
     (dict(best_of=3), "best_of"),
     (dict(best_of=3, n=2), "best_of"),
-    (dict(echo=True, logprobs=1), "echo"),
     (dict(logit_bias={"-3": 1}), "logit_bias"),
     (dict(extra_body={"response_format": {"type": "json_schema", "json_schema": {}}}),
      "response_format"),
