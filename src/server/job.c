@@ -61,11 +61,16 @@ lpx_job *lpx_job_new(lpx_engine *e, const lpx_tokenizer *tok, lpx_metrics *metri
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", p->kind == LPX_SRV_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)j->created, k);
     j->tool_format = p->tool_format;
+    if (!lpx_tool_rules_of(&p->tools, p->tool_format, &j->tool_rules)) {
+        pthread_mutex_destroy(&j->mu);
+        free(j);
+        return NULL;
+    }
     for (int32_t i = 0; i < j->n; i++) {
         j->ch[i].job = j;
         j->ch[i].index = i;
         j->ch[i].prompt = i / p->n;
-        lpx_tool_parser_init(&j->ch[i].tp, p->tool_format);
+        lpx_tool_parser_init(&j->ch[i].tp, &j->tool_rules);
     }
     return j;
 }
@@ -87,6 +92,7 @@ static void job_free(lpx_job *j) {
         free(j->echo[k]);
         free(j->echo_ids[k]);
     }
+    lpx_tool_rules_free(&j->tool_rules);
     free(j->out.p);
     pthread_mutex_destroy(&j->mu);
     free(j);

@@ -70,6 +70,7 @@ struct lpx_job {
     bool stream, include_usage, continuous_usage, logprobs;
     int32_t top_n;
     lpx_tool_format tool_format; /* the output is parsed for tool calls unless NONE */
+    lpx_tool_rules tool_rules;   /* how: the tools' names, parallel_tool_calls */
     char id[40];
     int64_t created;
     const char *model_name;

@@ -434,7 +434,7 @@ static size_t tool_message(const lpx_job *j, const lpx_job_choice *c, cJSON *x) 
     char prefix[64];
     size_t n = 0;
     call_prefix(j, c->index, prefix, sizeof prefix);
-    cJSON *m = lpx_tool_message(j->tool_format, c->text.p, c->text.n, prefix, &n);
+    cJSON *m = lpx_tool_message(&j->tool_rules, c->text.p, c->text.n, prefix, &n);
     if (m) cJSON_AddItemToObject(x, "message", m);
     return n;
 }
