@@ -1,7 +1,7 @@
 # Thin wrapper over CMake. BUILD selects the build folder (helpers may use their own).
 #   make / make run    install what building and running need, build, (run one prompt)
 #   make test          also install the test tools, then build and run every test
-#   make install       install the built program, library, header and lpx.pc to PREFIX
+#   make install       install the built program, library, header, lpx.pc and lpx.1 to PREFIX
 BUILD  ?= build
 JOBS   ?= $(shell nproc)
 PREFIX ?= /usr/local

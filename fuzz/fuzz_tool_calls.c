@@ -1,9 +1,9 @@
 /* libFuzzer target for tool calls (src/grammar/tool_calls.h). The first byte picks:
  * even, the output parser: the rest of the input is model output in the format of bit 1,
- * parsed whole and in pieces cut by the later bits; the two must give the same content
- * and calls. Odd: the rest is a chat body: its tools and messages are checked, and when
- * the tools are taken the forcing grammar of every format must compile. Built by
- * scripts/fuzz.sh. */
+ * parsed whole and in pieces cut by the later bits (bit 6: one call only, bit 7: only
+ * the names "a" and "f"); the two must give the same content and calls. Odd: the rest is a chat
+ * body: its tools and messages are checked, and when the tools are taken the forcing grammar of
+ * every format must compile. Built by scripts/fuzz.sh. */
 #include "grammar/grammar.h"
 #include "grammar/tool_calls.h"
 
@@ -15,20 +15,24 @@ static bool same(const lpx_tool_buf *a, const lpx_tool_buf *b) {
     return a->n == b->n && (!a->n || !memcmp(a->p, b->p, a->n));
 }
 
-static void parse(lpx_tool_format f, const char *s, size_t n, size_t step, lpx_tool_parser *p) {
-    lpx_tool_parser_init(p, f);
+static void parse(const lpx_tool_rules *r, const char *s, size_t n, size_t step,
+                  lpx_tool_parser *p) {
+    lpx_tool_parser_init(p, r);
     for (size_t i = 0; i < n; i += step)
         lpx_tool_parser_feed(p, s + i, n - i < step ? n - i : step);
     lpx_tool_parser_finish(p);
 }
 
 static void check_parser(const uint8_t *data, size_t size) {
-    lpx_tool_format f = data[0] & 2 ? LPX_TOOLS_LLAMA3 : LPX_TOOLS_HERMES;
+    lpx_tool_rules r = lpx_tool_rules_any(data[0] & 2 ? LPX_TOOLS_LLAMA3 : LPX_TOOLS_HERMES);
+    char names[] = "a\0f\0";
+    r.single = data[0] & 0x40;
+    r.names = data[0] & 0x80 ? names : NULL;
     size_t step = 1 + (data[0] >> 2) % 9;
     const char *s = (const char *)data + 1;
     lpx_tool_parser a, b;
-    parse(f, s, size - 1, size, &a);
-    parse(f, s, size - 1, step, &b);
+    parse(&r, s, size - 1, size, &a);
+    parse(&r, s, size - 1, step, &b);
     if (!a.oom && !b.oom) {
         if (!same(&a.content, &b.content) || a.n_calls != b.n_calls) abort();
         for (size_t i = 0; i < a.n_calls; i++)

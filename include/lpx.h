@@ -230,6 +230,12 @@ typedef struct lpx_request {
                                      subset of docs/structured-outputs.md; anything else
                                      is LPX_ERR_INVALID_ARG naming the keyword's path);
                                      LPX_OUTPUT_TOOL_CALLS: the calls' description */
+    int32_t prompt_logprobs;      /* 0 = off; 1..20: each prompt token's log-probability
+                                     given the tokens before it, and that many most likely
+                                     tokens at its place, from the model's raw logits (no
+                                     bias, penalty or temperature), sent with the first
+                                     output token's event. Such a request reads no prefix
+                                     cache until then and is sampled on the host */
 } lpx_request;
 
 /* Defaults: greedy, no penalties, random seed, max_tokens -1, skip_special. */
@@ -277,6 +283,13 @@ typedef struct lpx_event {
     double queue_ms;             /* submit to the first step that ran it (total_ms if none) */
     int32_t n_cached_tokens;     /* prompt tokens whose KV came from the prefix cache (before
                                     any preemption), not computed */
+    /* The first output token's event of a request with prompt_logprobs (else NULL):
+     * prompt_logprob[i] is prompt token i's log-probability ([n_prompt_tokens], also set
+     * here; [0] is NAN: nothing comes before it), prompt_top[i * n_prompt_top ..] the
+     * n_prompt_top most likely tokens at position i, most likely first (row 0 unset). */
+    const float *prompt_logprob;
+    const lpx_token_logprob *prompt_top;
+    int32_t n_prompt_top;
 } lpx_event;
 
 typedef void (*lpx_event_cb)(const lpx_event *ev, void *user);

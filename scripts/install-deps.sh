@@ -15,9 +15,9 @@ BUILD_APT=(build-essential cmake pkg-config
            libedit-dev libjs-marked libjs-highlight.js python3 python3-pip unzip)
 BUILD_PIP=()
 # Tests: clang and its sanitizer runtime (make fuzz), headless Chromium (the web UI
-# tests), nginx (the deploy tests), curl, and the Python packages the tests and fixture
-# tools use (never lpx itself).
-TEST_APT=(clang libclang-rt-14-dev curl chromium chromium-driver nginx-light)
+# tests), nginx (the deploy tests), curl, groff (the man page test renders lpx.1), and
+# the Python packages the tests and fixture tools use (never lpx itself).
+TEST_APT=(clang libclang-rt-14-dev curl chromium chromium-driver nginx-light groff-base)
 TEST_PIP=(pytest tokenizers==0.23.3 transformers==5.24.0 jinja2==3.1.6 numpy gguf==0.19.0
           safetensors==0.8.0 openai prometheus-client==0.26.0 selenium==4.38.0 httpx==0.28.1
           kubernetes-validate==1.37.0 PyYAML jsonschema==4.26.0 ml_dtypes==0.5.4)

@@ -113,7 +113,7 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
     lpx_tools tools = {0};
     bool ok = true;
     lpx_status st = LPX_OK;
-    s->tool_format = LPX_TOOLS_NONE;
+    lpx_tool_rules_free(&s->tools);
     if (t->chat) {
         ok = lpx_chat_messages_json(cJSON_GetObjectItemCaseSensitive(b, "messages"), &msgs, why,
                                     sizeof why) &&
@@ -122,7 +122,8 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
         if (ok && tools.n_tools && f == LPX_TOOLS_NONE)
             st = lpx_errorf(LPX_ERR_UNSUPPORTED,
                             "tools: this model's chat template has no tool-call format");
-        if (ok && st == LPX_OK && lpx_tools_parsed(&tools)) s->tool_format = f;
+        if (ok && st == LPX_OK && !lpx_tool_rules_of(&tools, f, &s->tools))
+            st = lpx_errorf(LPX_ERR_NOMEM, "tools: out of memory");
         if (ok && st == LPX_OK && (tool_grammar = lpx_tools_grammar_text(&tools, f))) {
             r.output_format = LPX_OUTPUT_TOOL_CALLS;
             r.json_schema = tool_grammar;

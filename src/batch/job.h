@@ -44,8 +44,9 @@ typedef struct slot {
     double t_submit, not_before;
     uint64_t eng_id;
     bool timed_out;
-    bool failed_before;          /* counted in n_failed: a failure record and no result */
-    lpx_tool_format tool_format; /* engine mode: the output is parsed for tool calls */
+    bool failed_before;   /* counted in n_failed: a failure record and no result */
+    lpx_tool_rules tools; /* engine mode: how the output is parsed for tool calls (f NONE:
+                             it is not) */
     outcome out;
 } slot;
 

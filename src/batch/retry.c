@@ -30,11 +30,11 @@ static cJSON *engine_body(job *j, slot *s) {
     cJSON_AddNumberToObject(c, "index", 0);
     const char *text = s->out.text ? s->out.text : "";
     const char *finish = s->out.finish;
-    if (t->chat && s->tool_format != LPX_TOOLS_NONE) {
+    if (t->chat && s->tools.f != LPX_TOOLS_NONE) {
         char prefix[64];
         size_t n_calls = 0;
         snprintf(prefix, sizeof prefix, "call_lpx%zu_", s->task);
-        cJSON *m = lpx_tool_message(s->tool_format, text, strlen(text), prefix, &n_calls);
+        cJSON *m = lpx_tool_message(&s->tools, text, strlen(text), prefix, &n_calls);
         if (m) cJSON_AddItemToObject(c, "message", m);
         if (n_calls && !strcmp(finish, "stop")) finish = "tool_calls";
     } else if (t->chat) {

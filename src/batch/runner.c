@@ -345,6 +345,7 @@ void lpx_batch_job_free(job *j) {
     for (size_t i = 0; i < j->n_slots; i++) {
         free(j->slots[i].out.text);
         cJSON_Delete(j->slots[i].out.body);
+        lpx_tool_rules_free(&j->slots[i].tools);
     }
     lpx_batch_input_free(&j->in);
     free(j->slots);

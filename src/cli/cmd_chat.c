@@ -6,6 +6,7 @@
 #define _GNU_SOURCE /* ppoll */
 #include "cli/commands.h"
 #include "cli/gen_args.h"
+#include "model/prompt.h"
 
 #ifdef LPX_HAVE_LIBEDIT
 #include <editline/readline.h>
@@ -223,6 +224,13 @@ int cmd_chat(int argc, char **argv) {
         g.req.n_messages = h.n;
         turn t = {0};
         uint64_t id;
+        char msg[512];
+        /* -n past the context: said, in `lpx run`'s words, rather than cut short. */
+        if (g.given_max && !lpx_request_fits(m, &g.req, es.max_model_len, msg, sizeof msg)) {
+            fprintf(stderr, "lpx chat: -n %d: %s (/reset starts over)\n", g.req.max_tokens, msg);
+            history_truncate(&h, h.n - 1);
+            continue;
+        }
         lpx_status st = lpx_engine_submit(e, &g.req, on_event, &t, &id);
         if (st != LPX_OK) {
             /* Too long, usually: this turn is dropped, the chat goes on. */

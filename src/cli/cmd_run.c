@@ -146,23 +146,14 @@ int cmd_run(int argc, char **argv) {
     /* -n past the context: refused before any work, in serve's and batch's words */
     lpx_engine_stats es;
     lpx_engine_get_stats(e, &es);
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
     char msg[512];
-    const char *param;
-    if (g.given_max &&
-        lpx_prompt_ids(m, chat ? NULL : prompt, chat ? msgs : NULL, n_msgs,
-                       (size_t)es.max_model_len, &ids, &n_ids) == LPX_OK &&
-        !lpx_prompt_fits(es.max_model_len, n_ids, ids && n_ids <= (size_t)es.max_model_len,
-                         g.req.max_tokens, chat ? "messages" : "prompt", msg, sizeof msg, &param)) {
+    if (g.given_max && !lpx_request_fits(m, &g.req, es.max_model_len, msg, sizeof msg)) {
         fprintf(stderr, "lpx run: -n %d: %s\n", g.req.max_tokens, msg);
-        free(ids);
         lpx_engine_destroy(e);
         lpx_model_close(m);
         free(file_text);
         return 1;
     }
-    free(ids);
     run_state r = {.json = json};
     if (json && g.req.sampling.logprobs > 0) r.logprobs = cJSON_CreateArray();
     uint64_t id;

@@ -35,8 +35,9 @@ const char lpx_engine_args_help[] =
 
 const char lpx_gen_args_help[] =
     "  -n, --max-tokens N      most tokens to generate, -1: up to the context (default:\n"
-    "                          run 256, chat -1); run: a given N past the context is an\n"
-    "                          error before any work, as in serve and batch\n"
+    "                          run 256, chat -1); a given N past the context is an error\n"
+    "                          before any work, as in serve and batch (chat: that turn's,\n"
+    "                          and the chat goes on)\n"
     "  --temp T                temperature, 0 = greedy (also --temperature; default: the\n"
     "                          model's, else 0)\n"
     "  --top-k K               keep the K most likely tokens (0 = off)\n"

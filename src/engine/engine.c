@@ -106,7 +106,8 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
         e->b_pos = alloc_array((size_t)c->max_num_batched_tokens, sizeof(int32_t), &ok);
         e->b_start = alloc_array((size_t)c->max_num_seqs + 1, sizeof(int32_t), &ok);
         e->b_len = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
-        e->b_rows = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
+        e->b_rows = alloc_array((size_t)c->max_num_seqs + LPX_PLP_ROWS, sizeof(int32_t), &ok);
+        e->plp_seq = alloc_array(LPX_PLP_ROWS, sizeof(int32_t), &ok);
         e->sampled = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
         e->s_rows = alloc_array((size_t)c->max_num_seqs, sizeof(lpx_sample_row), &ok);
         e->b_feed = alloc_array((size_t)c->max_num_seqs, sizeof(int32_t), &ok);
@@ -123,6 +124,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
         size_t logit_cells;
         ok = ok && lpx_mul_size((size_t)c->max_num_seqs, (size_t)e->vocab, &logit_cells);
         e->logits = ok ? alloc_array(logit_cells, sizeof(float), &ok) : NULL;
+        e->logits_rows = c->max_num_seqs;
         /* The tokenizer's longest piece + 8 always holds one push. */
         e->piece_cap = (m->tok ? lpx_tokenizer_max_piece(m->tok) : 0) + 8;
         e->piece = alloc_array(e->piece_cap, 1, &ok);
@@ -172,6 +174,8 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
 static void seq_free(lpx_seq *s) {
     if (!s) return;
     free(s->bias);
+    free(s->plp);
+    free(s->ptop);
     free(s->stop_ids);
     lpx_gram_release(s->gram);
     lpx_gmatch_free(&s->gm);
@@ -246,6 +250,9 @@ lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb c
     if (!e || !r || !cb || !id)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "submit: engine, request, callback and id needed");
     LPX_TRY(lpx_sampling_validate(&r->sampling));
+    if (r->prompt_logprobs < 0 || r->prompt_logprobs > LPX_MAX_LOGPROBS)
+        return lpx_errorf(LPX_ERR_INVALID_ARG, "prompt_logprobs %d: expected 0..%d",
+                          r->prompt_logprobs, LPX_MAX_LOGPROBS);
     if (r->max_tokens == 0 || r->max_tokens < -1)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "max_tokens %d: expected >= 1 (or -1: no limit)",
                           r->max_tokens);
@@ -307,6 +314,16 @@ lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb c
         else
             memcpy(s->bias, r->sampling.logit_bias, bytes);
         s->sp.logit_bias = s->bias;
+    }
+    if (st == LPX_OK && r->prompt_logprobs > 0) {
+        size_t cells;
+        s->plp_k = r->prompt_logprobs < e->vocab ? r->prompt_logprobs : e->vocab;
+        s->plp = malloc(n * sizeof *s->plp);
+        s->ptop = lpx_mul_size(n, (size_t)s->plp_k, &cells) ? calloc(cells, sizeof *s->ptop) : NULL;
+        if (!s->plp || !s->ptop)
+            st = lpx_errorf(LPX_ERR_NOMEM, "submit: prompt logprobs: out of memory");
+        else
+            s->plp[0] = NAN;
     }
     if (st == LPX_OK && r->n_stop_token_ids) {
         s->stop_ids = malloc(r->n_stop_token_ids * sizeof *s->stop_ids);
@@ -517,6 +534,13 @@ static lpx_status advance(lpx_engine *e, lpx_seq *s, int32_t tok, const lpx_toke
         ev.logprob = lp;
         ev.top = top;
         ev.n_top = n_top;
+    }
+    if (lpx_seq_plp_pending(s)) {
+        s->plp_sent = true; /* the prompt's rows are all in (its last gave tok) */
+        ev.prompt_logprob = s->plp;
+        ev.prompt_top = s->ptop;
+        ev.n_prompt_top = s->plp_k;
+        ev.n_prompt_tokens = s->n_prompt;
     }
     e->text_len = 0;
     bool stop_tok = is_stop_token(e, s, tok), stopped = false;
@@ -787,6 +811,48 @@ static lpx_status step_ahead(lpx_engine *e) {
     return st != LPX_OK ? st : st2;
 }
 
+/* After the n_rows sampling rows, a logits row for each position of this step's
+ * prompt chunks whose next token's logprob is wanted (b_rows, plp_seq: its sequence);
+ * grows e->logits to hold them. Returns how many (at most LPX_PLP_ROWS: lpx_schedule). */
+static int32_t plp_rows(lpx_engine *e, int32_t n_rows, lpx_status *st) {
+    const lpx_seq_list *q = &e->sched;
+    int32_t n = 0;
+    for (int32_t i = 0; i < q->n; i++) {
+        const lpx_seq *s = q->v[i];
+        if (!lpx_seq_plp_pending(s)) continue;
+        for (int32_t j = 0; j < s->n_new && s->n_computed + j < s->n_prompt - 1 && n < LPX_PLP_ROWS;
+             j++, n++) {
+            e->b_rows[n_rows + n] = e->b_start[i] + j;
+            e->plp_seq[n] = i;
+        }
+    }
+    int32_t need = e->cfg.max_num_seqs + LPX_PLP_ROWS;
+    if (n > 0 && e->logits_rows < need) {
+        size_t cells;
+        float *l = lpx_mul_size((size_t)need, (size_t)e->vocab, &cells)
+                       ? realloc(e->logits, cells * sizeof *l)
+                       : NULL;
+        if (!l) {
+            *st = lpx_errorf(LPX_ERR_NOMEM, "prompt logprobs: %d logits rows: out of memory", need);
+            return 0;
+        }
+        e->logits = l;
+        e->logits_rows = need;
+    }
+    return n;
+}
+
+/* Prompt logprob of the token after batch token `tok` (s's chunk begins at batch
+ * token `start`), from its logits row. */
+static void plp_take(lpx_engine *e, lpx_seq *s, int32_t tok, int32_t start, const float *logits) {
+    int32_t next = s->n_computed + (tok - start) + 1, n_top;
+    s->plp[next] = lpx_logprob_row(logits, e->vocab, s->tokens[next], s->plp_k,
+                                   s->ptop + (size_t)next * (size_t)s->plp_k, &n_top);
+    for (int32_t k = n_top; k < s->plp_k; k++) /* fewer than asked: a vocabulary of -inf */
+        s->ptop[(size_t)next * (size_t)s->plp_k + k] =
+            (lpx_token_logprob){.id = -1, .logprob = -INFINITY};
+}
+
 /* Nothing in flight: schedule a step and run it, or begin it when it may run
  * ahead (every row samples on the device, without penalties). */
 static lpx_status step_scheduled(lpx_engine *e) {
@@ -811,11 +877,20 @@ static lpx_status step_scheduled(lpx_engine *e) {
     }
     if (st != LPX_OK || q->n == 0) return st;
     e->b_start[q->n] = n_tok;
-    lpx_batch b = staged_batch(e, n_tok, q->n, stride, n_rows);
+    int32_t n_plp = plp_rows(e, n_rows, &st);
+    if (st != LPX_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", lpx_last_error());
+        for (int32_t i = 0; i < q->n; i++)
+            finish_alone(e, q->v[i], LPX_FINISH_ERROR, msg);
+        q->n = 0;
+        return lpx_errorf(st, "%s", msg);
+    }
+    lpx_batch b = staged_batch(e, n_tok, q->n, stride, n_rows + n_plp);
     /* Rows sample on the device unless one needs the logits (logprobs, a logit
-     * bias: the device sampler takes neither); the step runs ahead unless a row
-     * has a penalty (its counts need every token). */
-    bool dev = e->device_sampling, ahead = e->cfg.step_ahead;
+     * bias: the device sampler takes neither; prompt logprobs); the step runs
+     * ahead unless a row has a penalty (its counts need every token). */
+    bool dev = e->device_sampling && n_plp == 0, ahead = e->cfg.step_ahead;
     int32_t n_seen = 0;
     for (int32_t i = 0, row = 0; dev && i < q->n; i++) {
         lpx_seq *s = q->v[i];
@@ -854,6 +929,9 @@ static lpx_status step_scheduled(lpx_engine *e) {
         q->n = 0;
         lpx_errorf(st, "%s", msg);
     }
+    for (int32_t k = 0; k < n_plp && q->n > 0; k++)
+        plp_take(e, q->v[e->plp_seq[k]], e->b_rows[n_rows + k], e->b_start[e->plp_seq[k]],
+                 e->logits + (size_t)(n_rows + k) * e->vocab);
     int32_t row = 0;
     for (int32_t i = 0; i < q->n; i++) {
         lpx_seq *s = q->v[i];
@@ -1001,6 +1079,7 @@ void lpx_engine_destroy(lpx_engine *e) {
     free(e->b_len);
     free(e->b_table);
     free(e->b_rows);
+    free(e->plp_seq);
     free(e->sampled);
     free(e->s_rows);
     free(e->b_feed);

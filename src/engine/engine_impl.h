@@ -59,7 +59,22 @@ typedef struct lpx_seq {
     /* Structured output: the grammar (NULL: none) and where the output is in it. */
     lpx_gram_slot *gram;
     lpx_gmatch gm;
+    /* Prompt logprobs (lpx_request.prompt_logprobs = plp_k > 0), filled as its prompt is
+     * computed and sent with the first output token (plp_sent). */
+    int32_t plp_k;
+    bool plp_sent;
+    float *plp;              /* [n_prompt] */
+    lpx_token_logprob *ptop; /* [n_prompt][plp_k] */
 } lpx_seq;
+
+/* Prompt-logprob rows one step returns at most (each is a vocab-wide logits row on the
+ * host: 64 x 151,936 floats = 39 MB), so a prompt wanting them runs in chunks of this. */
+#define LPX_PLP_ROWS 64
+
+/* Whether s still wants its prompt's logprobs (rows for positions below n_prompt - 1). */
+static inline bool lpx_seq_plp_pending(const lpx_seq *s) {
+    return s->plp_k > 0 && !s->plp_sent;
+}
 
 typedef struct lpx_seq_list {
     lpx_seq **v;
@@ -90,7 +105,9 @@ struct lpx_engine {
     lpx_seq_list running; /* admission order: the last is the newest */
     lpx_seq_list sched;   /* this step's sequences, batch order */
     int32_t *b_tokens, *b_pos, *b_start, *b_len, *b_table, *b_rows; /* batch descriptor */
-    float *logits;                                                  /* [max_num_seqs][vocab] */
+    float *logits; /* [logits_rows][vocab]: max_num_seqs, + LPX_PLP_ROWS once needed */
+    int32_t logits_rows;
+    int32_t *plp_seq; /* [LPX_PLP_ROWS] this step's prompt-logprob rows: index in sched */
     /* Sampling: on the device (a step with sample) when every row allows it. */
     bool device_sampling;   /* lpx_engine_config.device_sampling */
     int32_t *sampled;       /* [max_num_seqs] tokens a waited step with sample drew */

@@ -10,7 +10,11 @@
  * cached blocks of its longest cached prefix (counted as computed), and a
  * sequence still in its prompt takes, before each chunk, the blocks another
  * sequence has cached meanwhile (two requests with one system prompt
- * admitted together compute it about once). */
+ * admitted together compute it about once).
+ *
+ * A sequence that wants its prompt's logprobs takes no cached blocks until its
+ * first output token, and its chunks are cut so that a step's prompt-logprob
+ * rows stay within LPX_PLP_ROWS (the first such sequence always gets some). */
 #include "engine/engine_impl.h"
 
 #include "base/error.h"
@@ -70,12 +74,23 @@ static void preempt(lpx_engine *e, lpx_seq *s) {
 
 /* Moves s->n_computed past the cached blocks that continue its tokens. */
 static lpx_status take_cached(lpx_engine *e, lpx_seq *s, int64_t *hits) {
+    if (lpx_seq_plp_pending(s)) return LPX_OK; /* its prompt's logits are wanted */
     int32_t n;
     LPX_TRY(lpx_kv_match(&e->pool, &s->bt, s->tokens, s->n_tokens, s->n_computed, &n));
     *hits += n - s->n_computed;
     if (s->n_preempt == 0) s->n_cached += n - s->n_computed; /* all prompt until an output */
     s->n_computed = n;
     return LPX_OK;
+}
+
+/* n_new cut so that s's prompt-logprob rows fit the step's *left (and taken from it). */
+static int32_t plp_cap(const lpx_seq *s, int32_t n_new, int32_t *left) {
+    if (!lpx_seq_plp_pending(s)) return n_new;
+    int32_t end = s->n_computed + n_new < s->n_prompt - 1 ? s->n_computed + n_new : s->n_prompt - 1;
+    int32_t rows = end > s->n_computed ? end - s->n_computed : 0;
+    if (rows > *left) n_new = rows = *left;
+    *left -= rows;
+    return n_new;
 }
 
 lpx_status lpx_schedule(lpx_engine *e) {
@@ -85,7 +100,7 @@ lpx_status lpx_schedule(lpx_engine *e) {
     if (!lpx_seq_list_reserve(&e->waiting, all) || !lpx_seq_list_reserve(&e->running, all) ||
         !lpx_seq_list_reserve(&e->sched, all))
         return lpx_errorf(LPX_ERR_NOMEM, "scheduler: %d sequences: out of memory", (int)all);
-    int32_t budget = e->cfg.max_num_batched_tokens;
+    int32_t budget = e->cfg.max_num_batched_tokens, plp_left = LPX_PLP_ROWS;
     bool preempted = false;
     lpx_status st = LPX_OK;
     int64_t queries = 0, hits = 0;
@@ -94,6 +109,10 @@ lpx_status lpx_schedule(lpx_engine *e) {
         if (s->n_computed + 1 < s->n_tokens && (st = take_cached(e, s, &hits)) != LPX_OK) break;
         int32_t n_new = s->n_tokens - s->n_computed;
         if (n_new > budget) n_new = budget;
+        if ((n_new = plp_cap(s, n_new, &plp_left)) == 0) {
+            i++; /* no prompt-logprob rows left in this step: the next one */
+            continue;
+        }
         while (!lpx_kv_reserve(&e->pool, &s->bt, (int64_t)s->n_computed + n_new, &st)) {
             if (st != LPX_OK) break;
             lpx_seq *victim = e->running.v[e->running.n - 1];
@@ -115,6 +134,7 @@ lpx_status lpx_schedule(lpx_engine *e) {
         if ((st = take_cached(e, s, &hit)) != LPX_OK) break;
         int32_t n_new = s->n_tokens - s->n_computed;
         if (n_new > budget) n_new = budget;
+        if ((n_new = plp_cap(s, n_new, &plp_left)) == 0) break;
         if (!lpx_kv_reserve(&e->pool, &s->bt, (int64_t)s->n_computed + n_new, &st)) {
             lpx_kv_release(&e->pool, &s->bt); /* the cached blocks stay cached */
             if (s->n_preempt == 0) s->n_cached = 0;

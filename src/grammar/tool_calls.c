@@ -206,6 +206,31 @@ bool lpx_tools_parse(const cJSON *body, lpx_tools *t, char *msg, size_t cap, con
                 "'tool_choice' names function '%.64s', which is not in 'tools'", name->valuestring);
 }
 
+bool lpx_tool_rules_of(const lpx_tools *t, lpx_tool_format f, lpx_tool_rules *out) {
+    *out = lpx_tool_rules_any(LPX_TOOLS_NONE);
+    if (!lpx_tools_parsed(t) || f == LPX_TOOLS_NONE) return true;
+    cJSON *tools = cJSON_Parse(t->tools_json); /* checked by lpx_tools_parse */
+    size_t n = 1;
+    for (const cJSON *x = tools ? tools->child : NULL; x; x = x->next)
+        n += strlen(tool_name(x)) + 1; /* names are at most 64 bytes, tools 128 */
+    char *names = tools ? malloc(n) : NULL, *q = names;
+    for (const cJSON *x = names ? tools->child : NULL; x; x = x->next) {
+        size_t k = strlen(tool_name(x)) + 1;
+        memcpy(q, tool_name(x), k);
+        q += k;
+    }
+    if (names) *q = '\0';
+    cJSON_Delete(tools);
+    if (!names) return false;
+    *out = (lpx_tool_rules){.f = f, .names = names, .single = !t->parallel};
+    return true;
+}
+
+void lpx_tool_rules_free(lpx_tool_rules *r) {
+    free(r->names);
+    *r = lpx_tool_rules_any(LPX_TOOLS_NONE);
+}
+
 char *lpx_tools_template_vars(const lpx_tools *t) {
     if (!t->tools_json) return NULL;
     size_t n = strlen(t->tools_json);

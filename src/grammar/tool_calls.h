@@ -70,6 +70,27 @@ bool lpx_chat_messages_json(const cJSON *messages, char **out, char *msg, size_t
 
 /* ---- the parser --------------------------------------------------------------- */
 
+/* What a parse of free output (tool_choice "auto") keeps, as vLLM's parsers do in their
+ * formats, plus two checks of the request: a call whose name is not one of the tools is
+ * no call (its text stays content: vLLM passes it on as a call, which a client cannot
+ * dispatch), and with parallel_tool_calls false only the first call is kept (later
+ * ones are dropped, neither calls nor content). */
+typedef struct lpx_tool_rules {
+    lpx_tool_format f; /* LPX_TOOLS_NONE: the output is not parsed */
+    char *names;       /* each tool's name and its '\0', then one more '\0'; NULL: any name */
+    bool single;       /* parallel_tool_calls false */
+} lpx_tool_rules;
+
+/* The rules of t for output in format f (f NONE when t's output is not parsed: no tools,
+ * or tool_choice "none"). False when out of memory. */
+bool lpx_tool_rules_of(const lpx_tools *t, lpx_tool_format f, lpx_tool_rules *out);
+void lpx_tool_rules_free(lpx_tool_rules *r);
+/* Rules that take any name and any number of calls (the format alone). */
+static inline lpx_tool_rules lpx_tool_rules_any(lpx_tool_format f) {
+    lpx_tool_rules r = {.f = f};
+    return r;
+}
+
 typedef struct lpx_tool_buf {
     char *p;
     size_t n, cap;
@@ -81,10 +102,13 @@ typedef struct lpx_tool_call {
 } lpx_tool_call;
 
 /* Feed it the output text in any pieces; what it has decided is in content (text
- * outside calls, whitespace next to a call dropped) and calls, which only grow, so a
- * stream sends what is new since its last look. */
+ * outside calls) and calls, which only grow, so a stream sends what is new since its
+ * last look. Whitespace next to calls: where calls stand between two pieces of content,
+ * the whitespace before them (else the one after) joins the pieces; at the start or end
+ * of the content it is dropped. */
 typedef struct lpx_tool_parser {
     lpx_tool_format f;
+    const lpx_tool_rules *rules; /* NULL: any name, any number of calls */
     lpx_tool_buf content;
     lpx_tool_call *calls; /* [n_calls] */
     size_t n_calls, cap_calls;
@@ -92,24 +116,28 @@ typedef struct lpx_tool_parser {
     int state, head, tag_at;
     lpx_tool_buf hold;  /* bytes not yet known to be content or markup */
     lpx_tool_buf ws;    /* whitespace held back: content, unless a call is next to it */
+    lpx_tool_buf gap;   /* the whitespace before the calls since the last content */
     lpx_tool_buf token; /* the header's string being read */
     char *name;         /* the header's name, once read */
+    lpx_tool_call late; /* a call read before its name ("arguments" first), or dropped */
+    lpx_tool_buf *args; /* where the arguments being read go */
     int depth;
-    bool in_str, esc, prim, after_call, oom;
+    bool in_str, esc, prim, after_call, args_first, oom;
 } lpx_tool_parser;
 
-void lpx_tool_parser_init(lpx_tool_parser *p, lpx_tool_format f);
+/* rules (may be NULL) must outlive the parser. */
+void lpx_tool_parser_init(lpx_tool_parser *p, const lpx_tool_rules *rules);
 void lpx_tool_parser_free(lpx_tool_parser *p);
 /* False when memory ran out (the parser stops taking text). */
 bool lpx_tool_parser_feed(lpx_tool_parser *p, const char *s, size_t n);
 /* The end of the output: held text becomes content, a call cut short keeps what it has. */
 bool lpx_tool_parser_finish(lpx_tool_parser *p);
 
-/* The assistant message of output text[0..n) parsed in format f: {"role": "assistant",
+/* The assistant message of output text[0..n) parsed by rules: {"role": "assistant",
  * "content": text outside calls or null, "tool_calls": [{"id": id_prefix + the call's
  * index in hex, "type": "function", "function": {"name", "arguments"}}]} (no tool_calls
  * when none); *n_calls how many. NULL when memory ran out. */
-cJSON *lpx_tool_message(lpx_tool_format f, const char *text, size_t n, const char *id_prefix,
-                        size_t *n_calls);
+cJSON *lpx_tool_message(const lpx_tool_rules *rules, const char *text, size_t n,
+                        const char *id_prefix, size_t *n_calls);
 
 #endif

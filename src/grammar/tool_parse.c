@@ -4,10 +4,14 @@
  * hermes: anywhere in the text, <tool_call> then the header {"name": "N", "arguments":
  * then the arguments' JSON value (streamed as it comes), then anything up to
  * </tool_call>. llama3: at the start of the output (after whitespace and an optional
- * <|python_tag|>), {"name": "N", "parameters": (or "arguments":) value }, more calls
- * after ";" or whitespace; text anywhere else is content. A call whose header does not
- * read that way (another key order, not JSON) stays content, tag and all; once the
- * header is read the call is kept, even when the output ends inside its arguments. */
+ * <|python_tag|>, the tag Llama 3.x writes before a call when special tokens are kept),
+ * {"name": "N", "parameters": value }, more calls after ";" or whitespace; text anywhere
+ * else is content. Either format takes "arguments" or "parameters" (Llama 3.x writes
+ * the second, Qwen the first), and the two keys in either order: with the arguments
+ * first, the call is held until its name is read, then given whole (a stream cannot
+ * name a call it has not read). A call whose header does not read that way (not JSON,
+ * another key, a name not among the tools) stays content, tag and all; once the name
+ * is read the call is kept, even when the output ends inside its arguments. */
 #include "grammar/tool_calls.h"
 
 #include <stdio.h>
@@ -26,10 +30,12 @@ enum {
     P_DONE,
 };
 
-/* Header steps: what comes next after whitespace. */
-enum { H_OPEN, H_K1, H_K1S, H_C1, H_V1, H_V1S, H_COMMA, H_K2, H_K2S, H_C2 };
+/* Header steps: what comes next after whitespace. With the arguments first, H_C1 is
+ * followed by the value (P_ARGS), then H_COMMA .. H_V2S read the name. */
+enum { H_OPEN, H_K1, H_K1S, H_C1, H_V1, H_V1S, H_COMMA, H_K2, H_K2S, H_C2, H_V2, H_V2S };
 
-#define HOLD_MAX 4096 /* a header longer than this is not one */
+#define HOLD_MAX 4096         /* a header longer than this is not one */
+#define HOLD_ARGS_MAX 1048576 /* nor arguments before a name longer than this */
 
 static const char START_TAG[] = "<tool_call>", END_TAG[] = "</tool_call>",
                   PYTHON_TAG[] = "<|python_tag|>";
@@ -57,10 +63,11 @@ static void add(lpx_tool_parser *p, lpx_tool_buf *b, const char *s, size_t n) {
     b->p[b->n] = '\0';
 }
 
-void lpx_tool_parser_init(lpx_tool_parser *p, lpx_tool_format f) {
+void lpx_tool_parser_init(lpx_tool_parser *p, const lpx_tool_rules *rules) {
     memset(p, 0, sizeof *p);
-    p->f = f;
-    p->state = f == LPX_TOOLS_LLAMA3 ? P_START : P_TEXT;
+    p->rules = rules;
+    p->f = rules ? rules->f : LPX_TOOLS_NONE;
+    p->state = p->f == LPX_TOOLS_LLAMA3 ? P_START : P_TEXT;
 }
 
 void lpx_tool_parser_free(lpx_tool_parser *p) {
@@ -72,8 +79,11 @@ void lpx_tool_parser_free(lpx_tool_parser *p) {
     free(p->content.p);
     free(p->hold.p);
     free(p->ws.p);
+    free(p->gap.p);
     free(p->token.p);
     free(p->name);
+    free(p->late.name);
+    free(p->late.args.p);
     memset(p, 0, sizeof *p);
 }
 
@@ -81,41 +91,90 @@ static int text_state(const lpx_tool_parser *p) {
     return p->f == LPX_TOOLS_LLAMA3 ? P_PLAIN : P_TEXT;
 }
 
+/* n bytes of content (n > 0), after the whitespace held before them: past calls, the
+ * whitespace before the calls (else after them) when content came before them too. */
 static void content(lpx_tool_parser *p, const char *s, size_t n) {
-    /* whitespace between a call and the text after it is dropped */
-    if (!p->after_call) add(p, &p->content, p->ws.p, p->ws.n);
-    p->ws.n = 0;
+    if (!p->after_call)
+        add(p, &p->content, p->ws.p, p->ws.n);
+    else if (p->content.n)
+        add(p, &p->content, p->gap.n ? p->gap.p : p->ws.p, p->gap.n ? p->gap.n : p->ws.n);
+    p->ws.n = p->gap.n = 0;
     add(p, &p->content, s, n);
     p->after_call = false;
 }
 
 /* The held text was no markup after all: content. */
 static void give_up(lpx_tool_parser *p) {
-    if (p->hold.n)
-        content(p, p->hold.p, p->hold.n);
-    else if (!p->after_call)
-        add(p, &p->content, p->ws.p, p->ws.n);
-    p->ws.n = p->hold.n = 0;
+    if (p->hold.n) content(p, p->hold.p, p->hold.n);
+    p->hold.n = 0;
+    p->args_first = false;
     p->state = text_state(p);
 }
 
-static void commit(lpx_tool_parser *p) {
-    if (p->n_calls == p->cap_calls) {
+/* Whether the rules take a call of this name. */
+static bool known(const lpx_tool_parser *p, const char *name) {
+    if (!p->rules || !p->rules->names) return true;
+    for (const char *q = p->rules->names; *q; q += strlen(q) + 1)
+        if (!strcmp(q, name)) return true;
+    return false;
+}
+
+/* A call is kept (named p->name): the held markup goes; the whitespace before it is the
+ * gap (unless calls came right before); with a single call allowed, a later one is
+ * read and dropped (*keep false). */
+static void take_call(lpx_tool_parser *p, bool *keep) {
+    *keep = !(p->rules && p->rules->single && p->n_calls > 0);
+    if (*keep && p->n_calls == p->cap_calls) {
         size_t cap = p->cap_calls ? 2 * p->cap_calls : 4;
         lpx_tool_call *c = realloc(p->calls, cap * sizeof *c);
         if (!c) {
             p->oom = true;
+            *keep = false;
             return;
         }
         p->calls = c;
         p->cap_calls = cap;
     }
-    p->calls[p->n_calls++] = (lpx_tool_call){.name = p->name};
+    if (*keep) {
+        p->calls[p->n_calls++] = (lpx_tool_call){.name = p->name};
+    } else {
+        free(p->name);
+    }
     p->name = NULL;
-    p->ws.n = p->hold.n = 0; /* whitespace before a call is dropped */
+    if (!p->after_call) {
+        p->gap.n = 0;
+        add(p, &p->gap, p->ws.p, p->ws.n);
+    }
+    p->ws.n = p->hold.n = 0;
+}
+
+/* The arguments' value comes next, into a. */
+static void read_args(lpx_tool_parser *p, lpx_tool_buf *a) {
+    p->args = a;
     p->state = P_ARGS;
     p->depth = -1;
     p->in_str = p->esc = p->prim = false;
+}
+
+/* The header so far named the call and its arguments come next (streamed). */
+static void commit(lpx_tool_parser *p) {
+    bool keep;
+    take_call(p, &keep);
+    p->late.args.n = 0;
+    read_args(p, keep ? &p->calls[p->n_calls - 1].args : &p->late.args);
+}
+
+/* The name after the arguments was read: the call, whole. */
+static void commit_late(lpx_tool_parser *p) {
+    bool keep;
+    take_call(p, &keep);
+    if (keep) {
+        p->calls[p->n_calls - 1].args = p->late.args;
+        p->late.args = (lpx_tool_buf){0};
+    }
+    p->args_first = false;
+    p->state = P_TAIL;
+    p->tag_at = 0;
 }
 
 /* One byte of a JSON string being read into token; true at its closing quote. */
@@ -151,22 +210,29 @@ static bool read_name(lpx_tool_parser *p) {
         if ((p->name = malloc(n))) memcpy(p->name, s->valuestring, n);
     }
     cJSON_Delete(s);
-    if (!p->name) return false;
-    return true;
+    return p->name && known(p, p->name);
+}
+
+static bool args_key(const lpx_tool_parser *p) {
+    return token_is(p, "arguments") || token_is(p, "parameters");
 }
 
 /* A header byte; false when the header does not read as one. */
 static bool head_byte(lpx_tool_parser *p, char c) {
     static const char expect[] = {[H_OPEN] = '{',  [H_K1] = '"', [H_C1] = ':', [H_V1] = '"',
-                                  [H_COMMA] = ',', [H_K2] = '"', [H_C2] = ':'};
-    if (p->head == H_K1S || p->head == H_V1S || p->head == H_K2S) {
+                                  [H_COMMA] = ',', [H_K2] = '"', [H_C2] = ':', [H_V2] = '"'};
+    if (p->head == H_K1S || p->head == H_V1S || p->head == H_K2S || p->head == H_V2S) {
         if (!string_byte(p, c)) return true;
         if (p->head == H_K1S) {
-            if (!token_is(p, "name")) return false;
-        } else if (p->head == H_V1S) {
+            p->args_first = args_key(p);
+            if (!p->args_first && !token_is(p, "name")) return false;
+        } else if (p->head == H_V1S || p->head == H_V2S) {
             if (!read_name(p)) return false;
-        } else if (!token_is(p, "arguments") &&
-                   !(p->f == LPX_TOOLS_LLAMA3 && token_is(p, "parameters"))) {
+            if (p->head == H_V2S) {
+                commit_late(p);
+                return true;
+            }
+        } else if (p->args_first ? !token_is(p, "name") : !args_key(p)) {
             return false;
         }
         p->head++;
@@ -174,8 +240,13 @@ static bool head_byte(lpx_tool_parser *p, char c) {
     }
     if (is_ws(c)) return true;
     if (c != expect[p->head]) return false;
-    if (p->head == H_C2) {
+    if (p->head == H_C2 && !p->args_first) {
         commit(p);
+        return true;
+    }
+    if (p->head == H_C1 && p->args_first) {
+        p->late.args.n = 0;
+        read_args(p, &p->late.args);
         return true;
     }
     p->token.n = 0;
@@ -184,27 +255,32 @@ static bool head_byte(lpx_tool_parser *p, char c) {
     return true;
 }
 
+/* The value has ended: the call's tail, or (arguments first) the rest of its header. */
 static void args_done(lpx_tool_parser *p) {
-    p->state = P_TAIL;
     p->tag_at = 0;
+    if (!p->args_first) {
+        p->state = P_TAIL;
+        return;
+    }
+    p->state = P_HEAD;
+    p->head = H_COMMA;
 }
 
-static void byte(lpx_tool_parser *p, char c);
-
-static void args_byte(lpx_tool_parser *p, char c) {
-    lpx_tool_buf *a = &p->calls[p->n_calls - 1].args;
+/* One byte of the arguments' value; false when the byte ends the value without being
+ * part of it (a primitive's end, or no value): it is read again in the next state. */
+static bool args_byte(lpx_tool_parser *p, char c) {
+    lpx_tool_buf *a = p->args;
     if (p->depth < 0) {
-        if (is_ws(c)) return;
+        if (is_ws(c)) return true;
         if (c == '}' || c == ']' || c == ',') { /* no value */
             args_done(p);
-            byte(p, c);
-            return;
+            return false;
         }
         p->depth = c == '{' || c == '[' ? 1 : 0;
         p->in_str = c == '"';
         p->prim = !p->depth && !p->in_str;
         add(p, a, &c, 1);
-        return;
+        return true;
     }
     if (p->in_str) {
         add(p, a, &c, 1);
@@ -216,16 +292,15 @@ static void args_byte(lpx_tool_parser *p, char c) {
             p->in_str = false;
             if (p->depth == 0) args_done(p);
         }
-        return;
+        return true;
     }
     if (p->prim) {
         if (is_ws(c) || c == ',' || c == '}' || c == ']') {
             args_done(p);
-            byte(p, c);
-        } else {
-            add(p, a, &c, 1);
+            return false;
         }
-        return;
+        add(p, a, &c, 1);
+        return true;
     }
     add(p, a, &c, 1);
     if (c == '"')
@@ -234,7 +309,10 @@ static void args_byte(lpx_tool_parser *p, char c) {
         p->depth++;
     else if ((c == '}' || c == ']') && --p->depth == 0)
         args_done(p);
+    return true;
 }
+
+static void byte(lpx_tool_parser *p, char c);
 
 static void start_head(lpx_tool_parser *p, char c) {
     p->state = P_HEAD;
@@ -294,13 +372,19 @@ static void byte(lpx_tool_parser *p, char c) {
         return;
     case P_HEAD:
         add(p, &p->hold, &c, 1);
-        if (p->hold.n <= HOLD_MAX && head_byte(p, c)) return;
+        if (p->hold.n <= (p->args_first ? HOLD_ARGS_MAX : HOLD_MAX) && head_byte(p, c)) return;
         p->hold.n--;
         give_up(p);
         byte(p, c);
         return;
     case P_ARGS:
-        args_byte(p, c);
+        if (!args_byte(p, c)) {
+            byte(p, c);
+            return;
+        }
+        if (!p->args_first) return;
+        add(p, &p->hold, &c, 1); /* held: content if no name follows */
+        if (p->hold.n > HOLD_ARGS_MAX) give_up(p);
         return;
     case P_TAIL:
         if (p->f == LPX_TOOLS_LLAMA3) {
@@ -331,18 +415,20 @@ bool lpx_tool_parser_feed(lpx_tool_parser *p, const char *s, size_t n) {
 }
 
 bool lpx_tool_parser_finish(lpx_tool_parser *p) {
-    if (p->state == P_TAG || p->state == P_HEAD) give_up(p);
+    /* held markup, or arguments whose name never came: content */
+    if (p->state == P_TAG || p->state == P_HEAD || (p->state == P_ARGS && p->args_first))
+        give_up(p);
     if (p->state != P_ARGS && p->state != P_TAIL && !p->after_call)
         add(p, &p->content, p->ws.p, p->ws.n);
-    p->ws.n = 0;
+    p->ws.n = p->gap.n = 0;
     p->state = P_DONE;
     return !p->oom;
 }
 
-cJSON *lpx_tool_message(lpx_tool_format f, const char *text, size_t n, const char *id_prefix,
-                        size_t *n_calls) {
+cJSON *lpx_tool_message(const lpx_tool_rules *rules, const char *text, size_t n,
+                        const char *id_prefix, size_t *n_calls) {
     lpx_tool_parser p;
-    lpx_tool_parser_init(&p, f);
+    lpx_tool_parser_init(&p, rules);
     bool ok = lpx_tool_parser_feed(&p, text, n) && lpx_tool_parser_finish(&p);
     cJSON *m = ok ? cJSON_CreateObject() : NULL;
     cJSON_AddStringToObject(m, "role", "assistant");

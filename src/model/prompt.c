@@ -93,3 +93,19 @@ bool lpx_prompt_fits(int64_t max_model_len, size_t n_prompt, bool counted, int32
              (long long)out, what);
     return false;
 }
+
+bool lpx_request_fits(const lpx_model *m, const lpx_request *r, int64_t max_model_len, char *msg,
+                      size_t cap) {
+    const char *what = r->messages ? "messages" : "prompt", *param;
+    if (r->prompt_ids)
+        return lpx_prompt_fits(max_model_len, r->n_prompt_ids, true, r->max_tokens, what, msg, cap,
+                               &param);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    size_t limit = max_model_len > 0 ? (size_t)max_model_len : 0;
+    bool fits =
+        lpx_prompt_ids(m, r->prompt_text, r->messages, r->n_messages, limit, &ids, &n) != LPX_OK ||
+        lpx_prompt_fits(max_model_len, n, ids && n <= limit, r->max_tokens, what, msg, cap, &param);
+    free(ids);
+    return fits;
+}

@@ -37,4 +37,11 @@ lpx_status lpx_prompt_ids_json(const lpx_model *m, const char *messages_json, co
 bool lpx_prompt_fits(int64_t max_model_len, size_t n_prompt, bool counted, int32_t max_tokens,
                      const char *what, char *msg, size_t cap, const char **param);
 
+/* lpx_prompt_fits for r (its prompt text or messages tokenized as the engine will, at
+ * most max_model_len + 1 counted; ids as given) and its max_tokens: what `lpx run` and
+ * `lpx chat -n` check before any work. A prompt that does not tokenize passes (the
+ * engine's submit gives that error). */
+bool lpx_request_fits(const lpx_model *m, const lpx_request *r, int64_t max_model_len, char *msg,
+                      size_t cap);
+
 #endif

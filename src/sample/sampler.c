@@ -287,6 +287,19 @@ int32_t lpx_sample_masked(lpx_sampler *s, const lpx_sampling_params *p, uint64_t
     return chosen;
 }
 
+float lpx_logprob_row(const float *logits, int32_t vocab, int32_t token, int32_t n,
+                      lpx_token_logprob *top, int32_t *n_top) {
+    float max = logits[0];
+    for (int32_t t = 1; t < vocab; t++)
+        if (logits[t] > max) max = logits[t];
+    double total = 0;
+    for (int32_t t = 0; t < vocab; t++)
+        total += exp((double)logits[t] - max);
+    double lse = max + log(total);
+    *n_top = n > 0 ? top_logprobs(logits, vocab, lse, n, top) : 0;
+    return (float)(logits[token] - lse);
+}
+
 lpx_status lpx_sample_batch_check(const lpx_sample_batch *s, int32_t n_rows, int32_t vocab) {
     if (n_rows > 0 && (!s || !s->rows))
         return lpx_errorf(LPX_ERR_INVALID_ARG, "step_sample: %d rows but no sampling rows", n_rows);

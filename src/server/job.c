@@ -61,11 +61,16 @@ lpx_job *lpx_job_new(lpx_engine *e, const lpx_tokenizer *tok, lpx_metrics *metri
     snprintf(j->id, sizeof j->id, "%s-%llx%06llx", p->kind == LPX_SRV_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)j->created, k);
     j->tool_format = p->tool_format;
+    if (!lpx_tool_rules_of(&p->tools, p->tool_format, &j->tool_rules)) {
+        pthread_mutex_destroy(&j->mu);
+        free(j);
+        return NULL;
+    }
     for (int32_t i = 0; i < j->n; i++) {
         j->ch[i].job = j;
         j->ch[i].index = i;
         j->ch[i].prompt = i / p->n;
-        lpx_tool_parser_init(&j->ch[i].tp, p->tool_format);
+        lpx_tool_parser_init(&j->ch[i].tp, &j->tool_rules);
     }
     return j;
 }
@@ -79,10 +84,15 @@ static void job_free(lpx_job *j) {
         free(c->lp_value);
         free(c->lp_top);
         free(c->lp_n_top);
+        free(c->plp);
+        free(c->ptop);
         lpx_tool_parser_free(&c->tp);
     }
-    for (int k = 0; k < LPX_SRV_MAX_PROMPTS; k++)
+    for (int k = 0; k < LPX_SRV_MAX_PROMPTS; k++) {
         free(j->echo[k]);
+        free(j->echo_ids[k]);
+    }
+    lpx_tool_rules_free(&j->tool_rules);
     free(j->out.p);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -122,6 +132,19 @@ static bool keep_logprobs(lpx_job *j, lpx_job_choice *c, const lpx_event *ev) {
     return true;
 }
 
+/* Keeps the prompt's logprobs of the first event for a non-streaming response. */
+static bool keep_prompt_logprobs(lpx_job_choice *c, const lpx_event *ev) {
+    size_t n = (size_t)ev->n_prompt_tokens, k = (size_t)ev->n_prompt_top;
+    c->plp = malloc((n ? n : 1) * sizeof *c->plp);
+    c->ptop = malloc((n * k > 0 ? n * k : 1) * sizeof *c->ptop);
+    if (!c->plp || !c->ptop) return false;
+    memcpy(c->plp, ev->prompt_logprob, n * sizeof *c->plp);
+    memcpy(c->ptop, ev->prompt_top, n * k * sizeof *c->ptop);
+    c->n_plp = ev->n_prompt_tokens;
+    c->plp_k = ev->n_prompt_top;
+    return true;
+}
+
 /* Runs on the engine thread. */
 static void on_event(const lpx_event *ev, void *user) {
     lpx_job_choice *c = user;
@@ -145,6 +168,7 @@ static void on_event(const lpx_event *ev, void *user) {
     } else {
         if (ev->text_len && !lpx_strbuf_add(&c->text, ev->text, ev->text_len)) j->oom = true;
         if (j->logprobs && ev->token >= 0 && !keep_logprobs(j, c, ev)) j->oom = true;
+        if (ev->prompt_logprob && !keep_prompt_logprobs(c, ev)) j->oom = true;
     }
     bool last = false;
     if (ev->finish != LPX_FINISH_NONE) {
@@ -203,7 +227,14 @@ bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, int32_t *const *ids, co
         if (p->echo && !(j->echo[k] = echo_text(j, p, k)))
             return lpx_srv_fail(err, 500, "server_error", NULL, NULL,
                                 "echo: decoding the prompt: %s", lpx_last_error());
+        if (p->req.prompt_logprobs > 0) {
+            if (!(j->echo_ids[k] = malloc((n_ids[k] ? n_ids[k] : 1) * sizeof **ids)))
+                return lpx_srv_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+            memcpy(j->echo_ids[k], ids[k], n_ids[k] * sizeof **ids);
+            j->n_echo_ids[k] = n_ids[k];
+        }
     }
+    j->echo_lp = p->req.prompt_logprobs > 0;
     j->top_n = p->logprobs ? p->top_n : 0;
     if (j->stream) {
         pthread_mutex_lock(&j->mu);

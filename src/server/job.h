@@ -50,6 +50,11 @@ typedef struct lpx_job_choice {
     float *lp_value;           /* [cap_lp] */
     lpx_token_logprob *lp_top; /* [cap_lp * top_n] */
     int32_t *lp_n_top;         /* [cap_lp] */
+    /* echo with logprobs, non-streaming: its prompt's logprobs (the engine's first event). */
+    float *plp;              /* [n_plp] */
+    lpx_token_logprob *ptop; /* [n_plp][plp_k] */
+    int32_t n_plp, plp_k;
+    size_t offset; /* stream: text_offset of its next token (bytes of the tokens before) */
 } lpx_job_choice;
 
 struct lpx_job {
@@ -65,6 +70,7 @@ struct lpx_job {
     bool stream, include_usage, continuous_usage, logprobs;
     int32_t top_n;
     lpx_tool_format tool_format; /* the output is parsed for tool calls unless NONE */
+    lpx_tool_rules tool_rules;   /* how: the tools' names, parallel_tool_calls */
     char id[40];
     int64_t created;
     const char *model_name;
@@ -73,6 +79,9 @@ struct lpx_job {
     int32_t n, n_done;
     int32_t n_prompt;                       /* prompt tokens of every prompt (usage) */
     char *echo[LPX_SRV_MAX_PROMPTS];        /* echo: each prompt's text, else NULL */
+    bool echo_lp;                           /* echo with logprobs: the prompts' ids below */
+    int32_t *echo_ids[LPX_SRV_MAX_PROMPTS]; /* [n_echo_ids[k]] */
+    size_t n_echo_ids[LPX_SRV_MAX_PROMPTS];
     lpx_job_choice ch[LPX_SRV_MAX_CHOICES]; /* prompt-major: choice i is prompt i / n */
 
     lpx_strbuf out; /* stream: SSE bytes; [out_pos, out.n) not yet sent */

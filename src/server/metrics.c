@@ -5,7 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* vLLM's buckets, so dashboards built for vLLM read lpx unchanged. */
+/* vLLM's bucket bounds, so that a vLLM dashboard's histogram panels read lpx's once its
+ * queries say `lpx:` for `vllm:` (the names differ; only the three gauges of
+ * --metrics-compat vllm are exported under vLLM's own: docs/server.md). */
 static const double ttft_bounds[] = {0.001, 0.005, 0.01, 0.02,  0.04,  0.06,  0.08, 0.1,
                                      0.25,  0.5,   0.75, 1.0,   2.5,   5.0,   7.5,  10.0,
                                      20.0,  40.0,  80.0, 160.0, 640.0, 2560.0};

@@ -115,16 +115,19 @@ static comp_lp comp_lp_new(void) {
     return c;
 }
 
-static void comp_lp_add(const lpx_job *j, comp_lp *c, int32_t id, float lp,
-                        const lpx_token_logprob *top, int32_t n_top, size_t offset) {
+/* One token's entries (top NULL: the prompt's first token, whose logprob and top are
+ * null as OpenAI gives them); returns its length in bytes, for the next offset. */
+static size_t comp_lp_add(const lpx_job *j, comp_lp *c, int32_t id, float lp,
+                          const lpx_token_logprob *top, int32_t n_top, size_t offset) {
     char raw[256], t[1024];
     token_text(j, id, raw, t, sizeof raw);
+    size_t len = strlen(raw);
     cJSON_AddItemToArray(c->tokens, cJSON_CreateString(t));
-    cJSON_AddItemToArray(c->values, cJSON_CreateNumber(lp));
+    cJSON_AddItemToArray(c->values, top ? cJSON_CreateNumber(lp) : cJSON_CreateNull());
     cJSON_AddItemToArray(c->offsets, cJSON_CreateNumber((double)offset));
-    if (j->top_n == 0) {
+    if (j->top_n == 0 || !top) {
         cJSON_AddItemToArray(c->tops, cJSON_CreateNull());
-        return;
+        return len;
     }
     cJSON *m = cJSON_CreateObject();
     for (int32_t k = 0; k < n_top && k < j->top_n; k++) {
@@ -132,6 +135,15 @@ static void comp_lp_add(const lpx_job *j, comp_lp *c, int32_t id, float lp,
         if (!cJSON_GetObjectItemCaseSensitive(m, t)) cJSON_AddNumberToObject(m, t, top[k].logprob);
     }
     cJSON_AddItemToArray(c->tops, m);
+    return len;
+}
+
+/* echo with logprobs: the entries of prompt k's tokens, from *offset on. */
+static void comp_lp_prompt(const lpx_job *j, comp_lp *c, int k, const float *plp,
+                           const lpx_token_logprob *ptop, int32_t plp_k, size_t *offset) {
+    for (size_t i = 0; i < j->n_echo_ids[k]; i++)
+        *offset += comp_lp_add(j, c, j->echo_ids[k][i], plp[i], i ? ptop + i * (size_t)plp_k : NULL,
+                               plp_k, *offset);
 }
 
 /* ---- tool calls ------------------------------------------------------------ */
@@ -254,8 +266,8 @@ bool lpx_oa_stream_open(lpx_job *j) {
     if (j->kind != LPX_SRV_CHAT) {
         static const char hello[] = ": lpx\n\n";
         if (!lpx_strbuf_add(&j->out, hello, sizeof hello - 1)) j->oom = true;
-        /* echo: each choice's prompt first. */
-        for (int32_t i = 0; i < j->n && !j->oom && j->echo[j->ch[i].prompt]; i++) {
+        /* echo: each choice's prompt first (with logprobs: at its first token). */
+        for (int32_t i = 0; i < j->n && !j->oom && !j->echo_lp && j->echo[j->ch[i].prompt]; i++) {
             cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices");
             cJSON *c = cJSON_CreateObject();
             cJSON_AddNumberToObject(c, "index", i);
@@ -282,8 +294,24 @@ bool lpx_oa_stream_open(lpx_job *j) {
     return true;
 }
 
+/* echo with logprobs: the choice's prompt and its logprobs, before its first token. */
+static bool stream_echo(lpx_job *j, lpx_job_choice *ch, const lpx_event *ev) {
+    cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices");
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddNumberToObject(c, "index", ch->index);
+    cJSON_AddStringToObject(c, "text", j->echo[ch->prompt]);
+    comp_lp lp = comp_lp_new();
+    comp_lp_prompt(j, &lp, ch->prompt, ev->prompt_logprob, ev->prompt_top, ev->n_prompt_top,
+                   &ch->offset);
+    cJSON_AddItemToObject(c, "logprobs", lp.obj);
+    cJSON_AddNullToObject(c, "finish_reason");
+    cJSON_AddItemToArray(choices, c);
+    return emit(j, o);
+}
+
 bool lpx_oa_stream_event(lpx_job *j, lpx_job_choice *ch, const lpx_event *ev) {
     bool has_lp = j->logprobs && ev->token >= 0;
+    if (j->echo_lp && ev->prompt_logprob && !stream_echo(j, ch, ev)) return false;
     const char *fin = lpx_oa_finish(ev->finish);
     if (j->kind == LPX_SRV_CHAT && j->tool_format != LPX_TOOLS_NONE) {
         bool ok = lpx_tool_parser_feed(&ch->tp, ev->text, ev->text_len);
@@ -334,7 +362,8 @@ bool lpx_oa_stream_event(lpx_job *j, lpx_job_choice *ch, const lpx_event *ev) {
         cJSON_AddItemToObject(c, "text", text);
         if (has_lp) {
             comp_lp lp = comp_lp_new();
-            comp_lp_add(j, &lp, ev->token, ev->logprob, ev->top, ev->n_top, 0);
+            ch->offset +=
+                comp_lp_add(j, &lp, ev->token, ev->logprob, ev->top, ev->n_top, ch->offset);
             cJSON_AddItemToObject(c, "logprobs", lp.obj);
         } else {
             cJSON_AddNullToObject(c, "logprobs");
@@ -379,13 +408,10 @@ static cJSON *choice_logprobs(const lpx_job *j, const lpx_job_choice *c) {
     }
     comp_lp lp = comp_lp_new();
     size_t offset = 0;
-    for (int32_t t = 0; t < c->n_lp; t++) {
-        comp_lp_add(j, &lp, c->lp_token[t], c->lp_value[t],
-                    c->lp_top + (size_t)t * (size_t)j->top_n, c->lp_n_top[t], offset);
-        char raw[256], s[1024];
-        token_text(j, c->lp_token[t], raw, s, sizeof raw);
-        offset += strlen(raw);
-    }
+    if (j->echo_lp && c->plp) comp_lp_prompt(j, &lp, c->prompt, c->plp, c->ptop, c->plp_k, &offset);
+    for (int32_t t = 0; t < c->n_lp; t++)
+        offset += comp_lp_add(j, &lp, c->lp_token[t], c->lp_value[t],
+                              c->lp_top + (size_t)t * (size_t)j->top_n, c->lp_n_top[t], offset);
     return lp.obj;
 }
 
@@ -408,7 +434,7 @@ static size_t tool_message(const lpx_job *j, const lpx_job_choice *c, cJSON *x) 
     char prefix[64];
     size_t n = 0;
     call_prefix(j, c->index, prefix, sizeof prefix);
-    cJSON *m = lpx_tool_message(j->tool_format, c->text.p, c->text.n, prefix, &n);
+    cJSON *m = lpx_tool_message(&j->tool_rules, c->text.p, c->text.n, prefix, &n);
     if (m) cJSON_AddItemToObject(x, "message", m);
     return n;
 }

@@ -651,10 +651,8 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         return lpx_srv_fail(
             e, 400, BAD, NULL, "n", "%zu prompts with 'n' %d make %zu choices: at most %d",
             lpx_srv_n_prompts(p), p->n, lpx_srv_n_prompts(p) * (size_t)p->n, LPX_SRV_MAX_CHOICES);
-    if (p->echo && p->logprobs)
-        return unsupported(e, "echo",
-                           "echo with logprobs (the prompt's logprobs) is not supported: ask "
-                           "for one of them");
+    /* echo with logprobs: the prompt's too (as many alternatives, at least 1 computed). */
+    if (p->echo && p->logprobs) p->req.prompt_logprobs = p->top_n > 0 ? p->top_n : 1;
     if (!check_limited(o, p, e) || !check_ignored(o, e) || !parse_response_format(o, p, e) ||
         !parse_tools(o, p, e))
         return false;

@@ -94,6 +94,36 @@ def test_install_layout(prefix, lpx_bin):
     assert r.returncode == 0 and r.stdout == v.stdout
 
 
+def test_man_page_is_the_help_text_of_every_command(prefix, lpx_bin):
+    """lpx(1), installed to share/man/man1, rendered by groff: a section for every
+    command (and subcommand) of the program's table, whose text is `lpx help CMD`'s."""
+    page = prefix / "share/man/man1/lpx.1"
+    assert page.is_file()
+    out = subprocess.run(["groff", "-man", "-Tutf8", "-P-cbou", "-rLL=200n", str(page)],
+                         capture_output=True, text=True, check=True).stdout
+    lines = out.splitlines()
+    comp = subprocess.run([lpx_bin, "completion", "bash"], capture_output=True, text=True,
+                          check=True).stdout
+    cmds = re.search(r"^_lpx_commands='(.*)'$", comp, re.M).group(1).split()
+    subs = dict(re.findall(r"^    '(\w+):'\) echo ([\w-]+) ;;$", comp, re.M))
+    assert {"run", "serve", "bench", "logits"} <= set(cmds) and subs.get("bench") == "serve"
+    heads = [i for i, l in enumerate(lines) if re.match(r"^   lpx [\w -]+$", l)]
+    sections = {lines[i].strip(): i for i in heads}
+    names = [f"lpx {c}" for c in cmds] + [f"lpx {c} {s}" for c, s in subs.items()]
+    assert sorted(sections) == sorted(names)
+    for name in names:
+        start = sections[name] + 1
+        # to the next subsection, or the next section (its title at column 0)
+        end = next(i for i in range(start, len(lines) + 1)
+                   if i == len(lines) or i in heads or lines[i][:1] not in ("", " "))
+        body = [l[7:] if l.startswith(" " * 7) else l.strip() for l in lines[start:end]]
+        while body and not body[-1]:
+            body.pop()
+        want = subprocess.run([lpx_bin, "help", *name.split()[1:]], capture_output=True,
+                              text=True, check=True).stdout.rstrip("\n").splitlines()
+        assert [l.rstrip() for l in body] == [l.rstrip() for l in want], name
+
+
 @pytest.mark.parametrize("static", [False, True])
 def test_program_against_the_installed_library(prefix, smollm2, lpx_bin, tmp_path, static):
     pc = next(prefix.rglob("lpx.pc"))

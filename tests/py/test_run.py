@@ -204,6 +204,24 @@ def test_chat_keeps_history_and_exits_on_eof(lpx_bin, smollm2):
     assert len([l for l in r.stdout.splitlines() if l.strip()]) >= 2
 
 
+def test_chat_n_past_the_context_is_said_not_cut(lpx_bin, smollm2):
+    # The second turn's history + -n 30 passes 64 tokens: refused in run's words, the
+    # turn dropped; the chat goes on, and after /reset the first turn fits again.
+    r = run(lpx_bin, "chat", "-m", smollm2, "--device", "cpu", "-n", 30, "-c", 64, "--temp", 0,
+            "--ignore-eos", "--verbose", input="Hi\nTell me more\n/reset\nHi\n")
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    refused = [l for l in lines if l.startswith("lpx chat: -n 30: ")]
+    assert len(refused) == 1, r.stderr
+    assert refused[0].startswith("lpx chat: -n 30: This model's maximum context length is 64 "
+                                 "tokens. However, you requested more than ")
+    assert refused[0].endswith("Please reduce the length of the messages or completion. "
+                               "(/reset starts over)")
+    stats = [l for l in lines if l.startswith("[prompt ")]
+    assert len(stats) == 2 and all("| output 30 tokens |" in l for l in stats), r.stderr
+    assert lines.index(refused[0]) == lines.index(stats[0]) + 1
+
+
 def test_chat_ctrl_c_stops_answer_then_exits(lpx_bin, smollm2):
     p = subprocess.Popen([lpx_bin, "chat", "-m", smollm2, "--device", "cpu", "--temp", "0",
                           "--ignore-eos", "-n", "500"],

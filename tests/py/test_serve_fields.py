@@ -80,7 +80,6 @@ def test_chat_refuses(client, kw, param):
     (dict(suffix=" and that is all."), "suffix"),
     (dict(best_of=3), "best_of"),
     (dict(best_of=3, n=2), "best_of"),
-    (dict(echo=True, logprobs=1), "echo"),
     (dict(logit_bias={"-3": 1}), "logit_bias"),
     (dict(extra_body={"response_format": {"type": "json_schema", "json_schema": {}}}),
      "response_format"),
@@ -269,3 +268,20 @@ def test_cors_allowed_origins(lpx_bin, smollm2):
         assert "access-control-allow-origin" not in httpx.get(s.url + "/v1/models").headers
     finally:
         s.stop()
+
+
+def test_ignored_fields_are_the_ones_docs_list(srv, client):
+    """docs/server.md's table of fields accepted and ignored names exactly the server's
+    IGNORED fields (src/server/params.c), and each of them is taken on both endpoints."""
+    import pathlib
+    import re
+    root = pathlib.Path(__file__).resolve().parents[2]
+    code = (root / "src/server/params.c").read_text()
+    ignored = re.findall(r'\{"(\w+)", K_\w+\}', code.split("/* IGNORED */")[1].split("};")[0])
+    doc = (root / "docs/server.md").read_text().split("Accepted and ignored on purpose")[1]
+    rows = re.findall(r"^\| `(\w+)` \| both OpenAI \|", doc.split("\n\n")[1], re.M)
+    assert ignored and sorted(rows) == sorted(ignored)
+    values = {"user": "u", "service_tier": "auto", "store": False, "metadata": {"k": "v"}}
+    assert set(values) == set(ignored)
+    assert chat(client, extra_body=values).choices[0].message.content == chat(client).choices[0].message.content
+    assert complete(client, extra_body=values).choices[0].text == complete(client).choices[0].text

@@ -156,7 +156,20 @@ static void test_refusals(void) {
     CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"frobnicate\": 1}", 400), "frobnicate"));
     CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"suffix\": \"end\"}", 400), "suffix"));
     CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"best_of\": 3}", 400), "best_of"));
-    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}", 400), "echo"));
+    /* echo with logprobs asks the engine for the prompt's (at least 1 computed). */
+    for (int k = 0; k <= 3; k += 3) {
+        char body[96];
+        lpx_srv_params p;
+        lpx_srv_error e;
+        snprintf(body, sizeof body, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": %d}", k);
+        CHECK(parse(C, body, NULL, &p, &e));
+        CHECK(p.echo && p.logprobs && p.top_n == k && p.req.prompt_logprobs == (k ? k : 1));
+        lpx_srv_params_free(&p);
+        snprintf(body, sizeof body, "{\"prompt\": \"x\", \"logprobs\": %d}", k);
+        CHECK(parse(C, body, NULL, &p, &e));
+        CHECK(p.req.prompt_logprobs == 0);
+        lpx_srv_params_free(&p);
+    }
     CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"echo\": 1}", 400), "echo"));
     CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"yaml\"}}", 400),
                   "response_format"));

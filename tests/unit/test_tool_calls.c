@@ -39,10 +39,10 @@ static uint64_t rng(uint64_t *s) {
     return *s;
 }
 
-/* text parsed in pieces: 0 whole, 1 a byte at a time, else random cuts (seed). */
-static char *parse(lpx_tool_format f, const char *text, int how) {
+/* text parsed by rules in pieces: 0 whole, 1 a byte at a time, else random cuts (seed). */
+static char *parse_by(const lpx_tool_rules *r, const char *text, int how) {
     lpx_tool_parser p;
-    lpx_tool_parser_init(&p, f);
+    lpx_tool_parser_init(&p, r);
     size_t n = strlen(text), i = 0;
     uint64_t seed = (uint64_t)how * 2654435761u + 1;
     while (i < n) {
@@ -57,15 +57,20 @@ static char *parse(lpx_tool_format f, const char *text, int how) {
     return s;
 }
 
-static void check_parse(lpx_tool_format f, const char *text, const char *want) {
+static void check_rules(const lpx_tool_rules *r, const char *text, const char *want) {
     for (int how = 0; how < 12; how++) {
-        char *got = parse(f, text, how);
+        char *got = parse_by(r, text, how);
         bool ok = got && !strcmp(got, want);
         CHECK(ok);
         if (!ok)
             fprintf(stderr, "  text %s (pieces %d)\n  got  %s\n  want %s\n", text, how, got, want);
         free(got);
     }
+}
+
+static void check_parse(lpx_tool_format f, const char *text, const char *want) {
+    lpx_tool_rules r = lpx_tool_rules_any(f);
+    check_rules(&r, text, want);
 }
 
 static void test_hermes(void) {
@@ -76,22 +81,39 @@ static void test_hermes(void) {
                 "\"Paris\"}}\n</tool_call>",
                 "{\"content\":null,\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":\"{"
                 "\\\"city\\\": \\\"Paris\\\"}\"}]}");
-    /* text before, two calls, whitespace beside them dropped, text after kept */
+    /* text before, two calls, text after: the whitespace before the calls joins them */
     check_parse(
         H,
         "Let me check.\n\n<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, {\"y\": "
         "\"}\"}]}}\n</tool_call>\n"
         "<tool_call>\n{\"name\":\"b\",\"arguments\":{}}\n</tool_call>\n Done.",
-        "{\"content\":\"Let me check.Done.\",\"tool_calls\":[{\"name\":\"a\",\"arguments\":"
+        "{\"content\":\"Let me check.\\n\\nDone.\",\"tool_calls\":[{\"name\":\"a\",\"arguments\":"
         "\"{\\\"x\\\": [1, {\\\"y\\\": \\\"}\\\"}]}\"},{\"name\":\"b\",\"arguments\":\"{}\"}]}");
     /* escapes in the name and in string arguments */
     check_parse(
         H, "<tool_call>{\"name\": \"f\\u0031\", \"arguments\": {\"q\": \"a\\\"}b\"}}</tool_call>",
         "{\"content\":null,\"tool_calls\":[{\"name\":\"f1\",\"arguments\":\"{\\\"q\\\": "
         "\\\"a\\\\\\\"}b\\\"}\"}]}");
-    /* malformed: another key order, not JSON, an unclosed tag: all content */
+    /* the arguments before the name, and "parameters" for "arguments" */
     check_parse(H, "<tool_call>\n{\"arguments\": {}, \"name\": \"f\"}\n</tool_call>",
-                "{\"content\":\"<tool_call>\\n{\\\"arguments\\\": {}, \\\"name\\\": "
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{}\"}]}");
+    check_parse(H,
+                "ok <tool_call>{\"arguments\": {\"q\": \"}{\", \"n\": [1]} , \"name\":\"s\"}"
+                "</tool_call><tool_call>{\"name\": \"t\", \"parameters\": 7}</tool_call>",
+                "{\"content\":\"ok\",\"tool_calls\":[{\"name\":\"s\",\"arguments\":\"{\\\"q\\\": "
+                "\\\"}{\\\", \\\"n\\\": [1]}\"},{\"name\":\"t\",\"arguments\":\"7\"}]}");
+    check_parse(H, "<tool_call>{\"arguments\": true, \"name\": \"f\"}</tool_call>",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"true\"}]}");
+    /* arguments first and no name (cut short, or another key): content */
+    check_parse(H, "<tool_call>{\"arguments\": {\"a\": 1}, \"nam",
+                "{\"content\":\"<tool_call>{\\\"arguments\\\": {\\\"a\\\": 1}, \\\"nam\","
+                "\"tool_calls\":[]}");
+    check_parse(H, "<tool_call>{\"arguments\": {}, \"id\": 1}</tool_call>",
+                "{\"content\":\"<tool_call>{\\\"arguments\\\": {}, \\\"id\\\": "
+                "1}</tool_call>\",\"tool_calls\":[]}");
+    /* malformed: another key, not JSON, an unclosed tag: all content */
+    check_parse(H, "<tool_call>\n{\"call\": {}, \"name\": \"f\"}\n</tool_call>",
+                "{\"content\":\"<tool_call>\\n{\\\"call\\\": {}, \\\"name\\\": "
                 "\\\"f\\\"}\\n</tool_call>\",\"tool_calls\":[]}");
     check_parse(H, "a <tool_call>oops</tool_call> b",
                 "{\"content\":\"a <tool_call>oops</tool_call> b\",\"tool_calls\":[]}");
@@ -109,6 +131,74 @@ static void test_hermes(void) {
                 "{\"content\":\"<tool_call>\\n{\\\"name\\\": \\\"f\\\"\",\"tool_calls\":[]}");
     check_parse(H, "  \n", "{\"content\":\"  \\n\",\"tool_calls\":[]}");
     check_parse(H, "", "{\"content\":null,\"tool_calls\":[]}");
+}
+
+/* Whitespace next to calls: kept once where calls join two pieces of content (the
+ * whitespace before them, else after), dropped at the content's ends. */
+static void test_whitespace(void) {
+    lpx_tool_format H = LPX_TOOLS_HERMES, L = LPX_TOOLS_LLAMA3;
+#define CALL "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>"
+#define ONE "\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{}\"}]}"
+    check_parse(H, "A " CALL " B", "{\"content\":\"A B\"," ONE);
+    check_parse(H, "A" CALL "B", "{\"content\":\"AB\"," ONE);
+    check_parse(H, "A\n" CALL "\n\nB", "{\"content\":\"A\\nB\"," ONE);
+    check_parse(H, "A" CALL "\n B", "{\"content\":\"A\\n B\"," ONE);
+    check_parse(H, "Check:\n\n" CALL "\n", "{\"content\":\"Check:\"," ONE);
+    check_parse(H, " \n" CALL "\n\nDone", "{\"content\":\"Done\"," ONE);
+    check_parse(H, "x <tool_call>no</tool_call> y\n",
+                "{\"content\":\"x <tool_call>no</tool_call> y\\n\",\"tool_calls\":[]}");
+    check_parse(L, "\n{\"name\": \"f\", \"parameters\": {}}\n\nThen", "{\"content\":\"Then\"," ONE);
+#undef CALL
+#undef ONE
+}
+
+/* auto's checks of the request: names among the tools, parallel_tool_calls false. */
+static void test_rules(void) {
+    char names[] = "get_weather\0now\0";
+    lpx_tool_rules r = {.f = LPX_TOOLS_HERMES, .names = names};
+    /* an unknown name, in either key order: content; the known call after it is a call */
+    check_rules(&r,
+                "<tool_call>{\"name\": \"other\", \"arguments\": {}}</tool_call>\n"
+                "<tool_call>{\"arguments\": {}, \"name\": \"nope\"}</tool_call>\n"
+                "<tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>",
+                "{\"content\":\"<tool_call>{\\\"name\\\": \\\"other\\\", \\\"arguments\\\": "
+                "{}}</tool_call>\\n<tool_call>{\\\"arguments\\\": {}, \\\"name\\\": "
+                "\\\"nope\\\"}</tool_call>\",\"tool_calls\":[{\"name\":\"now\",\"arguments\":"
+                "\"{}\"}]}");
+    /* a prefix of a known name is not one */
+    check_rules(&r, "<tool_call>{\"name\": \"no\", \"arguments\": 1}</tool_call>",
+                "{\"content\":\"<tool_call>{\\\"name\\\": \\\"no\\\", \\\"arguments\\\": "
+                "1}</tool_call>\",\"tool_calls\":[]}");
+    /* one call only: the later ones are dropped, content around them kept */
+    r.single = true;
+    check_rules(&r,
+                "Both: <tool_call>{\"name\": \"now\", \"arguments\": {}}</tool_call>\n"
+                "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"c\": 1}}</tool_call>"
+                "<tool_call>{\"arguments\": {}, \"name\": \"now\"}</tool_call> done",
+                "{\"content\":\"Both: done\",\"tool_calls\":[{\"name\":\"now\",\"arguments\":"
+                "\"{}\"}]}");
+    r.f = LPX_TOOLS_LLAMA3;
+    check_rules(&r,
+                "{\"name\": \"get_weather\", \"parameters\": {\"c\": 1}}; {\"name\": \"now\", "
+                "\"parameters\": {}}",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":"
+                "\"{\\\"c\\\": 1}\"}]}");
+    r.single = false;
+    check_rules(&r, "{\"name\": \"search\", \"parameters\": {}}",
+                "{\"content\":\"{\\\"name\\\": \\\"search\\\", \\\"parameters\\\": "
+                "{}}\",\"tool_calls\":[]}");
+    /* arguments before the name may be long (held until the name) */
+    static char big[9000], want[9200];
+    int n = snprintf(big, sizeof big, "<tool_call>{\"arguments\": {\"s\": \"");
+    memset(big + n, 'x', 8000);
+    snprintf(big + n + 8000, sizeof big - (size_t)n - 8000, "\"}, \"name\": \"now\"}</tool_call>");
+    n = snprintf(want, sizeof want,
+                 "{\"content\":null,\"tool_calls\":[{\"name\":\"now\",\"arguments\":\"{\\\"s\\\": "
+                 "\\\"");
+    memset(want + n, 'x', 8000);
+    snprintf(want + n + 8000, sizeof want - (size_t)n - 8000, "\\\"}\"}]}");
+    r.f = LPX_TOOLS_HERMES;
+    check_rules(&r, big, want);
 }
 
 static void test_llama3(void) {
@@ -130,6 +220,15 @@ static void test_llama3(void) {
         L, "{\"name\": \"a\", \"parameters\": {}} and more",
         "{\"content\":\"and more\",\"tool_calls\":[{\"name\":\"a\",\"arguments\":\"{}\"}]}");
     check_parse(L, "\n  Hi", "{\"content\":\"\\n  Hi\",\"tool_calls\":[]}");
+    /* <|python_tag|> (special tokens kept): the arguments first, after whitespace */
+    check_parse(L, " <|python_tag|>{\"parameters\": {\"q\": \"x\"}, \"name\": \"search\"}",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"search\",\"arguments\":\"{"
+                "\\\"q\\\": \\\"x\\\"}\"}]}");
+    /* the built-in tools' Python form is not a function call: content */
+    check_parse(L, "<|python_tag|>brave_search.call(query=\"x\")",
+                "{\"content\":\"<|python_tag|>brave_search.call(query=\\\"x\\\")\","
+                "\"tool_calls\":[]}");
+    check_parse(L, "<|python", "{\"content\":\"<|python\",\"tool_calls\":[]}");
 }
 
 static bool grammar_takes(const lpx_grammar *g, const char *text) {
@@ -319,9 +418,10 @@ static void test_formats(void) {
 }
 
 static int driver(char **argv) {
-    lpx_tool_format f = !strcmp(argv[2], "llama3") ? LPX_TOOLS_LLAMA3 : LPX_TOOLS_HERMES;
+    lpx_tool_rules r =
+        lpx_tool_rules_any(!strcmp(argv[2], "llama3") ? LPX_TOOLS_LLAMA3 : LPX_TOOLS_HERMES);
     lpx_tool_parser p;
-    lpx_tool_parser_init(&p, f);
+    lpx_tool_parser_init(&p, &r);
     char buf[4096];
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, stdin)) > 0)
@@ -338,6 +438,8 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "parse")) return driver(argv);
     test_hermes();
     test_llama3();
+    test_whitespace();
+    test_rules();
     test_grammar();
     test_tools_parse();
     test_messages();
