@@ -93,7 +93,9 @@ bool lpx_engine_args_check(const lpx_engine_args *e, const char *cmd) {
     }
     const lpx_backend_ops *ops;
     int ordinal;
-    if (e->eo.device && lpx_backend_select(e->eo.device, &ops, &ordinal) == LPX_ERR_INVALID_ARG) {
+    bool list = e->data_parallel && e->eo.device && strchr(e->eo.device, ','); /* plan's */
+    if (e->eo.device && !list &&
+        lpx_backend_select(e->eo.device, &ops, &ordinal) == LPX_ERR_INVALID_ARG) {
         fprintf(stderr, "lpx %s: %s\n", cmd, lpx_last_error());
         return false;
     }
