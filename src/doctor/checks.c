@@ -80,8 +80,8 @@ const char *lpx_check_level_name(lpx_check_level l) {
 }
 
 bool lpx_checks_no_gpu(const lpx_host_facts *h, const lpx_telemetry_state *st, lpx_checks *out) {
-    if (st->nvml_loaded || st->cuda_loaded || h->dev_nvidiactl || h->dev_nvidia_n > 0 ||
-        h->dev_nvidia_uvm || (h->modules_readable && (h->nvidia_module || h->nouveau_module)))
+    if (st->nvml_loaded || st->cuda_loaded || h->dev_nvidiactl || h->dev_nvidia_n > 0 || h->dev_nvidia_uvm ||
+        (h->modules_readable && (h->nvidia_module || h->nouveau_module)))
         return false;
     static const char *const ids[] = {"build.cuda",  "driver.module", "driver.devices",
                                       "driver.nvml", "driver.cuda",   "gpu.count",

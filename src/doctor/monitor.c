@@ -140,7 +140,8 @@ static void print_header(FILE *out, bool server, bool gpus) {
     if (!gpus) return; /* the units line: only the GPU columns have units */
     fprintf(out, "# %-8s", "");
     if (server) fprintf(out, " %8s %4s %4s %5s", "", "", "", "");
-    fprintf(out, " %3s %4s %4s %15s %5s %13s %11s %13s\n", "", "", "", "GiB", "C", "W", "", "MB/s");
+    fprintf(out, " %3s %4s %4s %15s %5s %13s %11s %13s\n", "", "", "", "GiB", "C", "W", "",
+            "MB/s");
 }
 
 static void fmt_i(char *b, size_t cap, int64_t v, double scale, const char *f) {
