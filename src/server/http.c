@@ -710,7 +710,8 @@ static void prep_generate(conn_ctx *c) {
     }
     if (ok && fb) { /* the fallback's own sampling defaults */
         lpx_srv_params_free(&p);
-        if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->fb_m->gen, &p, e)) {
+        if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->fb_m->gen, &p,
+                           e)) {
             c->failed = true;
             return;
         }
