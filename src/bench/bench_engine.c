@@ -471,7 +471,11 @@ static lpx_status run(const bench_engine_opts *o, lpx_model *m, bench_engine_res
     lpx_telemetry *tel = NULL;
     clocks before, after;
     if (st == LPX_OK && lpx_telemetry_open(0, &tel) != LPX_OK) tel = NULL;
-    read_clocks(e[0].cuda ? tel : NULL, e[0].ordinal, &before);
+    bool any_throttled = false; /* on any engine's GPU; the clocks shown are engine 0's */
+    for (int i = n - 1; i >= 0; i--) {
+        read_clocks(e[i].cuda ? tel : NULL, e[i].ordinal, &before);
+        any_throttled |= throttled(&before);
+    }
     engine_run base = {0}; /* --dp-baseline: engine 0's figures alone */
     if (st == LPX_OK && n > 1 && o->dp_baseline) {
         st = run_tests(&e[0]);
@@ -499,7 +503,10 @@ static lpx_status run(const bench_engine_opts *o, lpx_model *m, bench_engine_res
         for (int i = 0; st == LPX_OK && i < n; i++)
             if (e[i].st != LPX_OK) st = lpx_errorf(e[i].st, "engine %d: %s", i, e[i].err);
     }
-    read_clocks(e[0].cuda ? tel : NULL, e[0].ordinal, &after);
+    for (int i = n - 1; i >= 0; i--) {
+        read_clocks(e[i].cuda ? tel : NULL, e[i].ordinal, &after);
+        any_throttled |= throttled(&after);
+    }
     if (tel) lpx_telemetry_close(tel);
     const bench *b = &e[0].b;
     const double bandwidth = b->bandwidth;
@@ -555,7 +562,7 @@ static lpx_status run(const bench_engine_opts *o, lpx_model *m, bench_engine_res
         .engines = r->engines,
         .before = report_clocks(&before, r->throttle_before, sizeof r->throttle_before),
         .after = report_clocks(&after, r->throttle_after, sizeof r->throttle_after),
-        .throttled = throttled(&before) || throttled(&after)};
+        .throttled = any_throttled};
     return LPX_OK;
 }
 

@@ -78,6 +78,10 @@ int cmd_bench(int argc, char **argv) {
     lpx_dp_plan plan;
     int prc = lpx_engine_args_plan(&ea, "bench", &plan);
     if (prc) return prc;
+    if (o.dp_baseline && plan.n < 2) {
+        fprintf(stderr, "lpx bench: --dp-baseline needs several engines (-dp N, N > 1)\n");
+        return 2;
+    }
     o.dp = &plan;
     o.model = ea.model;
     o.device = ea.eo.device;

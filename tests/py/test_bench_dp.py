@@ -70,7 +70,7 @@ def test_no_baseline_leaves_the_ratio_out(lpx_bin, small):
 
 
 def test_one_engine_output_unchanged(lpx_bin, small):
-    res = bench_json(lpx_bin, small, "--device", "cpu", "-t", "1", "--dp-baseline")
+    res = bench_json(lpx_bin, small, "--device", "cpu", "-t", "1")
     assert "engines" not in res
     assert [t["test"] for t in res["tests"]] == ["pp8", "tg2", "decode B=2"]
     assert all("engine" not in t for t in res["tests"])
@@ -100,6 +100,7 @@ def test_md_and_csv(lpx_bin, small):
      "lpx bench: --data-parallel-size 3 contradicts --device cpu,cpu (2 devices)"),
     (["-dp", "4", "--device", "cpu", "-t", "2"], "lpx bench: --threads 2 is below"),
     (["-dp", "0"], "lpx bench: -dp: expected a whole number from 1 to 64"),
+    (["--dp-baseline"], "lpx bench: --dp-baseline needs several engines (-dp N, N > 1)\n"),
 ])
 def test_bad_flags(lpx_bin, small, args, msg):
     r = run(lpx_bin, "bench", "-m", small, *ARGS, *args)
