@@ -173,6 +173,9 @@ static void affinity_mask(lpx_cpu_mask *m) {
 static void topology_checks(lpx_telemetry *t, lpx_doctor_report *r) {
     lpx_topology *tp = &r->topo;
     lpx_gpu_links links[LPX_TOPO_MAX_GPUS];
+    lpx_cpu_mask aff, cpus;
+    affinity_mask(&aff);
+    lpx_cpulist_format(&aff, r->affinity, sizeof r->affinity);
     if (r->n_gpus == 0 && !r->no_gpu) return; /* a broken setup: gpu.count FAILs */
     tp->n_all = r->n_gpus;
     tp->n = r->n_gpus < LPX_TOPO_MAX_GPUS ? r->n_gpus : LPX_TOPO_MAX_GPUS;
@@ -188,9 +191,6 @@ static void topology_checks(lpx_telemetry *t, lpx_doctor_report *r) {
     lpx_check c;
     lpx_eval_topology(tp, &c);
     lpx_checks_add(&r->checks, c.id, c.level, NULL, "%s", c.found);
-    lpx_cpu_mask aff, cpus;
-    affinity_mask(&aff);
-    lpx_cpulist_format(&aff, r->affinity, sizeof r->affinity);
     for (int i = 0; i < tp->n; i++) {
         bool known = tp->numa[i] != LPX_TEL_NA && node_cpus(tp->numa[i], &cpus);
         lpx_eval_numa(i, tp->numa[i], known ? &cpus : NULL, &aff, &c);
