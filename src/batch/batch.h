@@ -10,6 +10,7 @@
 #define LPX_BATCH_BATCH_H
 
 #include "batch/quality.h"
+#include "engine/data_parallel.h"
 #include "lpx.h"
 
 #include <signal.h>
@@ -35,6 +36,8 @@ typedef struct lpx_batch_opts {
     const char *server;       /* base URL of an OpenAI-compatible server; NULL: the engine */
     const char *api_key;      /* bearer token for server; NULL: none */
     lpx_engine_opts engine;   /* in-process; max_num_seqs is set from concurrency */
+    const lpx_dp_plan *dp;    /* in-process engines (data parallel: each line on the one with
+                                 the fewest in flight, lpx_dp_place); NULL: one engine */
     int32_t concurrency;      /* requests in flight; 0 = auto (from the KV budget; server: 8) */
     double timeout_s;         /* per attempt; 0 = none */
     int32_t retries;          /* of transient failures, with backoff */

@@ -162,7 +162,9 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
             r.max_tokens = j->max_model_len - (int32_t)n_ids;
         r.prompt_ids = ids;
         r.n_prompt_ids = n_ids;
-        st = lpx_engine_submit(j->eng, &r, on_event, s, &s->eng_id);
+        s->engine = lpx_dp_place(j->eng_load, j->n_eng);
+        st = lpx_engine_submit(j->eng[s->engine], &r, on_event, s, &s->eng_id);
+        if (st == LPX_OK) atomic_fetch_add(&j->eng_load[s->engine], 1);
         if (st != LPX_OK) {
             s->out.kind = st == LPX_ERR_BUSY || st == LPX_ERR_NOMEM ? OUT_RETRY : OUT_FAIL;
             snprintf(s->out.error, sizeof s->out.error, "%s: %s", lpx_status_name(st),

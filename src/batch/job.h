@@ -43,6 +43,7 @@ typedef struct slot {
     int32_t attempts;
     double t_submit, not_before;
     uint64_t eng_id;
+    int32_t engine; /* engine mode: which of job->eng the attempt went to */
     bool timed_out;
     bool failed_before;   /* counted in n_failed: a failure record and no result */
     lpx_tool_rules tools; /* engine mode: how the output is parsed for tool calls (f NONE:
@@ -55,8 +56,11 @@ typedef struct job {
     const char **own_specials; /* that extension, or NULL */
     lpx_batch_input in;
     lpx_model *model;
-    lpx_engine *eng;
-    int32_t max_model_len; /* the engine's: prompt + completion */
+    lpx_engine *eng[LPX_DP_MAX]; /* [n_eng]; n_eng 0: server mode (or nothing to run) */
+    int32_t n_eng;
+    atomic_int eng_load[LPX_DP_MAX]; /* attempts submitted to each and not collected */
+    int64_t eng_results[LPX_DP_MAX], eng_tokens[LPX_DP_MAX]; /* this run's, per engine */
+    int32_t max_model_len;                                   /* the engine's: prompt + completion */
     char model_name[256];
     int results_fd, failures_fd, log_fd, lock_fd;
 

@@ -103,7 +103,7 @@ bool lpx_batch_handle_outcome(job *j, size_t si) {
             s->failed_before = false;
             j->run_tokens += s->out.completion_tokens;
             j->run_done++;
-            if (!j->eng) j->streamed += s->out.completion_tokens; /* a server's, whole */
+            if (!j->n_eng) j->streamed += s->out.completion_tokens; /* a server's, whole */
             char names[96] = "";
             for (int b = 0; b < LPX_BQ_COUNT; b++)
                 if (flags & (1u << b))

@@ -65,18 +65,23 @@ static void progress(job *j, bool final) {
     j->o.progress(j->o.user, &p, final);
 }
 
+/* Summed over the engines. */
 static int32_t auto_concurrency(job *j) {
-    if (!j->eng) return 8;
-    lpx_engine_stats st;
-    if (lpx_engine_get_stats(j->eng, &st) != LPX_OK) return 1;
-    /* sequences the KV pool holds at max_tokens plus a typical prompt; half as
-     * many again wait queued in the engine, so a finished slot is refilled in
-     * the next step without a round trip through this thread */
-    int64_t per_seq = (int64_t)j->o.max_tokens + 256;
-    int64_t fit = (int64_t)st.kv_blocks_total * st.block_size / (per_seq > 0 ? per_seq : 1);
-    int64_t c = st.max_num_seqs < fit ? st.max_num_seqs : fit;
-    if (c < 1) c = 1;
-    return (int32_t)(c + (c + 1) / 2);
+    if (!j->n_eng) return 8;
+    int64_t sum = 0;
+    for (int32_t i = 0; i < j->n_eng; i++) {
+        lpx_engine_stats st;
+        if (lpx_engine_get_stats(j->eng[i], &st) != LPX_OK) return 1;
+        /* sequences the KV pool holds at max_tokens plus a typical prompt; half as
+         * many again wait queued in the engine, so a finished slot is refilled in
+         * the next step without a round trip through this thread */
+        int64_t per_seq = (int64_t)j->o.max_tokens + 256;
+        int64_t fit = (int64_t)st.kv_blocks_total * st.block_size / (per_seq > 0 ? per_seq : 1);
+        int64_t c = st.max_num_seqs < fit ? st.max_num_seqs : fit;
+        if (c < 1) c = 1;
+        sum += c + (c + 1) / 2;
+    }
+    return sum < 4096 ? (int32_t)sum : 4096;
 }
 
 static lpx_status run_job(job *j, lpx_batch_result *res) {
@@ -180,10 +185,17 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
         }
         lpx_engine_opts eo = o->engine;
         if (conc > 0 && conc < 16) eo.max_num_seqs = conc;
-        LPX_TRY(lpx_engine_create(j->model, &eo, &j->eng));
-        LPX_TRY(lpx_engine_start(j->eng));
+        lpx_dp_plan one;
+        const lpx_dp_plan *plan = o->dp;
+        if (!plan) LPX_TRY(lpx_dp_plan_make(eo.device, 1, eo.n_threads, &one));
+        if (!plan) plan = &one;
+        LPX_TRY(lpx_dp_engines_start(j->model, &eo, plan, j->eng));
+        j->n_eng = plan->n;
         lpx_engine_stats es;
-        LPX_TRY(lpx_engine_get_stats(j->eng, &es));
+        for (int32_t i = 0; i < j->n_eng; i++) {
+            LPX_TRY(lpx_engine_get_stats(j->eng[i], &es));
+            if (j->n_eng > 1) lpx_batch_log(j, "engine %d: %s", i, es.device);
+        }
         j->max_model_len = es.max_model_len;
     }
     if (!j->model_name[0] && o->model) /* the name lpx serve would list the model by */
@@ -219,11 +231,12 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
         if (lpx_batch_interrupts(j) != seen_int) {
             if (!seen_int)
                 lpx_batch_log(j, "interrupt: no new work; finishing %zu in flight", j->inflight);
-            if (lpx_batch_interrupts(j) >= 2 && j->eng) {
+            if (lpx_batch_interrupts(j) >= 2 && j->n_eng) {
                 lpx_batch_log(j, "second interrupt: cancelling %zu in flight (left for --resume)",
                               j->inflight);
                 for (size_t i = 0; i < j->n_slots; i++)
-                    if (j->slots[i].t_submit > 0) lpx_engine_cancel(j->eng, j->slots[i].eng_id);
+                    if (j->slots[i].t_submit > 0)
+                        lpx_engine_cancel(j->eng[j->slots[i].engine], j->slots[i].eng_id);
             }
             seen_int = lpx_batch_interrupts(j);
         }
@@ -247,7 +260,7 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
             if (s->attempts > 1)
                 lpx_batch_log(j, "attempt %d of %s", s->attempts, j->in.tasks[s->task].id);
             j->inflight++;
-            if (j->eng) {
+            if (j->n_eng) {
                 cJSON *b = lpx_batch_effective_body(j, &j->in.tasks[s->task]);
                 bool sent = b && lpx_batch_engine_submit(j, s, b);
                 cJSON_Delete(b);
@@ -283,6 +296,12 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
         pthread_mutex_unlock(&j->mu);
         for (size_t i = 0; i < n_got; i++) {
             j->inflight--;
+            slot *s = &j->slots[got[i]];
+            if (j->n_eng) { /* engine mode: the engine's share, before the outcome is handled */
+                atomic_fetch_sub(&j->eng_load[s->engine], 1);
+                j->eng_results[s->engine] += s->out.kind == OUT_OK;
+                j->eng_tokens[s->engine] += s->out.kind == OUT_OK ? s->out.completion_tokens : 0;
+            }
             if (!lpx_batch_handle_outcome(j, got[i]) && io_ok) {
                 io_ok = false;
                 io_err = errno;
@@ -290,7 +309,7 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
             j->slots[got[i]].t_submit = 0;
         }
         /* per-task timeout (engine mode; curl enforces it in server mode) */
-        if (j->eng && o->timeout_s > 0) {
+        if (j->n_eng && o->timeout_s > 0) {
             double tn = lpx_batch_now_s();
             for (size_t i = 0; i < j->n_slots; i++) {
                 slot *s = &j->slots[i];
@@ -298,7 +317,7 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
                     s->timed_out = true;
                     lpx_batch_log(j, "timeout: %s attempt %d after %.3g s", j->in.tasks[s->task].id,
                                   s->attempts, o->timeout_s);
-                    lpx_engine_cancel(j->eng, s->eng_id);
+                    lpx_engine_cancel(j->eng[s->engine], s->eng_id);
                 }
             }
         }
@@ -319,6 +338,10 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
     errno = 0;
     bool sum_ok = lpx_batch_write_summary(j, o->outdir, total, wall, lpx_batch_interrupts(j) > 0,
                                           o->server ? "server" : "engine");
+    for (int32_t i = 0; j->n_eng > 1 && i < j->n_eng; i++)
+        lpx_batch_log(j, "engine %d: %lld results, %lld completion tokens, %.1f tok/s", i,
+                      (long long)j->eng_results[i], (long long)j->eng_tokens[i],
+                      wall > 0 ? (double)j->eng_tokens[i] / wall : 0);
     lpx_batch_log(j, "%s: %lld succeeded, %lld failed, %lld remaining, %.2f s, %.1f tok/s",
                   lpx_batch_interrupts(j) ? "interrupted" : "finished", (long long)j->n_results,
                   (long long)j->n_failed, (long long)(total - j->n_results - j->n_failed), wall,
@@ -336,10 +359,7 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
 }
 
 void lpx_batch_job_free(job *j) {
-    if (j->eng) {
-        lpx_engine_stop(j->eng);
-        lpx_engine_destroy(j->eng);
-    }
+    lpx_dp_engines_destroy(j->eng, j->n_eng);
     free(j->own_specials);
     if (j->model) lpx_model_close(j->model);
     for (size_t i = 0; i < j->n_slots; i++) {
@@ -368,6 +388,8 @@ lpx_status lpx_batch_run(const lpx_batch_opts *o, lpx_batch_result *r) {
     memset(&j, 0, sizeof j);
     j.o = *o;
     j.results_fd = j.failures_fd = j.log_fd = j.lock_fd = -1;
+    for (int32_t i = 0; i < LPX_DP_MAX; i++)
+        atomic_init(&j.eng_load[i], 0);
     pthread_mutex_init(&j.mu, NULL);
     pthread_cond_init(&j.cv, NULL);
     pthread_cond_init(&j.cv_send, NULL);

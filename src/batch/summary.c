@@ -44,15 +44,29 @@ bool lpx_batch_write_summary(job *j, const char *dir, int64_t total, double wall
         size_t k = (size_t)ceil(ps[i].p * (double)j->n_lat);
         cJSON_AddNumberToObject(lat, ps[i].k, j->lat[k ? k - 1 : 0]);
     }
-    if (j->eng) { /* engine mode: prompt tokens this run took from the prefix cache */
-        lpx_engine_stats es;
-        lpx_engine_get_stats(j->eng, &es);
+    if (j->n_eng) { /* engine mode: prompt tokens this run took from the prefix cache */
+        int64_t queries = 0, hits = 0;
+        cJSON *ea = cJSON_AddArrayToObject(s, "engines");
+        for (int32_t i = 0; i < j->n_eng; i++) {
+            lpx_engine_stats es;
+            if (lpx_engine_get_stats(j->eng[i], &es) != LPX_OK) continue;
+            queries += es.prefix_cache_queries;
+            hits += es.prefix_cache_hits;
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddNumberToObject(e, "engine", i);
+            cJSON_AddStringToObject(e, "device", es.device);
+            cJSON_AddNumberToObject(e, "run_results", (double)j->eng_results[i]);
+            cJSON_AddNumberToObject(e, "run_completion_tokens", (double)j->eng_tokens[i]);
+            cJSON_AddNumberToObject(
+                e, "completion_tokens_per_s",
+                wall_s > 0 ? round((double)j->eng_tokens[i] / wall_s * 100) / 100 : 0);
+            cJSON_AddItemToArray(ea, e);
+        }
         cJSON *pc = cJSON_AddObjectToObject(s, "prefix_cache");
-        cJSON_AddNumberToObject(pc, "queries", (double)es.prefix_cache_queries);
-        cJSON_AddNumberToObject(pc, "hits", (double)es.prefix_cache_hits);
-        double q = (double)es.prefix_cache_queries;
-        cJSON_AddNumberToObject(pc, "hit_rate",
-                                q > 0 ? round((double)es.prefix_cache_hits / q * 1000) / 1000 : 0);
+        cJSON_AddNumberToObject(pc, "queries", (double)queries);
+        cJSON_AddNumberToObject(pc, "hits", (double)hits);
+        cJSON_AddNumberToObject(
+            pc, "hit_rate", queries > 0 ? round((double)hits / (double)queries * 1000) / 1000 : 0);
     }
     cJSON *q = cJSON_AddObjectToObject(s, "quality");
     for (int b = 0; b < LPX_BQ_COUNT; b++)

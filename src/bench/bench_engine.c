@@ -10,6 +10,7 @@
 #endif
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,39 @@ static double now_s(void) {
 static int cmp_double(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* A barrier of the engines of one run that a failing engine opens for all: each
+ * repetition's timed part starts on every engine at once, and an engine that fails
+ * does not leave the others waiting. */
+typedef struct bsync {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n, count;
+    uint64_t round;
+    bool failed;
+} bsync;
+
+static bool bsync_wait(bsync *y) {
+    pthread_mutex_lock(&y->mu);
+    const uint64_t round = y->round;
+    if (!y->failed && ++y->count == y->n) {
+        y->count = 0;
+        y->round++;
+        pthread_cond_broadcast(&y->cv);
+    }
+    while (!y->failed && y->round == round)
+        pthread_cond_wait(&y->cv, &y->mu);
+    const bool ok = !y->failed;
+    pthread_mutex_unlock(&y->mu);
+    return ok;
+}
+
+static void bsync_fail(bsync *y) {
+    pthread_mutex_lock(&y->mu);
+    y->failed = true;
+    pthread_cond_broadcast(&y->cv);
+    pthread_mutex_unlock(&y->mu);
 }
 
 typedef struct result {
@@ -52,7 +86,15 @@ typedef struct bench {
     int32_t *feed;          /* [max batch] row s feeds sequence s */
     double weight_bytes, kv_bytes_per_token, bandwidth;
     uint64_t rng;
+    bsync *sync; /* several engines at once: the start of each timed repetition */
 } bench;
+
+/* Before a timed repetition: with several engines, all of them start it together. */
+static lpx_status start_rep(bench *b) {
+    if (b->sync && !bsync_wait(b->sync))
+        return lpx_errorf(LPX_ERR_INTERNAL, "another engine of the run failed");
+    return LPX_OK;
+}
 
 static int32_t next_id(bench *b) {
     b->rng = b->rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -129,6 +171,7 @@ static lpx_status run_pp(bench *b, int p, int reps, result *r) {
     double t[64];
     fill_tables(b, 1);
     for (int i = -1; i < reps; i++) {
+        LPX_TRY(start_rep(b));
         const double t0 = now_s();
         LPX_TRY(prefill(b, 0, 1, p));
         if (i >= 0) t[i] = now_s() - t0;
@@ -153,6 +196,7 @@ static lpx_status run_decode(bench *b, int B, int ctx, int n, int reps, int max_
     for (int i = -1; i < reps; i++) {
         for (int s0 = 0; s0 < B; s0 += per_step)
             LPX_TRY(prefill(b, s0, B - s0 < per_step ? B - s0 : per_step, ctx));
+        LPX_TRY(start_rep(b));
         const double t0 = now_s();
         for (int k = 0; k < n; k++) {
             LPX_TRY(decode_step(b, B, ctx + k + 1, k > 0));
@@ -296,6 +340,101 @@ static lpx_status measure_floor(bench *b, bool cuda, int ordinal, lpx_kv_dtype k
     return LPX_OK;
 }
 
+/* One engine of a run: its backend and buffers, and the results of its tests. */
+typedef struct engine_run {
+    bench b;
+    const bench_engine_opts *o;
+    int max_tokens;
+    bool cuda;
+    int ordinal;
+    result rs[BENCH_MAX_ROWS];
+    int nr;
+    lpx_status st;
+    char err[512]; /* the message of st, copied off the engine's thread */
+} engine_run;
+
+/* The tests of o on one engine: the prefill test, then each decode test at each depth. */
+static lpx_status run_tests(engine_run *e) {
+    const bench_engine_opts *o = e->o;
+    lpx_status st = LPX_OK;
+    e->nr = 0;
+    if (o->p > 0) st = run_pp(&e->b, o->p, o->reps, &e->rs[e->nr++]);
+    for (int d = 0; d < o->n_depths; d++)
+        for (int i = 0; st == LPX_OK && i < o->n_batches; i++)
+            st = run_decode(&e->b, o->batches[i], o->depths[d], o->n, o->reps, e->max_tokens,
+                            o->n_depths > 1, &e->rs[e->nr++]);
+    return st;
+}
+
+static void *engine_thread(void *arg) {
+    engine_run *e = arg;
+    e->st = run_tests(e);
+    if (e->st != LPX_OK) {
+        snprintf(e->err, sizeof e->err, "%s", lpx_last_error());
+        bsync_fail(e->b.sync);
+    }
+    return NULL;
+}
+
+/* Engine i's backend on device, its buffers and floor; gpu (cap) gets its name. */
+static lpx_status engine_setup(engine_run *e, const bench_engine_opts *o, lpx_model *m,
+                               const char *device, int32_t n_threads, char *gpu, size_t cap) {
+    const lpx_backend_ops *ops = NULL;
+    LPX_TRY(lpx_backend_select(device, &ops, &e->ordinal));
+    e->o = o;
+    e->cuda = strcmp(ops->name, "cpu") != 0;
+    int ctx = 1; /* the deepest depth */
+    for (int i = 0; i < o->n_depths; i++)
+        if (o->depths[i] > ctx) ctx = o->depths[i];
+    const lpx_kv_dtype kv = lpx_kv_dtype_resolve(ops, o->kv_dtype);
+    bench *b = &e->b;
+    b->m = m;
+    b->ops = ops;
+    b->rng = 12345;
+    b->bs = 16;
+    b->device_sampling = o->device_sampling >= 0;
+    b->ahead = b->device_sampling && o->step_ahead >= 0;
+    int maxB = 1;
+    for (int i = 0; i < o->n_batches; i++)
+        if (o->batches[i] > maxB) maxB = o->batches[i];
+    const int longest = o->p > ctx + o->n ? o->p : ctx + o->n;
+    b->max_blocks = (longest + b->bs - 1) / b->bs;
+    e->max_tokens = o->p > ctx ? o->p : ctx;
+    lpx_backend_opts bo = {.device = e->ordinal,
+                           .n_threads = n_threads,
+                           .block_size = b->bs,
+                           .n_blocks = b->max_blocks * maxB,
+                           .max_batch_tokens = e->max_tokens,
+                           .max_seqs = maxB,
+                           .tune = o->tune,
+                           .trace = o->trace,
+                           .kv_dtype = kv};
+    snprintf(gpu, cap, "host CPU");
+    LPX_TRY(alloc_bench(b, maxB, (size_t)(e->max_tokens > maxB ? e->max_tokens : maxB)));
+    LPX_TRY(measure_floor(b, e->cuda, e->ordinal, kv, gpu, cap));
+    return ops->create(m, &bo, &b->be);
+}
+
+/* A test's row over n engines run at once: tok/s summed (sd: the root of the summed
+ * variances), ms per step, floor and % of floor the engines' mean. */
+static bench_engine_row aggregate(const engine_run *e, int n, int t) {
+    bench_engine_row a = to_row(&e[0].rs[t]);
+    double var = a.tok_s_sd * a.tok_s_sd;
+    for (int i = 1; i < n; i++) {
+        const bench_engine_row x = to_row(&e[i].rs[t]);
+        a.tok_s += x.tok_s;
+        var += x.tok_s_sd * x.tok_s_sd;
+        a.ms_per_step += x.ms_per_step;
+        a.floor_ms_per_step += x.floor_ms_per_step;
+        a.pct_of_floor += x.pct_of_floor;
+    }
+    a.tok_s_sd = sqrt(var);
+    a.ms_per_step /= n;
+    a.floor_ms_per_step /= n;
+    a.pct_of_floor /= n;
+    return a;
+}
+
 static lpx_status run(const bench_engine_opts *o, lpx_model *m, bench_engine_result *r) {
     const char *device = o->device;
     if (!device) {
@@ -305,83 +444,131 @@ static lpx_status run(const bench_engine_opts *o, lpx_model *m, bench_engine_res
         if (lpx_cuda_device_info_get(0, &di) == LPX_OK) device = "cuda";
 #endif
     }
-    int ordinal = 0;
-    const lpx_backend_ops *ops = NULL;
-    LPX_TRY(lpx_backend_select(device, &ops, &ordinal));
-    const bool cuda = strcmp(ops->name, "cpu") != 0;
-    const int p = o->p, n = o->n, reps = o->reps;
-    int ctx = 1; /* the deepest depth */
-    for (int i = 0; i < o->n_depths; i++)
-        if (o->depths[i] > ctx) ctx = o->depths[i];
-    const lpx_kv_dtype kv = lpx_kv_dtype_resolve(ops, o->kv_dtype);
-    bench b = {0};
-    b.m = m;
-    b.ops = ops;
-    b.rng = 12345;
-    b.bs = 16;
-    b.device_sampling = o->device_sampling >= 0;
-    b.ahead = b.device_sampling && o->step_ahead >= 0;
-    int maxB = 1;
-    for (int i = 0; i < o->n_batches; i++)
-        if (o->batches[i] > maxB) maxB = o->batches[i];
-    const int longest = p > ctx + n ? p : ctx + n;
-    b.max_blocks = (longest + b.bs - 1) / b.bs;
-    const int max_tokens = p > ctx ? p : ctx;
-    lpx_backend_opts bo = {.device = ordinal,
-                           .n_threads = o->n_threads,
-                           .block_size = b.bs,
-                           .n_blocks = b.max_blocks * maxB,
-                           .max_batch_tokens = max_tokens,
-                           .max_seqs = maxB,
-                           .tune = o->tune,
-                           .trace = o->trace,
-                           .kv_dtype = kv};
-    snprintf(r->gpu, sizeof r->gpu, "host CPU");
+    const int n = o->dp && o->dp->n > 1 ? o->dp->n : 1;
+    engine_run *e = calloc((size_t)n, sizeof *e);
+    r->engine_rows = n > 1 ? calloc((size_t)n * BENCH_MAX_ROWS, sizeof *r->engine_rows) : NULL;
+    if (!e || (n > 1 && !r->engine_rows)) {
+        free(e);
+        return lpx_errorf(LPX_ERR_NOMEM, "out of memory");
+    }
+    bsync sync = {.n = n};
+    pthread_mutex_init(&sync.mu, NULL);
+    pthread_cond_init(&sync.cv, NULL);
+    char other_gpu[512];
+    lpx_status st = LPX_OK;
+    for (int i = 0; st == LPX_OK && i < n; i++) {
+        const char *dev = n > 1 ? o->dp->device[i] : device;
+        st = engine_setup(&e[i], o, m, dev, n > 1 ? o->dp->n_threads : o->n_threads,
+                          i ? other_gpu : r->gpu, i ? sizeof other_gpu : sizeof r->gpu);
+        if (st != LPX_OK && n > 1) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", lpx_last_error());
+            st = lpx_errorf(st, "engine %d of %d (%s): %s", i, n, dev, why);
+        }
+        size_t at = strlen(r->engines);
+        snprintf(r->engines + at, sizeof r->engines - at, "%s%s", i ? "," : "", dev);
+    }
     lpx_telemetry *tel = NULL;
     clocks before, after;
-    result rs[BENCH_MAX_ROWS];
-    int nr = 0;
-    lpx_status st = alloc_bench(&b, maxB, (size_t)(max_tokens > maxB ? max_tokens : maxB));
-    if (st == LPX_OK) st = measure_floor(&b, cuda, ordinal, kv, r->gpu, sizeof r->gpu);
-    if (st == LPX_OK) st = ops->create(m, &bo, &b.be);
     if (st == LPX_OK && lpx_telemetry_open(0, &tel) != LPX_OK) tel = NULL;
-    read_clocks(cuda ? tel : NULL, ordinal, &before);
-    if (st == LPX_OK && p > 0) st = run_pp(&b, p, reps, &rs[nr++]);
-    for (int d = 0; d < o->n_depths; d++)
-        for (int i = 0; st == LPX_OK && i < o->n_batches; i++)
-            st = run_decode(&b, o->batches[i], o->depths[d], n, reps, max_tokens, o->n_depths > 1,
-                            &rs[nr++]);
-    read_clocks(cuda ? tel : NULL, ordinal, &after);
-    if (tel) lpx_telemetry_close(tel);
-    free_bench(&b);
-    if (st != LPX_OK) return st;
-    for (int i = 0; i < nr; i++) {
-        memcpy(r->names[i], rs[i].name, sizeof r->names[i]);
-        r->rows[i] = to_row(&rs[i]);
-        r->rows[i].test = r->names[i];
+    bool any_throttled = false; /* on any engine's GPU; the clocks shown are engine 0's */
+    for (int i = n - 1; i >= 0; i--) {
+        read_clocks(e[i].cuda ? tel : NULL, e[i].ordinal, &before);
+        any_throttled |= throttled(&before);
     }
+    engine_run base = {0}; /* --dp-baseline: engine 0's figures alone */
+    if (st == LPX_OK && n > 1 && o->dp_baseline) {
+        st = run_tests(&e[0]);
+        memcpy(base.rs, e[0].rs, sizeof base.rs);
+    }
+    if (st == LPX_OK && n == 1) st = run_tests(&e[0]);
+    if (st == LPX_OK && n > 1) {
+        pthread_t th[LPX_DP_MAX];
+        int started = 0;
+        for (int i = 0; i < n; i++) {
+            e[i].b.sync = &sync;
+            if (pthread_create(&th[i], NULL, engine_thread, &e[i]) != 0) {
+                bsync_fail(&sync);
+                st = lpx_errorf(LPX_ERR_NOMEM, "cannot start engine %d's thread", i);
+                break;
+            }
+            started++;
+        }
+        for (int i = 0; i < started; i++)
+            pthread_join(th[i], NULL);
+        for (int i = 0; st == LPX_OK && i < n; i++) /* the first failure, not its echo */
+            if (e[i].st != LPX_OK && strcmp(e[i].err, "another engine of the run failed"))
+                st = lpx_errorf(e[i].st, "engine %d of %d (%s): %s", i, n, o->dp->device[i],
+                                e[i].err);
+        for (int i = 0; st == LPX_OK && i < n; i++)
+            if (e[i].st != LPX_OK) st = lpx_errorf(e[i].st, "engine %d: %s", i, e[i].err);
+    }
+    for (int i = n - 1; i >= 0; i--) {
+        read_clocks(e[i].cuda ? tel : NULL, e[i].ordinal, &after);
+        any_throttled |= throttled(&after);
+    }
+    if (tel) lpx_telemetry_close(tel);
+    const bench *b = &e[0].b;
+    const double bandwidth = b->bandwidth;
+    const bool ahead = b->ahead, device_sampling = b->device_sampling;
+    const char *ops_name = b->ops ? b->ops->name : "cpu";
+    const lpx_kv_dtype kv = b->ops ? lpx_kv_dtype_resolve(b->ops, o->kv_dtype) : o->kv_dtype;
+    const int nr = e[0].nr;
+    for (int i = 0; i < n; i++)
+        free_bench(&e[i].b);
+    pthread_mutex_destroy(&sync.mu);
+    pthread_cond_destroy(&sync.cv);
+    if (st != LPX_OK) {
+        free(e);
+        return st;
+    }
+    for (int t = 0; t < nr; t++) {
+        memcpy(r->names[t], e[0].rs[t].name, sizeof r->names[t]);
+        r->rows[t] = n > 1 ? aggregate(e, n, t) : to_row(&e[0].rs[t]);
+        r->rows[t].test = r->names[t];
+        r->rows[t].engine = -1;
+        if (n > 1 && o->dp_baseline) {
+            r->rows[t].one_tok_s = to_row(&base.rs[t]).tok_s;
+            r->rows[t].vs_one = r->rows[t].tok_s / (n * r->rows[t].one_tok_s);
+        }
+        for (int i = 0; n > 1 && i < n; i++) {
+            bench_engine_row *x = &r->engine_rows[(size_t)i * BENCH_MAX_ROWS + (size_t)t];
+            *x = to_row(&e[i].rs[t]);
+            x->test = r->names[t];
+            x->engine = i;
+        }
+    }
+    free(e);
     r->n_rows = nr;
+    r->n_engines = n;
     for (int d = 0; d < o->n_depths; d++) {
         size_t at = strlen(r->depths);
         snprintf(r->depths + at, sizeof r->depths - at, "%s%d", d ? "," : "", o->depths[d]);
     }
     r->meta = (bench_engine_meta){
         .model = o->model,
-        .decode = b.ahead             ? "ahead"
-                  : b.device_sampling ? "waited"
-                                      : "host_logits",
-        .device = ops->name,
+        .decode = ahead             ? "ahead"
+                  : device_sampling ? "waited"
+                                    : "host_logits",
+        .device = ops_name,
         .gpu = r->gpu,
-        .read_bandwidth = b.bandwidth,
-        .p = p,
-        .n = n,
+        .read_bandwidth = bandwidth,
+        .p = o->p,
+        .n = o->n,
         .depths = r->depths,
         .kv_dtype = lpx_kv_dtype_name(kv),
-        .reps = reps,
+        .reps = o->reps,
+        .n_engines = n,
+        .engines = r->engines,
         .before = report_clocks(&before, r->throttle_before, sizeof r->throttle_before),
         .after = report_clocks(&after, r->throttle_after, sizeof r->throttle_after),
-        .throttled = throttled(&before) || throttled(&after)};
+        .throttled = any_throttled};
     return LPX_OK;
+}
+
+void bench_engine_result_free(bench_engine_result *r) {
+    free(r->engine_rows);
+    r->engine_rows = NULL;
 }
 
 lpx_status bench_engine_run(const bench_engine_opts *o, bench_engine_result *r) {
@@ -390,5 +577,6 @@ lpx_status bench_engine_run(const bench_engine_opts *o, bench_engine_result *r) 
     LPX_TRY(lpx_model_open(o->model, &m));
     lpx_status st = run(o, m, r);
     lpx_model_close(m);
+    if (st != LPX_OK) bench_engine_result_free(r);
     return st;
 }

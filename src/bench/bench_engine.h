@@ -7,9 +7,11 @@
 #define LPX_BENCH_ENGINE_H
 
 #include "bench/bench_engine_report.h"
+#include "engine/data_parallel.h"
 #include "lpx.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 #define BENCH_MAX_BATCHES 16
 #define BENCH_MAX_DEPTHS 8
@@ -30,17 +32,29 @@ typedef struct bench_engine_opts {
     int32_t step_ahead, device_sampling; /* 1 on, -1 off, 0 default (on) */
     const char *tune, *trace;            /* lpx_backend_opts' developer strings; may be NULL */
     lpx_kv_dtype kv_dtype;               /* the KV cache's; auto: the backend's own */
+    /* Several engines (data parallel, lpx bench -dp): n > 1 runs every test on each of
+     * the plan's devices at once, one thread and backend each (device and n_threads
+     * above are then unused); NULL or n 1: one backend. */
+    const lpx_dp_plan *dp;
+    bool dp_baseline; /* with n > 1: first engine 0 alone, for each aggregate's vs_one */
 } bench_engine_opts;
 
 typedef struct bench_engine_result {
-    bench_engine_meta meta; /* points into this result */
-    bench_engine_row rows[BENCH_MAX_ROWS];
+    bench_engine_meta meta;                /* points into this result */
+    bench_engine_row rows[BENCH_MAX_ROWS]; /* per test; several engines: the aggregate */
     int n_rows;
+    int n_engines;
+    bench_engine_row *engine_rows; /* n_engines > 1: engine i's rows at [i * BENCH_MAX_ROWS] */
+    char engines[LPX_DP_MAX * 17]; /* the engines' devices, comma-separated */
     char names[BENCH_MAX_ROWS][32];
     char gpu[512], throttle_before[128], throttle_after[128], depths[BENCH_MAX_DEPTHS * 8];
 } bench_engine_result;
 
 void bench_engine_opts_init(bench_engine_opts *o);
+/* Fills r (free it with bench_engine_result_free after LPX_OK). */
 lpx_status bench_engine_run(const bench_engine_opts *o, bench_engine_result *r);
+void bench_engine_result_free(bench_engine_result *r);
+/* The table as lpx bench prints it, fmt "md", "json" or "csv" (bench_engine_text.c). */
+void bench_engine_print(FILE *f, const char *fmt, const bench_engine_result *r);
 
 #endif

@@ -19,6 +19,9 @@ typedef struct bench_engine_row {
     bool prefill;     /* the ppN test (not a decode test) */
     double tok_s, tok_s_sd;
     double ms_per_step, floor_ms_per_step, pct_of_floor;
+    int engine;       /* several engines: its index, -1 for the aggregate (and one engine) */
+    double one_tok_s; /* an aggregate with --dp-baseline: engine 0 alone; else 0 */
+    double vs_one;    /* tok_s / (engines x one_tok_s); 0: not measured */
 } bench_engine_row;
 
 typedef struct bench_engine_clocks {
@@ -34,6 +37,8 @@ typedef struct bench_engine_meta {
     const char *depths;    /* its -d list: "128" or "128,4096,16384" */
     const char *kv_dtype;  /* what the KV cache stored: "f32", "bf16", "fp8" */
     const char *decode;    /* how decode steps ran: "ahead", "waited" or "host_logits" */
+    int n_engines;         /* engines run at once (lpx bench -dp); 1: one */
+    const char *engines;   /* their devices, comma-separated */
     bench_engine_clocks before, after;
     bool throttled;
 } bench_engine_meta;

@@ -154,10 +154,12 @@ static void help(FILE *f) {
             "  --repeat-ratio R        quality: flag when repeated n-grams exceed R, 0 to 1 (0.5)\n"
             "  --repeat-min N          quality: no repetition flag under N n-grams, 1 to 1e6 (8)\n"
             "in-process engine:\n"
-            "%s\n"
+            "%s%s"
+            "                          A line goes to the engine with the fewest lines in\n"
+            "                          flight (ties: the lowest index), as in lpx serve\n\n"
             "A number must be the whole value (no trailing text) and in its range; anything\n"
             "else, like an unknown option, is a usage error (exit 2) before anything is read.\n",
-            lpx_engine_args_help);
+            lpx_engine_args_help, lpx_dp_args_help);
 }
 
 static bool concurrency_opt(lpx_opts *a, int32_t *c) {
@@ -184,6 +186,7 @@ int cmd_batch(int argc, char **argv) {
     o.api_key = getenv("OPENAI_API_KEY");
     lpx_engine_args ea;
     lpx_engine_args_init(&ea);
+    ea.data_parallel = true;
     const char *extra;
     lpx_opts a = {.cmd = CMD, .argc = argc, .argv = argv};
     while (lpx_opts_next(&a)) {
@@ -219,6 +222,15 @@ int cmd_batch(int argc, char **argv) {
                         "(see lpx batch --help)\n");
         return 2;
     }
+    lpx_dp_plan plan;
+    int prc = o.server ? 0 : lpx_engine_args_plan(&ea, CMD, &plan);
+    if (prc) return prc;
+    if (o.server && ea.dp) {
+        fprintf(stderr, "lpx batch: --data-parallel-size is for the in-process engine, not "
+                        "--server\n");
+        return 2;
+    }
+    o.dp = o.server ? NULL : &plan;
     lpx_engine_args_env(&ea);
     o.model = ea.model;
     o.engine = ea.eo;

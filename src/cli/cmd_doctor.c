@@ -11,9 +11,10 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: lpx doctor [-m MODEL] [--max-model-len L] [--max-num-seqs N] [--json]\n\n"
                "Checks the NVIDIA driver, CUDA, every GPU (architecture, memory, ECC, PCIe link,\n"
-               "clocks and throttling, temperature, power, persistence, MIG, other processes),\n"
-               "containers and the CPU fallback. Each check prints OK, WARN or FAIL, what was\n"
-               "found and the fix.\n\n"
+               "clocks and throttling, temperature, power, persistence, MIG, other processes,\n"
+               "NUMA node against this process's CPUs), the links between GPUs (NVLink/PCIe,\n"
+               "a matrix like nvidia-smi topo -m), containers and the CPU fallback. Each\n"
+               "check prints OK, WARN or FAIL, what was found and the fix.\n\n"
                "  -m, --model MODEL   also check that MODEL fits in each GPU's free memory\n"
                "                      (no GPU: in RAM, for the CPU backend)\n"
                "  --max-model-len L   tokens per sequence for that check, 1 to 2147483647\n"

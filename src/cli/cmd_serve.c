@@ -44,12 +44,9 @@ static void usage(FILE *f) {
             "                          https://app.example) or '*' whose pages may call the API\n"
             "                          (default: none; the UI at / needs none). Requests with\n"
             "                          another Origin are refused (403)\n"
-            "  -dp, --data-parallel-size N  engines of the model in this process, 1 to 64\n"
-            "                          (default 1; the model file is opened once): with --device\n"
-            "                          cuda on cuda:0..N-1, with cpu each on threads/N threads;\n"
-            "                          --device cuda:0,2 (a list) gives one engine per entry\n"
-            "                          and sets N. A request goes to the engine with the fewest\n"
-            "                          requests waiting + running (ties: the lowest index)\n"
+            "%s"
+            "                          A request goes to the engine with the fewest requests\n"
+            "                          waiting + running (ties: the lowest index)\n"
             "  --fallback-model PATH   a second model (one engine): requests naming no model go\n"
             "                          to it while RULE holds, back once clear for S seconds\n"
             "  --fallback-name NAME    its model id (default: its file's name)\n"
@@ -72,7 +69,7 @@ static void usage(FILE *f) {
             "  -h, --help              this help\n\n"
             "A number must be the whole value (no trailing text) and in its range; anything\n"
             "else, like an unknown option, is a usage error (exit 2) before the model is loaded.\n",
-            lpx_engine_args_help);
+            lpx_engine_args_help, lpx_dp_args_help);
 }
 
 /* The key from --api-key-file, so it is not in the process list: the first
@@ -123,9 +120,10 @@ int cmd_serve(int argc, char **argv) {
     lpx_server_opts so = {.host = "127.0.0.1", .port = 8080};
     lpx_engine_args ea;
     lpx_engine_args_init(&ea);
+    ea.data_parallel = true;
     lpx_engine_opts *eo = &ea.eo;
     double shutdown_timeout = 30, gpu_util = 0;
-    int32_t port = 8080, dp = 0;
+    int32_t port = 8080;
     const char *fb_path = NULL, *fb_rule = NULL;
     lpx_fallback_when fbw = {.cooldown_s = LPX_FALLBACK_COOLDOWN_DEFAULT};
     lpx_opts a = {.cmd = CMD, .argc = argc, .argv = argv};
@@ -138,7 +136,6 @@ int cmd_serve(int argc, char **argv) {
             !(lpx_opts_flag(&a, "--metrics-public") && (so.metrics_public = true)) &&
             !lpx_opts_str(&a, "--allowed-hosts", &so.allowed_hosts) &&
             !lpx_opts_str(&a, "--allowed-origins", &so.allowed_origins) &&
-            !lpx_opts_i32(&a, "-dp|--data-parallel-size", 1, LPX_DP_MAX, &dp) &&
             !lpx_opts_str(&a, "--fallback-model", &fb_path) &&
             !lpx_opts_str(&a, "--fallback-name", &so.fallback_name) &&
             !lpx_opts_str(&a, "--fallback-when", &fb_rule) &&
@@ -161,13 +158,12 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     lpx_dp_plan plan;
-    lpx_status pst = lpx_dp_plan_make(eo->device, dp, eo->n_threads, &plan);
-    if (pst == LPX_OK && (fb_path || so.fallback_name || fb_rule))
-        pst = lpx_fallback_when_check(fb_path, so.fallback_name, fb_rule, &fbw);
-    if (pst != LPX_OK) {
-        fprintf(stderr, "lpx serve: %s\n", lpx_last_error());
-        return pst == LPX_ERR_INVALID_ARG ? 2 : 1;
-    }
+    int prc = lpx_engine_args_plan(&ea, CMD, &plan);
+    if (prc) return prc;
+    lpx_status fst = fb_path || so.fallback_name || fb_rule
+                         ? lpx_fallback_when_check(fb_path, so.fallback_name, fb_rule, &fbw)
+                         : LPX_OK;
+    if (fst != LPX_OK) return lpx_gen_args_fail(CMD, fst);
     char *file_key = key_file ? read_key_file(key_file) : NULL;
     if (key_file && !file_key) return 2;
     if (file_key) api_key = file_key;

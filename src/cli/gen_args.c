@@ -33,6 +33,13 @@ const char lpx_engine_args_help[] =
     "  --no-step-ahead         wait for each decode step before queueing the next\n"
     "  --no-device-sampling    copy each decode step's logits to the host and sample there\n";
 
+const char lpx_dp_args_help[] =
+    "  -dp, --data-parallel-size N  engines of the model in this process, 1 to 64\n"
+    "                          (default 1; the model file is opened once): with --device\n"
+    "                          cuda on cuda:0..N-1, with cpu each on threads/N threads;\n"
+    "                          --device cuda:0,2 (a list) gives one engine per entry\n"
+    "                          and sets N\n";
+
 const char lpx_gen_args_help[] =
     "  -n, --max-tokens N      most tokens to generate, -1: up to the context (default:\n"
     "                          run 256, chat -1); a given N past the context is an error\n"
@@ -70,6 +77,8 @@ bool lpx_engine_args_opt(lpx_opts *o, lpx_engine_args *e) {
              !lpx_opts_str(o, "--device", &eo->device) &&
              !lpx_opts_i32(o, LPX_OPT_THREADS, 1, 4096, &eo->n_threads) &&
              !lpx_opts_kv_dtype(o, &eo->kv_cache_dtype) &&
+             !(e->data_parallel &&
+               lpx_opts_i32(o, "-dp|--data-parallel-size", 1, LPX_DP_MAX, &e->dp)) &&
              /* the engine needs max_model_len > 1 */
              (e->backend_only ||
               (!lpx_opts_i32(o, LPX_OPT_CTX, 2, INT32_MAX, &eo->max_model_len) &&
@@ -85,11 +94,18 @@ bool lpx_engine_args_check(const lpx_engine_args *e, const char *cmd) {
     }
     const lpx_backend_ops *ops;
     int ordinal;
-    if (e->eo.device && lpx_backend_select(e->eo.device, &ops, &ordinal) == LPX_ERR_INVALID_ARG) {
+    bool list = e->data_parallel && e->eo.device && strchr(e->eo.device, ','); /* plan's */
+    if (e->eo.device && !list &&
+        lpx_backend_select(e->eo.device, &ops, &ordinal) == LPX_ERR_INVALID_ARG) {
         fprintf(stderr, "lpx %s: %s\n", cmd, lpx_last_error());
         return false;
     }
     return true;
+}
+
+int lpx_engine_args_plan(const lpx_engine_args *e, const char *cmd, lpx_dp_plan *plan) {
+    lpx_status st = lpx_dp_plan_make(e->eo.device, e->dp, e->eo.n_threads, plan);
+    return st == LPX_OK ? 0 : lpx_gen_args_fail(cmd, st);
 }
 
 void lpx_engine_args_env(lpx_engine_args *e) {

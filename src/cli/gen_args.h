@@ -10,6 +10,7 @@
 #define LPX_CLI_GEN_ARGS_H
 
 #include "cli/opts.h"
+#include "engine/data_parallel.h"
 #include "lpx.h"
 
 #include <stdbool.h>
@@ -23,6 +24,8 @@ typedef struct lpx_engine_args {
                            step_ahead, device_sampling; dev_tune/dev_trace from
                            lpx_engine_args_env */
     bool backend_only;  /* bench: no engine, so no context size or KV budget */
+    bool data_parallel; /* serve, batch, bench: -dp|--data-parallel-size N is taken */
+    int32_t dp;         /* its N; 0: not given */
 } lpx_engine_args;
 
 typedef struct lpx_gen_args {
@@ -37,12 +40,16 @@ typedef struct lpx_gen_args {
 extern const char lpx_engine_args_help[];
 extern const char lpx_backend_args_help[]; /* the backend_only subset */
 extern const char lpx_gen_args_help[];     /* sampling flags */
+extern const char lpx_dp_args_help[];      /* -dp (data_parallel) */
 
 void lpx_engine_args_init(lpx_engine_args *e);
 bool lpx_engine_args_opt(lpx_opts *o, lpx_engine_args *e);
 /* Checks what needs no model: -m given, a device name that parses. False after printing
  * "lpx CMD: ..." (exit 2). */
 bool lpx_engine_args_check(const lpx_engine_args *e, const char *cmd);
+/* The engines of --device, -dp and --threads (lpx_dp_plan_make) into plan. 0, or the exit
+ * status after printing "lpx CMD: ..." (2 for a usage error). */
+int lpx_engine_args_plan(const lpx_engine_args *e, const char *cmd, lpx_dp_plan *plan);
 /* The developer strings of the environment into e->eo (cli_dev_env.h), and the SIGBUS
  * message naming e->model (cli_sigbus.h): every command that serves a model calls it. */
 void lpx_engine_args_env(lpx_engine_args *e);

@@ -5,6 +5,7 @@
 #include "base/error.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <dirent.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -133,6 +134,70 @@ lpx_status lpx_model_need_compute(const lpx_plan_model *m, int64_t max_model_len
     return LPX_OK;
 }
 
+/* sysfs's NUMA node of a PCI device: NVML's bus id "00000000:17:00.0" is
+ * /sys/bus/pci/devices/0000:17:00.0 (a 4-digit domain, lower case); -1 there: no NUMA. */
+static int sysfs_numa_node(const char *bus_id) {
+    size_t n = strlen(bus_id);
+    if (n < 12) return LPX_TEL_NA;
+    char path[96], dev[13];
+    for (size_t i = 0; i < 12; i++)
+        dev[i] = (char)tolower((unsigned char)bus_id[n - 12 + i]);
+    dev[12] = '\0';
+    snprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", dev);
+    FILE *f = fopen(path, "r");
+    int node = LPX_TEL_NA;
+    if (f && (fscanf(f, "%d", &node) != 1 || node < 0)) node = LPX_TEL_NA;
+    if (f) fclose(f);
+    return node;
+}
+
+static bool node_cpus(int node, lpx_cpu_mask *m) {
+    char path[96], text[4096];
+    snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", node);
+    FILE *f = fopen(path, "r");
+    bool ok = f && fgets(text, sizeof text, f) && lpx_cpulist_parse(text, m);
+    if (f) fclose(f);
+    return ok;
+}
+
+static void affinity_mask(lpx_cpu_mask *m) {
+    memset(m, 0, sizeof *m);
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0) CPU_ZERO(&set);
+    for (int c = 0; c < CPU_SETSIZE && c < LPX_CPU_MASK_BITS; c++)
+        if (CPU_ISSET(c, &set)) m->w[c / 64] |= 1ULL << (c % 64);
+}
+
+/* The links between the GPUs, each one's NUMA node (NVML's, else sysfs's) against this
+ * process's CPUs: gpu.topology and gpuN.numa. */
+static void topology_checks(lpx_telemetry *t, lpx_doctor_report *r) {
+    lpx_topology *tp = &r->topo;
+    lpx_gpu_links links[LPX_TOPO_MAX_GPUS];
+    lpx_cpu_mask aff, cpus;
+    affinity_mask(&aff);
+    lpx_cpulist_format(&aff, r->affinity, sizeof r->affinity);
+    if (r->n_gpus == 0 && !r->no_gpu) return; /* a broken setup: gpu.count FAILs */
+    tp->n_all = r->n_gpus;
+    tp->n = r->n_gpus < LPX_TOPO_MAX_GPUS ? r->n_gpus : LPX_TOPO_MAX_GPUS;
+    for (int i = 0; i < tp->n; i++) {
+        if (lpx_telemetry_links(t, i, &links[i]) != LPX_OK)
+            links[i] = (lpx_gpu_links){.numa_node = LPX_TEL_NA, .n_links = LPX_TEL_NA};
+        tp->numa[i] = links[i].numa_node != LPX_TEL_NA ? links[i].numa_node
+                                                       : sysfs_numa_node(links[i].bus_id);
+        for (int j = 0; j < tp->n; j++)
+            tp->level[i][j] = i == j ? 0 : lpx_telemetry_common_ancestor(t, i, j);
+    }
+    lpx_topo_count_nvlinks(links, tp->n, tp);
+    lpx_check c;
+    lpx_eval_topology(tp, &c);
+    lpx_checks_add(&r->checks, c.id, c.level, NULL, "%s", c.found);
+    for (int i = 0; i < tp->n; i++) {
+        bool known = tp->numa[i] != LPX_TEL_NA && node_cpus(tp->numa[i], &cpus);
+        lpx_eval_numa(i, tp->numa[i], known ? &cpus : NULL, &aff, &c);
+        lpx_checks_add(&r->checks, c.id, c.level, c.fix[0] ? c.fix : NULL, "%s", c.found);
+    }
+}
+
 lpx_status lpx_doctor_run(const lpx_build_facts *build, const lpx_model_need *need,
                           lpx_doctor_report *r) {
     memset(r, 0, sizeof *r);
@@ -180,6 +245,7 @@ lpx_status lpx_doctor_run(const lpx_build_facts *build, const lpx_model_need *ne
         r->n_procs[i] = np;
         lpx_eval_gpu(f, s, procs, np, perr, (uint32_t)getpid(), &r->build, need, &r->checks);
     }
+    topology_checks(t, r);
     lpx_telemetry_close(t);
     if (need && r->n_gpus == 0) { /* lpx runs on the CPU here: does the model fit its RAM? */
         lpx_check c;
@@ -213,6 +279,11 @@ void lpx_doctor_print(FILE *f, const lpx_doctor_report *r) {
         if (c->fix[0] && c->level != LPX_CHECK_OK && c->level != LPX_CHECK_SKIP)
             fprintf(f, "        %-18s fix: %s\n", "", c->fix);
     }
+    if (r->topo.n > 1) {
+        char m[4096];
+        lpx_topo_matrix_text(&r->topo, m, sizeof m);
+        fprintf(f, "\ntopology (this process's CPUs: %s):\n%s", r->affinity, m);
+    }
     lpx_check_level w = lpx_checks_worst(&r->checks);
     const int rc = lpx_doctor_exit_status(r);
     fprintf(f, "\nresult: %s (%zu OK, %zu WARN, %zu FAIL, %zu SKIP), exit status %d\n",
@@ -234,6 +305,10 @@ static void add_num(cJSON *o, const char *k, int64_t v) {
         cJSON_AddNullToObject(o, k);
     else
         cJSON_AddNumberToObject(o, k, (double)v);
+}
+
+static void add_num_item(cJSON *a, int64_t v) {
+    cJSON_AddItemToArray(a, v == LPX_TEL_NA ? cJSON_CreateNull() : cJSON_CreateNumber((double)v));
 }
 
 static cJSON *gpu_json(const lpx_gpu_facts *f, const lpx_gpu_sample *s,
@@ -333,6 +408,25 @@ char *lpx_doctor_json(const lpx_doctor_report *r) {
         cJSON_AddItemToArray(gpus,
                              gpu_json(&r->facts[i], &r->samples[i],
                                       r->procs + (size_t)i * LPX_DOCTOR_MAX_PROCS, r->n_procs[i]));
+    cJSON_AddStringToObject(h, "cpu_affinity", r->affinity);
+    cJSON *tj = cJSON_AddObjectToObject(root, "topology");
+    cJSON *mx = cJSON_AddArrayToObject(tj, "matrix"), *nv = cJSON_AddArrayToObject(tj, "nvlinks");
+    cJSON *sw = cJSON_AddArrayToObject(tj, "nvswitch"),
+          *nn = cJSON_AddArrayToObject(tj, "numa_node");
+    for (int i = 0; i < r->topo.n; i++) {
+        cJSON *row = cJSON_CreateArray(), *nrow = cJSON_CreateArray(), *srow = cJSON_CreateArray();
+        char name[16];
+        for (int j = 0; j < r->topo.n; j++) {
+            cJSON_AddItemToArray(
+                row, cJSON_CreateString(lpx_topo_link_name(&r->topo, i, j, name, sizeof name)));
+            cJSON_AddItemToArray(nrow, cJSON_CreateNumber(r->topo.nvlinks[i][j]));
+            cJSON_AddItemToArray(srow, cJSON_CreateBool(r->topo.nvswitch[i][j]));
+        }
+        cJSON_AddItemToArray(mx, row);
+        cJSON_AddItemToArray(nv, nrow);
+        cJSON_AddItemToArray(sw, srow);
+        add_num_item(nn, r->topo.numa[i]);
+    }
     if (r->has_need) {
         cJSON *n = cJSON_AddObjectToObject(root, "model_need");
         cJSON_AddNumberToObject(n, "total_bytes", (double)r->need.total);

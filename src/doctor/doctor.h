@@ -5,6 +5,7 @@
 
 #include "doctor/checks.h"
 #include "doctor/plan.h"
+#include "doctor/topology.h"
 
 #include <stdio.h>
 
@@ -22,7 +23,9 @@ typedef struct lpx_doctor_report {
     bool has_need;
     lpx_model_need need;
     lpx_checks checks;
-    bool no_gpu; /* lpx_checks_no_gpu: the GPU checks are SKIP, the verdict "no GPU" */
+    bool no_gpu;        /* lpx_checks_no_gpu: the GPU checks are SKIP, the verdict "no GPU" */
+    lpx_topology topo;  /* links between the GPUs and the NUMA node of each */
+    char affinity[256]; /* the CPUs this process may run on, as a CPU list */
 } lpx_doctor_report;
 
 /* Reads /proc, /dev, the environment and the CPU. */

@@ -104,6 +104,13 @@ lpx_status lpx_dp_engines_start(const lpx_model *m, const lpx_engine_opts *eo,
     return st;
 }
 
+int32_t lpx_dp_place(const atomic_int *load, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (atomic_load(&load[i]) < atomic_load(&load[best])) best = i;
+    return best;
+}
+
 void lpx_dp_engines_destroy(lpx_engine **e, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         lpx_engine_destroy(e[i]);

@@ -7,6 +7,7 @@
 
 #include "lpx.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #define LPX_DP_MAX 64
@@ -33,6 +34,10 @@ lpx_status lpx_dp_plan_make(const char *device, int32_t dp, int32_t n_threads, l
  * taken from the plan) into e[plan->n]; on failure none is left. */
 lpx_status lpx_dp_engines_start(const lpx_model *m, const lpx_engine_opts *eo,
                                 const lpx_dp_plan *plan, lpx_engine **e);
+/* The engine for new work (serve's requests, batch's lines): the fewest in flight
+ * (waiting + running, as the caller counts them: submitted and not finished, so that
+ * one submitted a moment ago counts), ties to the lowest index. load[n]. */
+int32_t lpx_dp_place(const atomic_int *load, int32_t n);
 /* Stops and destroys e[0..n) (NULL entries are skipped) and clears them. */
 void lpx_dp_engines_destroy(lpx_engine **e, int32_t n);
 

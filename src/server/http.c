@@ -654,9 +654,6 @@ static bool queue_ok(lpx_server *s, int32_t n, lpx_srv_error *e) {
                         (long long)waiting, s->o.max_queue);
 }
 
-/* The engine for a new request: the fewest requests in flight (waiting +
- * running, counted by this server so that a request submitted a moment ago
- * counts), ties to the lowest index. Caller holds place_mu. */
 /* One look of the overload rule (fallback.h) at the main engines' load; a switch is
  * logged and counted. Whether new requests that name no model go to the fallback.
  * Caller holds place_mu. */
@@ -688,13 +685,6 @@ static bool fallback_look(lpx_server *s) {
         pthread_mutex_unlock(&s->metrics.mu);
     }
     return s->fb_state.active;
-}
-
-static int place(lpx_server *s) {
-    int best = 0;
-    for (int i = 1; i < s->n_engines; i++)
-        if (atomic_load(&s->inflight[i]) < atomic_load(&s->inflight[best])) best = i;
-    return best;
 }
 
 /* A generation request, on the work queue: parsed, tokenized (no further than the
@@ -740,7 +730,7 @@ static void prep_generate(conn_ctx *c) {
              fits(L, &p, n_ids[k], n_ids[k] <= limit || (p.n_prompts && p.prompts[k].ids), e);
     ok = ok && queue_ok(s, (int32_t)n_prompts * p.n, e);
     pthread_mutex_lock(&s->place_mu);
-    int ei = ok && !fb ? place(s) : 0;
+    int ei = ok && !fb ? lpx_dp_place(s->inflight, s->n_engines) : 0; /* under place_mu */
     if (ok && !(j = lpx_job_new(fb ? s->fb_e : s->e[ei], lpx_model_tokenizer(m), &s->metrics,
                                 fb ? &s->fb_inflight : &s->inflight[ei],
                                 fb ? s->fb_name : s->model_name, &p, c->t0)))

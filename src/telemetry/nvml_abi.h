@@ -33,5 +33,22 @@ typedef struct {
     unsigned int gpu_instance_id, compute_instance_id;
 } nvml_process_info;
 #define NVML_VALUE_NOT_AVAILABLE 0xFFFFFFFFFFFFFFFFULL
+/* nvmlPciInfo_t as the _v3 PCI query and _v2 NVLink remote query fill it */
+typedef struct {
+    char bus_id_legacy[16];
+    unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+} nvml_pci_info;
+#define NVML_NVLINK_MAX_LINKS 18
+enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 };
+/* nvmlGpuTopologyLevel_t: the nearest common ancestor of two GPUs' PCI paths */
+enum {
+    NVML_TOPOLOGY_INTERNAL = 0,
+    NVML_TOPOLOGY_SINGLE = 10,
+    NVML_TOPOLOGY_MULTIPLE = 20,
+    NVML_TOPOLOGY_HOSTBRIDGE = 30,
+    NVML_TOPOLOGY_NODE = 40,
+    NVML_TOPOLOGY_SYSTEM = 50,
+};
 
 #endif

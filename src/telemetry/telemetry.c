@@ -55,7 +55,12 @@
     X(nvmlDeviceGetComputeRunningProcesses_v3, 0,                                                  \
       (nvml_device, unsigned int *, nvml_process_info *))                                          \
     X(nvmlDeviceGetComputeRunningProcesses_v2, 0,                                                  \
-      (nvml_device, unsigned int *, nvml_process_info *))
+      (nvml_device, unsigned int *, nvml_process_info *))                                          \
+    X(nvmlDeviceGetPciInfo_v3, 0, (nvml_device, nvml_pci_info *))                                  \
+    X(nvmlDeviceGetNumaNodeId, 0, (nvml_device, unsigned int *))                                   \
+    X(nvmlDeviceGetNvLinkState, 0, (nvml_device, unsigned int, int *))                             \
+    X(nvmlDeviceGetNvLinkRemotePciInfo_v2, 0, (nvml_device, unsigned int, nvml_pci_info *))        \
+    X(nvmlDeviceGetTopologyCommonAncestor, 0, (nvml_device, nvml_device, int *))
 
 /* ---- CUDA driver ABI ----------------------------------------------------------------- */
 
@@ -417,6 +422,41 @@ lpx_status lpx_telemetry_processes(lpx_telemetry *t, int index, lpx_gpu_process 
     *n_out = n;
     free(info);
     return LPX_OK;
+}
+
+lpx_status lpx_telemetry_links(lpx_telemetry *t, int index, lpx_gpu_links *out) {
+    memset(out, 0, sizeof *out);
+    out->numa_node = out->n_links = LPX_TEL_NA;
+    nvml_device d;
+    LPX_TRY(device(t, index, &d));
+    nvml_pci_info pci;
+    if (t->nvmlDeviceGetPciInfo_v3 && t->nvmlDeviceGetPciInfo_v3(d, &pci) == NVML_SUCCESS)
+        snprintf(out->bus_id, sizeof out->bus_id, "%.31s", pci.bus_id);
+    unsigned int node = 0;
+    if (t->nvmlDeviceGetNumaNodeId && t->nvmlDeviceGetNumaNodeId(d, &node) == NVML_SUCCESS)
+        out->numa_node = u2i(node);
+    if (!t->nvmlDeviceGetNvLinkState || !t->nvmlDeviceGetNvLinkRemotePciInfo_v2) return LPX_OK;
+    /* A GPU without NVLink answers NOT_SUPPORTED for link 0: n_links stays unknown. */
+    for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS && l < LPX_NVLINK_MAX; l++) {
+        int active = NVML_FEATURE_DISABLED;
+        nvml_ret r = t->nvmlDeviceGetNvLinkState(d, l, &active);
+        if (r != NVML_SUCCESS) break;
+        if (out->n_links == LPX_TEL_NA) out->n_links = 0;
+        if (active != NVML_FEATURE_ENABLED ||
+            t->nvmlDeviceGetNvLinkRemotePciInfo_v2(d, l, &pci) != NVML_SUCCESS)
+            continue;
+        snprintf(out->remote[out->n_links++], sizeof out->remote[0], "%.31s", pci.bus_id);
+    }
+    return LPX_OK;
+}
+
+int lpx_telemetry_common_ancestor(lpx_telemetry *t, int i, int j) {
+    nvml_device a, b;
+    int level = 0;
+    if (!t->nvmlDeviceGetTopologyCommonAncestor || device(t, i, &a) != LPX_OK ||
+        device(t, j, &b) != LPX_OK || t->nvmlDeviceGetTopologyCommonAncestor(a, b, &level))
+        return LPX_TEL_NA;
+    return level;
 }
 
 void lpx_throttle_text(int64_t bits, char *buf, size_t cap) {

@@ -117,6 +117,23 @@ lpx_status lpx_telemetry_sample(lpx_telemetry *t, int index, lpx_gpu_sample *out
 lpx_status lpx_telemetry_processes(lpx_telemetry *t, int index, lpx_gpu_process *procs, size_t cap,
                                    size_t *n_out);
 
+/* What the topology of several GPUs is made from (doctor/topology.h). */
+#define LPX_NVLINK_MAX 18
+typedef struct lpx_gpu_links {
+    char bus_id[32];                 /* this GPU's PCI bus id as NVML writes it
+                                        ("00000000:17:00.0"); "" when not read */
+    int numa_node;                   /* nvmlDeviceGetNumaNodeId; LPX_TEL_NA: not said (older
+                                        drivers: doctor reads sysfs instead) */
+    int n_links;                     /* active NVLinks; LPX_TEL_NA: no NVLink readable */
+    char remote[LPX_NVLINK_MAX][32]; /* the far end's PCI bus id of each active link: a
+                                        GPU's, or an NVSwitch's */
+} lpx_gpu_links;
+lpx_status lpx_telemetry_links(lpx_telemetry *t, int index, lpx_gpu_links *out);
+/* NVML's nearest common ancestor of GPUs i and j (nvmlGpuTopologyLevel_t: 0 one board,
+ * 10 one PCIe switch, 20 several, 30 a host bridge, 40 one NUMA node, 50 across the CPUs'
+ * interconnect); LPX_TEL_NA when not readable. */
+int lpx_telemetry_common_ancestor(lpx_telemetry *t, int i, int j);
+
 /* "thermal, power cap" style text of throttle bits (idle and sync boost omitted). */
 void lpx_throttle_text(int64_t bits, char *buf, size_t cap);
 

@@ -6,6 +6,7 @@
  * Signatures follow NVIDIA's documented ABI, as src/telemetry declares it (nvml_abi.h). */
 #include "../../src/telemetry/nvml_abi.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,9 +73,41 @@ static const fake_state states[] = {
 };
 #define N_STATES (sizeof states / sizeof states[0])
 
-/* The row LPX_FAKE_NVML_STATE names; NULL for an unknown name. */
+/* Multi-GPU machines for doctor's topology (the GPUs' other readings are the healthy
+ * row's): how many, the NUMA node of each (-1: nvmlDeviceGetNumaNodeId not supported),
+ * NVML's common ancestor of each pair, and the NVLinks. */
+#define FAKE_MAX_GPUS 8
+enum { LINKS_NONE, LINKS_PAIRS, LINKS_SWITCH };
+typedef struct fake_topo {
+    const char *name;
+    int n;
+    int numa[FAKE_MAX_GPUS];
+    int same_node_level, cross_node_level; /* pairs on one NUMA node, on two */
+    int links; /* NONE: NVLink not supported; PAIRS: GPUs 2k and 2k+1 joined by 4 links;
+                  SWITCH: 18 links each to NVSwitches */
+} fake_topo;
+static const fake_topo topos[] = {
+    {.name = "healthy", .n = 1, .numa = {0}},
+    /* 4 GPUs on two sockets: NVLink pairs 0-1 and 2-3 (the one on node 1 has no CPUs
+     * here, so its CPU list is unreadable) */
+    {.name = "nvlink_pairs", .n = 4, .numa = {0, 0, 1, 1}, 20, 50, LINKS_PAIRS},
+    /* an HGX board: 8 GPUs, every pair through NVSwitches */
+    {.name = "nvswitch8", .n = 8, .numa = {0, 0, 0, 0, 1, 1, 1, 1}, 40, 50, LINKS_SWITCH},
+    /* 2 PCIe cards under one host bridge, an old driver without the NUMA query */
+    {.name = "pcie2", .n = 2, .numa = {-1, -1}, 30, 30, LINKS_NONE},
+};
+static const fake_topo *topo(void) {
+    const char *s = getenv("LPX_FAKE_NVML_STATE");
+    for (size_t i = 1; i < sizeof topos / sizeof topos[0]; i++)
+        if (s && !strcmp(topos[i].name, s)) return &topos[i];
+    return &topos[0];
+}
+
+/* The row LPX_FAKE_NVML_STATE names (a topology's name is the healthy row); NULL for an
+ * unknown name. */
 static const fake_state *state(void) {
     const char *s = getenv("LPX_FAKE_NVML_STATE");
+    if (topo() != &topos[0]) return &states[0];
     for (size_t i = 0; i < N_STATES; i++)
         if (!strcmp(states[i].name, s && s[0] ? s : "healthy")) return &states[i];
     return NULL;
@@ -82,7 +115,9 @@ static const fake_state *state(void) {
 /* A reading of the current state, the healthy row's where the state leaves it 0. */
 #define V(field) (state()->field ? state()->field : states[0].field)
 
-static struct nvml_device_st { int unused; } the_gpu;
+static struct nvml_device_st {
+    int index;
+} gpus[FAKE_MAX_GPUS] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
 
 static void copy(char *dst, unsigned int cap, const char *src) {
     if (!cap) return;
@@ -103,12 +138,12 @@ const char *nvmlErrorString(nvml_ret r) {
 }
 
 nvml_ret nvmlDeviceGetCount_v2(unsigned int *n) {
-    *n = state()->no_gpu ? 0 : 1;
+    *n = state()->no_gpu ? 0 : (unsigned)topo()->n;
     return NVML_SUCCESS;
 }
 nvml_ret nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvml_device *d) {
-    if (state()->no_gpu || i != 0) return NVML_ERROR_INVALID_ARGUMENT;
-    *d = &the_gpu;
+    if (state()->no_gpu || i >= (unsigned)topo()->n) return NVML_ERROR_INVALID_ARGUMENT;
+    *d = &gpus[i];
     return NVML_SUCCESS;
 }
 nvml_ret nvmlSystemGetDriverVersion(char *buf, unsigned int cap) {
@@ -239,6 +274,40 @@ nvml_ret nvmlDeviceGetComputeRunningProcesses_v3(nvml_device d, unsigned int *n,
     return NVML_SUCCESS;
 }
 
+/* ---- topology ---- */
+static void bus_id(nvml_pci_info *p, unsigned bus) {
+    memset(p, 0, sizeof *p);
+    p->bus = bus;
+    snprintf(p->bus_id, sizeof p->bus_id, "00000000:%02X:00.0", bus);
+}
+nvml_ret nvmlDeviceGetPciInfo_v3(nvml_device d, nvml_pci_info *p) {
+    bus_id(p, 0x18 + 0x10 * (unsigned)d->index);
+    return NVML_SUCCESS;
+}
+nvml_ret nvmlDeviceGetNumaNodeId(nvml_device d, unsigned int *node) {
+    if (topo()->numa[d->index] < 0) return NVML_ERROR_NOT_SUPPORTED;
+    *node = (unsigned)topo()->numa[d->index];
+    return NVML_SUCCESS;
+}
+nvml_ret nvmlDeviceGetNvLinkState(nvml_device d, unsigned int link, int *active) {
+    const int kind = topo()->links;
+    if (kind == LINKS_NONE || link >= NVML_NVLINK_MAX_LINKS) return NVML_ERROR_NOT_SUPPORTED;
+    *active = kind == LINKS_SWITCH || link < 4;
+    return NVML_SUCCESS;
+}
+nvml_ret nvmlDeviceGetNvLinkRemotePciInfo_v2(nvml_device d, unsigned int link, nvml_pci_info *p) {
+    if (topo()->links == LINKS_PAIRS) return nvmlDeviceGetPciInfo_v3(&gpus[d->index ^ 1], p);
+    bus_id(p, 0xa0 + link % 4); /* four NVSwitches */
+    return NVML_SUCCESS;
+}
+nvml_ret nvmlDeviceGetTopologyCommonAncestor(nvml_device a, nvml_device b, int *level) {
+    const fake_topo *t = topo();
+    *level = a == b                                   ? 0
+             : t->numa[a->index] == t->numa[b->index] ? t->same_node_level
+                                                      : t->cross_node_level;
+    return NVML_SUCCESS;
+}
+
 /* ---- libcuda ---- */
 int cuInit(unsigned int flags) {
     return !state() ? 999 : state()->no_gpu ? 100 : 0; /* CUDA_ERROR_UNKNOWN, _NO_DEVICE */
@@ -247,7 +316,7 @@ int cuDriverGetVersion(int *v) {
     return state() ? nvmlSystemGetCudaDriverVersion(v) : 999;
 }
 int cuDeviceGetCount(int *n) {
-    *n = state()->no_gpu ? 0 : 1;
+    *n = state()->no_gpu ? 0 : topo()->n;
     return 0;
 }
 int cuGetErrorName(int r, const char **s) {

@@ -30,6 +30,7 @@ def test_doctor_without_gpu_gives_one_verdict(lpx_bin):
     assert r.returncode == 4, r.stdout + r.stderr
     out = r.stdout
     assert "SKIP  gpu.count" in out and "no NVIDIA GPU found" in out
+    assert "SKIP  gpu.topology       no GPU: no links between GPUs or NUMA placement" in out
     assert "libnvidia-ml.so.1" in out
     assert "OK    cpu.backend" in out and "CPU backend available" in out
     assert "FAIL  " not in out and "fix:" not in out  # one cause, no five FAILs

@@ -42,7 +42,7 @@ def test_healthy(lpx_bin, fake_lib):
     assert doc["driver"]["cuda_device_count"] == 1
     assert checks["gpu.count"]["level"] == "OK" and checks["driver.cuda"]["level"] == "OK"
     gpu = {k: c for k, c in checks.items() if k.startswith("gpu0.")}
-    assert len(gpu) == 10
+    assert len(gpu) == 11  # gpu0.numa among them: NUMA node 0, whose CPUs this process has
     if doc["build"]["cuda_backend"]:
         assert all(c["level"] == "OK" for c in gpu.values()), gpu
     else:  # no CUDA backend: the GPU cannot be used, everything else about it is fine
@@ -212,3 +212,65 @@ def test_monitor_alerts(lpx_bin, fake_lib, tmp_path, state, args, alert):
     assert json.loads(r.stdout.splitlines()[-1])["alerts"] == alert.removeprefix("ALERT ").split("; ")
     r = run(lpx_bin, fake_lib, "healthy", "monitor", "--count", "3", "--interval", "0.05", *args)
     assert r.returncode == 0 and "ALERT" not in r.stdout + r.stderr
+
+
+# ---- several GPUs: the topology matrix and NUMA placement through NVML ---------------
+
+def test_topology_nvlink_pairs(lpx_bin, fake_lib):
+    """4 GPUs on two sockets, NVLink pairs 0-1 and 2-3 (the fake's nvlink_pairs): the
+    matrix is nvidia-smi topo -m's, each GPU's NUMA node as NVML gives it; node 1 has no
+    CPUs on this machine, so its GPUs' placement is not checked (said, not guessed)."""
+    doc, checks = doctor(lpx_bin, fake_lib, "nvlink_pairs")
+    t = doc["topology"]
+    assert t["matrix"] == [["X", "NV4", "SYS", "SYS"], ["NV4", "X", "SYS", "SYS"],
+                           ["SYS", "SYS", "X", "NV4"], ["SYS", "SYS", "NV4", "X"]]
+    assert t["nvlinks"][0] == [0, 4, 0, 0] and not any(any(r) for r in t["nvswitch"])
+    assert t["numa_node"] == [0, 0, 1, 1]
+    c = checks["gpu.topology"]
+    assert c["level"] == "OK"
+    assert c["found"] == ("4 GPUs: 2 of 6 pairs on NVLink, 4 across the CPUs' interconnect "
+                          "(SYS): 0-1 NV4, 0-2 SYS, 0-3 SYS, 1-2 SYS, 1-3 SYS, 2-3 NV4")
+    cpus = doc["host"]["cpu_affinity"]
+    for i in (0, 1):
+        assert checks[f"gpu{i}.numa"]["level"] == "OK"
+        assert f"this process's CPUs ({cpus}) are on it" in checks[f"gpu{i}.numa"]["found"]
+    for i in (2, 3):
+        assert checks[f"gpu{i}.numa"] == {
+            "id": f"gpu{i}.numa", "level": "OK", "fix": "",
+            "found": "NUMA node 1; its CPU list is not readable here: placement not checked"}
+    text = run(lpx_bin, fake_lib, "nvlink_pairs", "doctor").stdout
+    assert f"topology (this process's CPUs: {cpus}):\n" in text
+    assert "        GPU0   GPU1   GPU2   GPU3   NUMA\n" in text
+    assert "GPU2    SYS    SYS    X      NV4    1\n" in text
+
+
+def test_topology_nvswitch(lpx_bin, fake_lib):
+    """An HGX board: every GPU's 18 links end at NVSwitches, so every pair is NV18."""
+    doc, checks = doctor(lpx_bin, fake_lib, "nvswitch8")
+    t = doc["topology"]
+    assert all(t["matrix"][i][j] == ("X" if i == j else "NV18") for i in range(8) for j in range(8))
+    assert all(t["nvswitch"][i][j] == (i != j) for i in range(8) for j in range(8))
+    assert checks["gpu.topology"]["found"] == (
+        "8 GPUs: 28 of 28 pairs on NVLink, 0 across the CPUs' interconnect (SYS): "
+        "every pair NV18 (NVSwitch)")
+    assert doc["driver"]["cuda_device_count"] == 8 and len(doc["gpus"]) == 8
+
+
+def test_topology_pcie_without_numa(lpx_bin, fake_lib):
+    """Two PCIe cards under one host bridge, a driver without the NUMA query and no sysfs
+    entry for the fake bus ids: PHB, and the NUMA checks say placement is not checked."""
+    doc, checks = doctor(lpx_bin, fake_lib, "pcie2")
+    assert doc["topology"]["matrix"] == [["X", "PHB"], ["PHB", "X"]]
+    assert doc["topology"]["numa_node"] == [None, None]
+    assert checks["gpu.topology"]["found"].endswith(": 0-1 PHB")
+    for i in (0, 1):
+        assert checks[f"gpu{i}.numa"]["level"] == "OK"
+        assert checks[f"gpu{i}.numa"]["found"].startswith("NUMA node not reported")
+
+
+def test_one_gpu_topology(lpx_bin, fake_lib):
+    doc, checks = doctor(lpx_bin, fake_lib, "healthy")
+    assert checks["gpu.topology"]["level"] == "OK"
+    assert checks["gpu.topology"]["found"] == "one GPU: no links between GPUs"
+    assert doc["topology"]["matrix"] == [["X"]] and doc["topology"]["numa_node"] == [0]
+    assert "topology (" not in run(lpx_bin, fake_lib, "healthy", "doctor").stdout

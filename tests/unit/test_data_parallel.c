@@ -1,6 +1,6 @@
 /* lpx_dp_plan_make (engine/data_parallel.h): the device and thread split of N engines,
- * and the refusals of contradicting flags. lpx serve's end-to-end behaviour is in
- * tests/py/test_serve_dp.py. */
+ * the refusals of contradicting flags, and the placement of new work. lpx serve's end-to-end
+ * behaviour is in tests/py/test_serve_dp.py. */
 #include "engine/data_parallel.h"
 #include "test.h"
 
@@ -49,5 +49,14 @@ int main(void) {
         strcat(many, ",cpu");
     CHECK(lpx_dp_plan_make(many, 0, 0, &p) == LPX_ERR_INVALID_ARG &&
           strstr(lpx_last_error(), "more than 64"));
+    /* Placement (serve's requests, batch's lines): the fewest in flight, ties low. */
+    atomic_int load[4];
+    const int v[4] = {3, 1, 1, 2};
+    for (int i = 0; i < 4; i++)
+        atomic_init(&load[i], v[i]);
+    CHECK(lpx_dp_place(load, 4) == 1);
+    CHECK(lpx_dp_place(load, 1) == 0);
+    atomic_store(&load[3], 0);
+    CHECK(lpx_dp_place(load, 4) == 3 && lpx_dp_place(load, 3) == 1);
     TEST_DONE();
 }

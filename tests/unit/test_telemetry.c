@@ -22,6 +22,10 @@ int main(void) {
         CHECK(strstr(lpx_last_error(), "NVML not available") != NULL);
         CHECK(lpx_telemetry_sample(t, 0, &s) == LPX_ERR_DEVICE);
         CHECK(lpx_telemetry_processes(t, 0, p, 8, &n) == LPX_ERR_DEVICE && n == 0);
+        lpx_gpu_links l;
+        CHECK(lpx_telemetry_links(t, 0, &l) == LPX_ERR_DEVICE && l.numa_node == LPX_TEL_NA &&
+              l.n_links == LPX_TEL_NA && !l.bus_id[0]);
+        CHECK(lpx_telemetry_common_ancestor(t, 0, 1) == LPX_TEL_NA);
         if (!st->cuda_loaded)
             CHECK(st->cuda_error[0] != '\0' && st->cuda_device_count == LPX_TEL_NA);
     } else {
@@ -36,6 +40,10 @@ int main(void) {
         CHECK(lpx_telemetry_processes(t, 0, p, 8, &n) == LPX_OK ||
               lpx_telemetry_processes(t, 0, p, 8, &n) == LPX_ERR_UNSUPPORTED);
         CHECK(lpx_telemetry_facts(t, st->nvml_device_count, &f) == LPX_ERR_INVALID_ARG);
+        lpx_gpu_links l; /* the GPU machine: a bus id; NVLink and NUMA as the board has them */
+        CHECK(lpx_telemetry_links(t, 0, &l) == LPX_OK && strlen(l.bus_id) >= 12);
+        CHECK(l.n_links == LPX_TEL_NA || (l.n_links >= 0 && l.n_links <= LPX_NVLINK_MAX));
+        CHECK(lpx_telemetry_common_ancestor(t, 0, st->nvml_device_count) == LPX_TEL_NA);
     }
     lpx_telemetry_close(t);
     TEST_DONE();
