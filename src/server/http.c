@@ -116,6 +116,7 @@ typedef struct conn_ctx {
     int engine;    /* the job's engine (index into s->e) */
     bool fallback; /* the job runs on the fallback model */
     int fd;
+    bool http11; /* an HTTP/1.1 request (interim 1xx answers allowed) */
     struct MHD_Connection *conn;
     sock_ctx *sock;
     conn_phase phase;
@@ -220,10 +221,16 @@ static enum MHD_Result fail(conn_ctx *c, struct MHD_Connection *conn, int status
 
 /* ---- request state -------------------------------------------------------------- */
 
-static bool client_gone(int fd) {
-    if (fd < 0) return false;
+/* What the client's socket says while its request is parked: its side shut (a FIN:
+ * a half-close after the request, or a close), or gone (reset or error: a write
+ * reached a closed socket). */
+typedef enum peer_state { PEER_OPEN, PEER_SHUT, PEER_GONE } peer_state;
+
+static peer_state peer_of(int fd) {
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+    if (fd < 0 || poll(&p, 1, 0) <= 0) return PEER_OPEN;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return PEER_GONE;
+    return p.revents & POLLRDHUP ? PEER_SHUT : PEER_OPEN;
 }
 
 static bool timed_out(const lpx_server *s, double t0) {
@@ -380,10 +387,24 @@ static void watch_jobs(lpx_server *s, double now) {
     for (lpx_job *j = s->jobs; j; j = j->next) {
         pthread_mutex_lock(&j->mu);
         bool late = !j->timed_out && !j->finished && timed_out(s, j->t_arrival);
-        bool gone = j->waiting && !j->gone && client_gone(j->fd);
+        peer_state ps = j->waiting && !j->gone ? peer_of(j->fd) : PEER_OPEN;
+        bool gone = ps == PEER_GONE;
+        if (ps == PEER_SHUT && !j->probed) {
+            /* A half-closed client still reads its answer (as uvicorn and h11 give it);
+             * a closed one resets the probe, seen as gone at a later tick. The job is
+             * parked (no response queued), so these bytes come before the answer. */
+            static const char interim[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            j->probed = true;
+            if (j->stream)
+                j->keepalive_now = true;
+            else
+                gone = !j->http11 || send(j->fd, interim, sizeof interim - 1,
+                                          MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof interim - 1;
+        }
         j->timed_out |= late;
         j->gone |= gone;
-        if (j->waiting && j->wake && j->stream && now - j->t_waiting > KEEPALIVE_MS) {
+        if (j->waiting && j->wake && j->stream &&
+            (now - j->t_waiting > KEEPALIVE_MS || j->keepalive_now)) {
             j->waiting = false;
             j->wake(j->wake_arg);
         }
@@ -426,7 +447,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     size_t n = lpx_job_take(j, buf, max, &end);
     bool gone = j->gone;
     if (!n && !end && !gone) {
-        if (now - x->t_sent > KEEPALIVE_MS && max >= sizeof keepalive - 1) {
+        if ((now - x->t_sent > KEEPALIVE_MS || j->keepalive_now) && max >= sizeof keepalive - 1) {
+            j->keepalive_now = false;
             memcpy(buf, keepalive, sizeof keepalive - 1);
             n = sizeof keepalive - 1;
         } else {
@@ -720,8 +742,7 @@ static void prep_generate(conn_ctx *c) {
     }
     if (ok && fb) { /* the fallback's own sampling defaults */
         lpx_srv_params_free(&p);
-        if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->fb_m->gen, &p,
-                           e)) {
+        if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->fb_m->gen, &p, e)) {
             c->failed = true;
             return;
         }
@@ -747,6 +768,7 @@ static void prep_generate(conn_ctx *c) {
         ok = lpx_srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     if (ok) {
         j->fd = c->fd;
+        j->http11 = c->http11;
         j->wake = wake_conn;
         j->wake_arg = c;
         c->job = j;
@@ -1021,9 +1043,21 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         c->sock = sock_of(conn);
         snprintf(c->method, sizeof c->method, "%s", method);
         snprintf(c->url, sizeof c->url, "%s", url);
+        c->http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci) c->fd = ci->connect_fd;
+        /* libmicrohttpd reads a body of another coding until the client closes: refused
+         * at once (501, as RFC 9112 says for a coding the server does not know). */
+        const char *te =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        if (te && strcasecmp(te, "chunked")) {
+            c->too_large = true; /* the body is not kept */
+            lpx_srv_error e;
+            lpx_srv_fail(&e, 501, "invalid_request_error", "unsupported_transfer_encoding", NULL,
+                         "Transfer-Encoding '%.100s' is not supported (only chunked)", te);
+            return send_error(c, conn, &e);
+        }
         /* A declared body over the limit is refused before it is read. */
         const char *cl =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
