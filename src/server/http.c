@@ -13,6 +13,7 @@
 #include "server/server.h"
 
 #include "base/error.h"
+#include "base/utf8.h"
 #include "engine/data_parallel.h"
 #include "model/model.h"
 #include "server/job.h"
@@ -566,10 +567,10 @@ static bool model_ok(const lpx_server *s, const lpx_srv_params *p, bool *fb, boo
     if (s->fb_e && !strcmp(p->model, s->fb_name)) return (*fb = true);
     return lpx_srv_fail(e, 404, "not_found_error", "model_not_found", "model",
                         "the model '%.*s' does not exist: this server serves '%.*s'%s%.*s%s",
-                        lpx_srv_utf8_prefix(p->model, 200), p->model,
-                        lpx_srv_utf8_prefix(s->model_name, 200), s->model_name,
-                        s->fb_e ? " and '" : "", s->fb_e ? lpx_srv_utf8_prefix(s->fb_name, 200) : 0,
-                        s->fb_e ? s->fb_name : "", s->fb_e ? "'" : "");
+                        lpx_utf8_prefix(p->model, 200), p->model,
+                        lpx_utf8_prefix(s->model_name, 200), s->model_name, s->fb_e ? " and '" : "",
+                        s->fb_e ? lpx_utf8_prefix(s->fb_name, 200) : 0, s->fb_e ? s->fb_name : "",
+                        s->fb_e ? "'" : "");
 }
 
 /* /tokenize and /detokenize, on the work queue: the answer in c->answer. The token
@@ -893,7 +894,7 @@ static enum MHD_Result respond(conn_ctx *c, struct MHD_Connection *conn) {
 static enum MHD_Result no_route(conn_ctx *c, struct MHD_Connection *conn, const char *url) {
     lpx_srv_error e;
     lpx_srv_fail(&e, 404, "not_found_error", "not_found", NULL, "no route %.*s",
-                 lpx_srv_utf8_prefix(url, 200), url);
+                 lpx_utf8_prefix(url, 200), url);
     return send_error(c, conn, &e);
 }
 
@@ -1086,26 +1087,6 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
     return route(c, conn, url, method);
 }
 
-/* Client text in a log line: control bytes, backslashes and invalid UTF-8 as
- * \xHH, so a request can forge no line and send no terminal escape. */
-static void log_escape(const char *in, char *out, size_t cap) {
-    const unsigned char *p = (const unsigned char *)in;
-    size_t n = strlen(in), o = 0;
-    for (size_t i = 0; i < n && o + 5 < cap;) {
-        size_t k = p[i] >= 0x80 ? lpx_srv_utf8_seq(p + i, n - i) : 0;
-        if (k && o + k < cap) {
-            memcpy(out + o, p + i, k);
-            o += k;
-            i += k;
-        } else if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\') {
-            out[o++] = (char)p[i++];
-        } else {
-            o += (size_t)snprintf(out + o, cap - o, "\\x%02X", p[i++]);
-        }
-    }
-    out[o] = '\0';
-}
-
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
     lpx_server *s = cls;
@@ -1130,8 +1111,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         lpx_job_unref(j);
     }
     char method[sizeof c->method * 4], url[sizeof c->url * 4];
-    log_escape(c->method, method, sizeof method);
-    log_escape(c->url, url, sizeof url);
+    lpx_utf8_log_escape(c->method, method, sizeof method);
+    lpx_utf8_log_escape(c->url, url, sizeof url);
     char where[300] = ""; /* data parallel: the engine that ran it; the fallback model */
     if (ran && c->fallback)
         snprintf(where, sizeof where, " model=%.200s", s->fb_name);

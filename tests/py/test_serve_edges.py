@@ -158,3 +158,72 @@ def test_closed_client_is_still_cancelled(srv):
     assert m["lpx:num_requests_running"] == 0 and m["lpx:kv_cache_usage_perc"] == 0
     gen = [l for l in srv.log if "(client gone)" in l and "/v1/completions" in l]
     assert gen and int(gen[-1].split("gen=")[1].split()[0]) < 400, "".join(srv.log[-5:])
+
+
+# ---- every JSON byte written is valid UTF-8 -------------------------------------------
+
+BAD = b"\xff\xfe\xc3("  # bytes that start no UTF-8 character, and a cut one
+
+
+def strict(body):
+    """The body decoded as strict clients do: every byte valid UTF-8, then JSON."""
+    return json.loads(body.decode("utf-8", errors="strict"))
+
+
+def raw_request(s, method, path, body=b""):
+    head = (method + b" " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            b"Content-Type: application/json\r\nContent-Length: " + str(len(body)).encode() +
+            b"\r\n\r\n")
+    return final_response(raw(s, head + body))
+
+
+@pytest.mark.parametrize("path", [b"/v1/nope" + BAD, b"/v1/nope%ff%c3", b"/x" + "é".encode() * 150])
+def test_404_url_is_valid_utf8(srv, path):
+    status, _, body = raw_request(srv, b"GET", path)
+    assert status == 404
+    assert "no route /" in strict(body)["error"]["message"]
+
+
+@pytest.mark.parametrize("body", [
+    b'{"model":"m' + BAD + b'","prompt":"hi"}',
+    b'{"prompt":"hi' + BAD + b'","max_tokens":1,"echo":true}',
+    b'{"prompt":"hi","max_tokens":1,"stop":"' + BAD + b'"}',
+    b'{"prompt":"hi","max_tokens":1,"bogus' + BAD + b'":1}',
+])
+def test_invalid_utf8_body_is_a_400_naming_the_byte(srv, body):
+    status, _, out = raw_request(srv, b"POST", b"/v1/completions", body)
+    assert status == 400
+    err = strict(out)["error"]
+    assert err["message"] == f"the request body is not valid UTF-8 (byte {body.index(BAD)}: 0xFF)"
+
+
+def test_long_model_name_is_cut_on_a_character(srv):
+    # 300 two-byte characters: "%.200s" would have cut the 100th in half
+    status, _, out = raw_request(srv, b"POST", b"/v1/completions",
+                                 b'{"model":"' + "é".encode() * 300 + b'","prompt":"hi"}')
+    assert status == 404
+    assert "é" * 100 in strict(out)["error"]["message"]
+
+
+def test_echo_of_token_ids_that_end_mid_character(srv, smollm2):
+    """Ids whose bytes are half a character (byte-level BPE): the echoed prompt and the
+    text are valid UTF-8 (U+FFFD where a character is cut), and so are the logprobs'
+    tokens of a run without echo (the two are not allowed together)."""
+    from gguf import GGUFReader
+    r = GGUFReader(smollm2)
+    toks = r.fields["tokenizer.ggml.tokens"]
+    vocab = [bytes(toks.parts[i]).decode("utf-8") for i in toks.data]
+    # GPT-2 byte-level symbols: "Ã" is the byte 0xC3, the lead of a two-byte character
+    lead = vocab.index("Ã")
+    for stream, echo in ((False, True), (True, True), (False, False), (True, False)):
+        status, _, out = raw_request(srv, b"POST", b"/v1/completions", json.dumps(
+            {"prompt": [[lead, lead]], "max_tokens": 8, "echo": echo, "stream": stream,
+             "temperature": 2.0, "seed": 3, **({} if echo else {"logprobs": 5})}).encode())
+        assert status == 200, out
+        if not stream:
+            text = strict(out)["choices"][0]["text"]
+            assert text.startswith("\ufffd") or not echo
+        else:
+            for line in out.split(b"\n"):
+                if line.startswith(b"data: {"):
+                    strict(line[6:])
