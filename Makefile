@@ -49,7 +49,7 @@ asan: test-deps
 # sanitizer report, 5xx or /metrics counter that disagrees with the client fails it.
 soak-asan: test-deps
 	$(MAKE) BUILD=build-asan CMAKE_FLAGS="-DLPX_ASAN=ON -DLPX_CUDA=OFF" configure
-	cmake --build build-asan -j $(JOBS) --target lpx
+	cmake --build build-asan -j $(JOBS) --target lpx_cli
 	@scripts/fetch-model.sh
 	python3 scripts/soak.py --lpx build-asan/lpx --duration $(SOAK_S) --clients 4
 

@@ -9,7 +9,9 @@ drops after a few chunks, bodies the server must refuse (400), and a /metrics sc
 Printed at the end (and written as JSON with --json):
   - requests by kind and status, 5xx count (must be 0);
   - the server's RSS every second: the slope of a least-squares line over the run
-    after the first 10 % (warm-up), in MB per minute, and first/last/peak;
+    after the first 10 % (warm-up) and over its second half, in MB per minute, and
+    first/last/peak (the KV pool's pages are touched as blocks are first used: give
+    --kv-bytes a small pool after -- to see the slope of anything else);
   - /metrics against the client's counts, once the server is idle: HTTP responses by
     class (2xx, 4xx, 5xx), finished choices, generated tokens of the answers read in
     full (at most the server's count: dropped streams generated more than was read);
@@ -257,6 +259,9 @@ def main():
         "rss_mb_last": samples[-1][1] if samples else 0,
         "rss_mb_peak": max((v for _, v in samples), default=0),
         "rss_slope_mb_per_min": round(slope_per_min(warm), 3),
+        "rss_slope_last_half_mb_per_min": round(
+            slope_per_min([x for x in samples if x[0] >= 0.5 * a.duration]), 3),
+        "rss_mb_every_10s": [round(v, 1) for t, v in samples[::10]],
         "server_exit": proc.returncode, "sanitizer_lines": sanitizer[:20],
     }
     problems = []
