@@ -743,7 +743,8 @@ static void prep_generate(conn_ctx *c) {
     }
     if (ok && fb) { /* the fallback's own sampling defaults */
         lpx_srv_params_free(&p);
-        if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->fb_m->gen, &p, e)) {
+        if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->fb_m->gen, &p,
+                           e)) {
             c->failed = true;
             return;
         }
@@ -1056,7 +1057,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
             c->too_large = true; /* the body is not kept */
             lpx_srv_error e;
             lpx_srv_fail(&e, 501, "invalid_request_error", "unsupported_transfer_encoding", NULL,
-                         "Transfer-Encoding '%.100s' is not supported (only chunked)", te);
+                         "Transfer-Encoding '%.*s' is not supported (only chunked)",
+                         lpx_utf8_prefix(te, 100), te);
             return send_error(c, conn, &e);
         }
         /* A declared body over the limit is refused before it is read. */
