@@ -163,6 +163,10 @@ typedef struct lpx_engine_opts {
                                        CPU backend takes neither (non-empty: INVALID_ARG) */
     lpx_kv_dtype kv_cache_dtype;    /* KV cache dtype; 0 = LPX_KV_AUTO. The pool's bytes per
                                        token follow it (fp8: about half of bf16) */
+    int32_t max_num_seqs_per_request; /* running sequences of one group (lpx_request.group:
+                                       a client request's n choices) at once, so that one
+                                       n=16 request leaves slots to others; 0 = half of
+                                       max_num_seqs (at least 1); max_num_seqs: no cap */
 } lpx_engine_opts;
 
 /* One entry of a logit bias: bias is added to the logit of token id. */
@@ -236,6 +240,10 @@ typedef struct lpx_request {
                                      bias, penalty or temperature), sent with the first
                                      output token's event. Such a request reads no prefix
                                      cache until then and is sampled on the host */
+    uint64_t group;               /* 0: a group of its own; else the id submit gave an
+                                     earlier request of the group (the first choice of a
+                                     client request with n > 1): a group runs at most
+                                     max_num_seqs_per_request sequences at once */
 } lpx_request;
 
 /* Defaults: greedy, no penalties, random seed, max_tokens -1, skip_special. */
@@ -343,6 +351,7 @@ typedef struct lpx_engine_stats {
                                    unless a request holds them; evicted when the pool needs) */
     char kv_cache_dtype[8];     /* what the pool stores: "bf16", "fp8", "f32" */
     int64_t kv_bytes_per_token; /* of the pool at that dtype */
+    int32_t max_num_seqs_per_request; /* the cap on one group's running sequences */
 } lpx_engine_stats;
 
 lpx_status lpx_engine_get_stats(lpx_engine *e, lpx_engine_stats *out);

@@ -6,6 +6,7 @@
 #include "grammar/tool_calls.h"
 #include "model/model.h"
 #include "model/prompt.h"
+#include "sample/request_body.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -78,16 +79,12 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
     const lpx_batch_task *t = &j->in.tasks[s->task];
     lpx_request r;
     lpx_request_init(&r);
-    r.max_tokens = (int32_t)lpx_batch_num(
-        b, "max_tokens", lpx_batch_num(b, "max_completion_tokens", j->o.max_tokens));
-    r.sampling.temperature = (float)lpx_batch_num(b, "temperature", 0);
-    r.sampling.top_p = (float)lpx_batch_num(b, "top_p", 1);
-    r.sampling.top_k = (int32_t)lpx_batch_num(b, "top_k", 0);
-    r.sampling.min_p = (float)lpx_batch_num(b, "min_p", 0);
-    r.sampling.presence_penalty = (float)lpx_batch_num(b, "presence_penalty", 0);
-    r.sampling.frequency_penalty = (float)lpx_batch_num(b, "frequency_penalty", 0);
-    r.sampling.repetition_penalty = (float)lpx_batch_num(b, "repetition_penalty", 1);
-    r.sampling.seed = (int64_t)lpx_batch_num(b, "seed", 0);
+    /* the numbers as serve reads them (checked with the input: these cannot fail) */
+    bool seed_given, given;
+    lpx_body_error be;
+    r.max_tokens = j->o.max_tokens;
+    lpx_body_max_tokens(b, t->chat, NULL, &r.max_tokens, &given, &be);
+    lpx_body_sampling(b, &r.sampling, &seed_given, &be);
     const cJSON *ie = cJSON_GetObjectItemCaseSensitive(b, "ignore_eos");
     r.ignore_eos = cJSON_IsTrue(ie);
     const char *stops[LPX_BATCH_MAX_STOP]; /* the input check allows no more */

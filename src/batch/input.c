@@ -3,9 +3,11 @@
 
 #include "base/error.h"
 #include "base/json_text.h"
+#include "base/utf8.h"
 #include "grammar/response_format.h"
 #include "grammar/tool_calls.h"
 #include "model/prompt.h"
+#include "sample/request_body.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -24,18 +26,6 @@ static char *dup_str(const char *s) {
     char *d = malloc(n);
     if (d) memcpy(d, s, n);
     return d;
-}
-
-/* The length of s cut to at most max bytes without splitting a UTF-8
- * character: a cut before a continuation byte moves back to its lead byte
- * (at most 3 bytes back: a character has at most 3 continuation bytes). */
-static size_t utf8_prefix(const char *s, size_t max) {
-    size_t n = strnlen(s, max + 1);
-    if (n <= max) return n;
-    n = max;
-    for (int k = 0; k < 3 && n > 0 && ((unsigned char)s[n] & 0xC0) == 0x80; k++)
-        n--;
-    return n;
 }
 
 /* Checks the fields lpx reads; returns NULL when fine, else the reason. */
@@ -89,31 +79,17 @@ static const char *check_body(const cJSON *body, bool chat) {
         if (!cJSON_IsString(p)) return "prompt must be a string";
         if (p->valuestring[0] == '\0') return "prompt is empty";
     }
-    /* integers become int32/int64 fields of the request: range-checked here,
-     * as a cast of an out-of-range double is undefined */
-    static const struct {
-        const char *name;
-        double lo, hi; /* hi 0: any real number */
-    } nums[] = {
-        {"max_tokens", 1, INT32_MAX}, {"max_completion_tokens", 1, INT32_MAX},
-        {"top_k", 0, INT32_MAX},      {"seed", 0, 9007199254740992.0 /* 2^53: exact in JSON */},
-        {"temperature", 0, 0},        {"top_p", 0, 0},
-        {"presence_penalty", 0, 0},   {"frequency_penalty", 0, 0},
-        {"repetition_penalty", 0, 0}, {"min_p", 0, 0}};
-    static __thread char msg[96];
-    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, nums[i].name);
-        if (!v || cJSON_IsNull(v)) continue;
-        if (!cJSON_IsNumber(v)) {
-            snprintf(msg, sizeof msg, "%s must be a number", nums[i].name);
-            return msg;
-        }
-        double d = v->valuedouble;
-        if (nums[i].hi > 0 && !(d >= nums[i].lo && d <= nums[i].hi && d == (double)(int64_t)d)) {
-            snprintf(msg, sizeof msg, "%s must be a whole number from %.0f to %.0f", nums[i].name,
-                     nums[i].lo, nums[i].hi);
-            return msg;
-        }
+    /* the numbers as serve reads them (sample/request_body.h): its ranges and words */
+    static __thread char msg[sizeof((lpx_body_error *)0)->message];
+    lpx_sampling_params sp = {0};
+    bool seed_given, given, logprobs;
+    int32_t max_tokens, n, top_n;
+    lpx_body_error be;
+    if (!lpx_body_sampling(body, &sp, &seed_given, &be) ||
+        !lpx_body_max_tokens(body, chat, NULL, &max_tokens, &given, &be) ||
+        !lpx_body_n(body, &n, &be) || !lpx_body_logprobs(body, chat, &logprobs, &top_n, &be)) {
+        snprintf(msg, sizeof msg, "%s", be.message);
+        return msg;
     }
     /* response_format as serve reads it (its schema compiled: a bad one names its path) */
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, "response_format");
@@ -124,9 +100,7 @@ static const char *check_body(const cJSON *body, bool chat) {
         if (!lpx_response_format_parse(rf, &format, &schema, rfmsg, sizeof rfmsg)) return rfmsg;
         free(schema);
     }
-    const cJSON *n = cJSON_GetObjectItemCaseSensitive(body, "n");
-    if (n && !cJSON_IsNull(n) && !(cJSON_IsNumber(n) && n->valuedouble == 1))
-        return "only n = 1 is supported";
+    if (n != 1) return "only n = 1 is supported";
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(body, "stop");
     if (stop && !cJSON_IsNull(stop) && !cJSON_IsString(stop)) {
         if (!cJSON_IsArray(stop)) return "stop must be a string or an array of strings";
@@ -207,7 +181,13 @@ static const char *parse_line(const char *s, size_t len, lpx_batch_task *t, cons
         }
         cJSON_DeleteItemFromObjectCaseSensitive(body, "id");
     }
-    why = at < len ? trailing
+    static __thread char badutf8[64];
+    size_t bad = lpx_utf8_invalid_at(s, len);
+    if (bad < len)
+        snprintf(badutf8, sizeof badutf8, "not valid UTF-8 (byte %zu: 0x%02X)", bad,
+                 (unsigned char)s[bad]);
+    why = at < len    ? trailing
+          : bad < len ? badutf8
           : lpx_json_nul_escape(s, len, 0) < len
               ? "a string holds \\u0000 (a NUL character): not supported"
               : check_body(body, t->chat);
@@ -222,7 +202,7 @@ out:
         /* the id's text lives in j or body; copy before freeing, a long one cut
          * on a character boundary (the cut id is written into JSON records) */
         static __thread char idbuf[512];
-        size_t n = utf8_prefix(*id, sizeof idbuf - 1);
+        size_t n = lpx_utf8_prefix(*id, sizeof idbuf - 1);
         memcpy(idbuf, *id, n);
         idbuf[n] = '\0';
         *id = idbuf;

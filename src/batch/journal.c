@@ -2,6 +2,7 @@
  * when written), and what earlier runs left there (resume, merge). */
 #include "base/checked.h"
 #include "base/readall.h"
+#include "base/utf8.h"
 #include "batch/job.h"
 
 #include <errno.h>
@@ -22,11 +23,14 @@ void lpx_batch_log(job *j, const char *fmt, ...) {
     gmtime_r(&tv.tv_sec, &tm);
     int n = (int)strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
     n += snprintf(buf + n, sizeof buf - (size_t)n, ".%03dZ ", (int)(tv.tv_usec / 1000));
+    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(buf + n, sizeof buf - (size_t)n - 1, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    n = m < 0 ? n : n + m >= (int)sizeof buf - 1 ? (int)sizeof buf - 2 : n + m;
+    /* ids and reasons are the input's text: escaped, so a line can forge none */
+    lpx_utf8_log_escape(msg, buf + n, sizeof buf - (size_t)n - 1);
+    n += (int)strlen(buf + n);
     buf[n++] = '\n';
     if (write(j->log_fd, buf, (size_t)n) < 0) return;
 }
@@ -37,6 +41,16 @@ bool lpx_batch_append_line(int fd, const cJSON *rec) {
     char *s = cJSON_PrintUnformatted(rec);
     if (!s) return false;
     size_t n = strlen(s);
+    if (lpx_utf8_invalid_at(s, n) < n) {
+        /* client bytes that are not UTF-8 (a rejected line's id): U+FFFD, so that
+         * strict readers decode every line */
+        cJSON *fixed = cJSON_Duplicate(rec, 1);
+        free(s);
+        s = fixed && lpx_utf8_fix_json(fixed) ? cJSON_PrintUnformatted(fixed) : NULL;
+        cJSON_Delete(fixed);
+        if (!s) return false;
+        n = strlen(s);
+    }
     char *line = realloc(s, n + 2);
     if (!line) {
         free(s);

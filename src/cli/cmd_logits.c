@@ -108,7 +108,8 @@ int cmd_logits(int argc, char **argv) {
     for (int32_t s = 0; s < n_seqs; s++)
         for (const char *c = ids_arg[s]; *c; c++)
             n_items += *c == ',';
-    int32_t *all = malloc((n_items + (size_t)n_seqs) * sizeof *all), n_ids[MAX_SEQS];
+    size_t n_cap = n_items + (size_t)n_seqs; /* n_seqs >= 1; bounded for the int32 count */
+    int32_t *all = n_cap <= INT32_MAX ? malloc(n_cap * sizeof *all) : NULL, n_ids[MAX_SEQS];
     const int32_t *ids[MAX_SEQS];
     if (!all) {
         fprintf(stderr, "lpx logits: out of memory\n");
@@ -117,7 +118,7 @@ int cmd_logits(int argc, char **argv) {
     for (int32_t s = 0, at = 0; s < n_seqs; at += n_ids[s++]) {
         ids[s] = all + at;
         if (!lpx_cli_opt_i32_list("logits", "--ids", ids_arg[s], 0, INT32_MAX, all + at,
-                                  (int32_t)(n_items + (size_t)n_seqs) - at, &n_ids[s])) {
+                                  (int32_t)n_cap - at, &n_ids[s])) {
             free(all);
             return 2;
         }

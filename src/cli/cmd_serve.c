@@ -55,6 +55,9 @@ static void usage(FILE *f) {
             "  --fallback-cooldown S   0 to 1e6 (default 5)\n"
             "  --max-num-seqs N        sequences decoded together per engine, 1 to 4096\n"
             "                          (default: engine's)\n"
+            "  --max-num-seqs-per-request N  of those, how many one request's n choices may\n"
+            "                          take at once, 1 to 4096 (default: half of --max-num-seqs;\n"
+            "                          its value: no cap); the others wait their turn\n"
             "  --gpu-memory-utilization F  fraction of GPU memory for weights + KV, 0.01 to 1\n"
             "                          (cuda, default 0.9)\n"
             "  --max-queue N           waiting requests before 503, 1 to 1048576 (default 1024)\n"
@@ -141,6 +144,8 @@ int cmd_serve(int argc, char **argv) {
             !lpx_opts_str(&a, "--fallback-when", &fb_rule) &&
             !lpx_opts_num(&a, "--fallback-cooldown", 0, 1e6, &fbw.cooldown_s) &&
             !lpx_opts_i32(&a, "--max-num-seqs", 1, 4096, &eo->max_num_seqs) &&
+            !lpx_opts_i32(&a, "--max-num-seqs-per-request", 1, 4096,
+                          &eo->max_num_seqs_per_request) &&
             !lpx_opts_num(&a, "--gpu-memory-utilization", 0.01, 1.0, &gpu_util) &&
             !lpx_opts_i32(&a, "--max-queue", 1, 1 << 20, &so.max_queue) &&
             !lpx_opts_num(&a, "--request-timeout", 0.001, 1e7, &so.request_timeout_s) &&
@@ -214,9 +219,9 @@ int cmd_serve(int argc, char **argv) {
     lpx_engine_get_stats(e[0], &es);
     fprintf(stderr,
             "lpx serve: listening on http://%s:%d: model %s, device %s, max_model_len %d, "
-            "max_num_seqs %d",
+            "max_num_seqs %d (%d a request)",
             so.host, lpx_server_port(s), so.served_model_name, es.device, es.max_model_len,
-            es.max_num_seqs);
+            es.max_num_seqs, es.max_num_seqs_per_request);
     if (plan.n > 1) fprintf(stderr, "; data parallel: %d engines (%s", plan.n, es.device);
     for (int32_t i = 1; i < plan.n && lpx_engine_get_stats(e[i], &es) == LPX_OK; i++)
         fprintf(stderr, ", %s", es.device);

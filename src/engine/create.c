@@ -91,14 +91,15 @@ lpx_status lpx_engine_create(const lpx_model *m, const lpx_engine_opts *opts, lp
         lpx_engine_opts_init(&o);
     if (!m) return lpx_errorf(LPX_ERR_INVALID_ARG, "engine: no model");
     if (o.max_num_seqs < 0 || o.max_num_batched_tokens < 0 || o.max_model_len < 0 ||
-        o.kv_cache_bytes < 0 || o.block_size < 0 || o.n_threads < 0 ||
-        !(o.gpu_memory_utilization >= 0 && o.gpu_memory_utilization <= 1))
+        o.max_num_seqs_per_request < 0 || o.kv_cache_bytes < 0 || o.block_size < 0 ||
+        o.n_threads < 0 || !(o.gpu_memory_utilization >= 0 && o.gpu_memory_utilization <= 1))
         return lpx_errorf(LPX_ERR_INVALID_ARG,
-                          "engine options: max_num_seqs %d, max_num_batched_tokens %d, "
-                          "max_model_len %d, kv_cache_bytes %lld, block_size %d, n_threads %d, "
-                          "gpu_memory_utilization %g: expected >= 0 (utilization <= 1)",
-                          o.max_num_seqs, o.max_num_batched_tokens, o.max_model_len,
-                          (long long)o.kv_cache_bytes, o.block_size, o.n_threads,
+                          "engine options: max_num_seqs %d, max_num_seqs_per_request %d, "
+                          "max_num_batched_tokens %d, max_model_len %d, kv_cache_bytes %lld, "
+                          "block_size %d, n_threads %d, gpu_memory_utilization %g: expected >= "
+                          "0 (utilization <= 1)",
+                          o.max_num_seqs, o.max_num_seqs_per_request, o.max_num_batched_tokens,
+                          o.max_model_len, (long long)o.kv_cache_bytes, o.block_size, o.n_threads,
                           o.gpu_memory_utilization);
     if (o.step_ahead < -1 || o.step_ahead > 1 || o.device_sampling < -1 || o.device_sampling > 1 ||
         o.prefix_caching < -1 || o.prefix_caching > 1)
@@ -116,6 +117,10 @@ lpx_status lpx_engine_create(const lpx_model *m, const lpx_engine_opts *opts, lp
     bool gpu = strcmp(c.device_name, "cpu") != 0;
     c.n_threads = o.n_threads;
     c.max_num_seqs = o.max_num_seqs ? o.max_num_seqs : gpu ? 64 : 16;
+    /* half the slots: one request with n = max_num_seqs leaves the other half moving */
+    c.max_seqs_per_group = o.max_num_seqs_per_request ? o.max_num_seqs_per_request
+                           : c.max_num_seqs > 1       ? c.max_num_seqs / 2
+                                                      : 1;
     c.max_num_batched_tokens = o.max_num_batched_tokens ? o.max_num_batched_tokens
                                : gpu                    ? 2048
                                                         : 512;

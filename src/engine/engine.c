@@ -76,7 +76,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
                                     lpx_engine **out) {
     *out = NULL;
     if (c->max_num_seqs <= 0 || c->max_num_batched_tokens <= 0 || c->max_model_len <= 1 ||
-        c->block_size <= 0 || c->n_blocks <= 0)
+        c->block_size <= 0 || c->n_blocks <= 0 || c->max_seqs_per_group < 0)
         return lpx_errorf(LPX_ERR_INVALID_ARG,
                           "engine: max_num_seqs %d, max_num_batched_tokens %d, max_model_len %d, "
                           "block_size %d, kv blocks %d: expected all positive (max_model_len > 1)",
@@ -164,6 +164,7 @@ lpx_status lpx_engine_create_config(const lpx_model *m, const lpx_engine_config 
              lpx_kv_dtype_name(c->kv_dtype));
     e->st.max_model_len = c->max_model_len;
     e->st.max_num_seqs = c->max_num_seqs;
+    e->st.max_num_seqs_per_request = c->max_seqs_per_group;
     e->st.max_num_batched_tokens = c->max_num_batched_tokens;
     *out = e;
     return LPX_OK;
@@ -353,6 +354,7 @@ lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb c
         st = lpx_errorf(LPX_ERR_NOMEM, "submit: out of memory");
     if (st == LPX_OK) {
         s->id = *id = e->next_id++;
+        s->group = r->group ? r->group : s->id;
         s->seed = s->sp.seed >= 0 ? (uint64_t)s->sp.seed : fresh_seed(s->id);
         e->st.n_submitted++;
         pthread_cond_signal(&e->cv);
@@ -739,8 +741,7 @@ static int32_t continuation(lpx_engine *e, const lpx_flight *f, lpx_status *st) 
     *st = LPX_OK;
     lpx_seq_list *q = &e->sched;
     q->n = 0;
-    if ((e->waiting.n > 0 && e->running.n < e->cfg.max_num_seqs) || !lpx_seq_list_reserve(q, f->n))
-        return 0;
+    if (lpx_schedule_can_admit(e) || !lpx_seq_list_reserve(q, f->n)) return 0;
     int32_t live = 0, need = 0;
     for (int32_t i = 0, row = 0; i < f->n; i++) {
         lpx_seq *s = f->seqs[i];

@@ -17,6 +17,7 @@ typedef struct lpx_engine_config {
     int device; /* CUDA ordinal */
     int32_t n_threads;
     int32_t max_num_seqs;
+    int32_t max_seqs_per_group; /* running sequences of one lpx_request.group; 0 = no cap */
     int32_t max_num_batched_tokens;
     int32_t max_model_len;
     int32_t block_size;

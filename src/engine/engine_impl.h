@@ -29,6 +29,7 @@ typedef struct lpx_gram_slot {
 
 typedef struct lpx_seq {
     uint64_t id;
+    uint64_t group; /* lpx_request.group, or id when that is 0 */
     lpx_event_cb cb;
     void *user;
     lpx_sampling_params sp;
@@ -165,5 +166,8 @@ lpx_status lpx_gram_mask(lpx_engine *e, const lpx_seq *s, const uint32_t **allow
 /* Picks this step's work into e->sched (each with n_new > 0), reserving KV
  * blocks; may preempt running sequences and admit waiting ones. */
 lpx_status lpx_schedule(lpx_engine *e);
+/* Whether a waiting sequence could join the batch now (a slot free, its group under
+ * its cap): the next step must then be scheduled, not continued ahead. */
+bool lpx_schedule_can_admit(const lpx_engine *e);
 
 #endif

@@ -3,7 +3,8 @@
  * prompt); a sequence that needs a block when none is free preempts the
  * newest running one (possibly itself). Then, if nothing was preempted,
  * waiting sequences are admitted in order while the sequence limit, the token
- * budget and free blocks allow. The oldest running sequence can always
+ * budget and free blocks allow, except those of a group (one client request's
+ * choices) that already runs max_seqs_per_group sequences. The oldest running sequence can always
  * proceed (no sequence is longer than the pool), so there is no deadlock.
  *
  * The prefix cache hit is taken here: an admitted sequence starts with the
@@ -93,6 +94,22 @@ static int32_t plp_cap(const lpx_seq *s, int32_t n_new, int32_t *left) {
     return n_new;
 }
 
+/* Whether group already has max_seqs_per_group sequences running. */
+static bool group_full(const lpx_engine *e, uint64_t group) {
+    int32_t cap = e->cfg.max_seqs_per_group, n = 0;
+    if (cap <= 0) return false;
+    for (int32_t i = 0; i < e->running.n && n < cap; i++)
+        n += e->running.v[i]->group == group;
+    return n >= cap;
+}
+
+bool lpx_schedule_can_admit(const lpx_engine *e) {
+    if (e->running.n >= e->cfg.max_num_seqs) return false;
+    for (int32_t w = 0; w < e->waiting.n; w++)
+        if (!group_full(e, e->waiting.v[w]->group)) return true;
+    return false;
+}
+
 lpx_status lpx_schedule(lpx_engine *e) {
     e->sched.n = 0;
     /* Reserve first so that moving sequences between lists cannot fail. */
@@ -127,9 +144,15 @@ lpx_status lpx_schedule(lpx_engine *e) {
         lpx_seq_list_push(&e->sched, s);
         i++;
     }
-    while (st == LPX_OK && !preempted && e->waiting.n > 0 && e->running.n < e->cfg.max_num_seqs &&
-           budget > 0) {
-        lpx_seq *s = e->waiting.v[0]; /* no blocks, nothing computed */
+    /* Admission in order, passing over a sequence whose group already runs its cap
+     * (a later request's sequences go first: one n=16 request cannot hold every slot). */
+    for (int32_t w = 0; st == LPX_OK && !preempted && w < e->waiting.n &&
+                        e->running.n < e->cfg.max_num_seqs && budget > 0;) {
+        lpx_seq *s = e->waiting.v[w]; /* no blocks, nothing computed */
+        if (group_full(e, s->group)) {
+            w++;
+            continue;
+        }
         int64_t hit = 0;
         if ((st = take_cached(e, s, &hit)) != LPX_OK) break;
         int32_t n_new = s->n_tokens - s->n_computed;

@@ -13,6 +13,7 @@
 #include "server/server.h"
 
 #include "base/error.h"
+#include "base/utf8.h"
 #include "engine/data_parallel.h"
 #include "model/model.h"
 #include "server/job.h"
@@ -116,6 +117,7 @@ typedef struct conn_ctx {
     int engine;    /* the job's engine (index into s->e) */
     bool fallback; /* the job runs on the fallback model */
     int fd;
+    bool http11; /* an HTTP/1.1 request (interim 1xx answers allowed) */
     struct MHD_Connection *conn;
     sock_ctx *sock;
     conn_phase phase;
@@ -220,10 +222,16 @@ static enum MHD_Result fail(conn_ctx *c, struct MHD_Connection *conn, int status
 
 /* ---- request state -------------------------------------------------------------- */
 
-static bool client_gone(int fd) {
-    if (fd < 0) return false;
+/* What the client's socket says while its request is parked: its side shut (a FIN:
+ * a half-close after the request, or a close), or gone (reset or error: a write
+ * reached a closed socket). */
+typedef enum peer_state { PEER_OPEN, PEER_SHUT, PEER_GONE } peer_state;
+
+static peer_state peer_of(int fd) {
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+    if (fd < 0 || poll(&p, 1, 0) <= 0) return PEER_OPEN;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return PEER_GONE;
+    return p.revents & POLLRDHUP ? PEER_SHUT : PEER_OPEN;
 }
 
 static bool timed_out(const lpx_server *s, double t0) {
@@ -380,10 +388,24 @@ static void watch_jobs(lpx_server *s, double now) {
     for (lpx_job *j = s->jobs; j; j = j->next) {
         pthread_mutex_lock(&j->mu);
         bool late = !j->timed_out && !j->finished && timed_out(s, j->t_arrival);
-        bool gone = j->waiting && !j->gone && client_gone(j->fd);
+        peer_state ps = j->waiting && !j->gone ? peer_of(j->fd) : PEER_OPEN;
+        bool gone = ps == PEER_GONE;
+        if (ps == PEER_SHUT && !j->probed) {
+            /* A half-closed client still reads its answer (as uvicorn and h11 give it);
+             * a closed one resets the probe, seen as gone at a later tick. The job is
+             * parked (no response queued), so these bytes come before the answer. */
+            static const char interim[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            j->probed = true;
+            if (j->stream)
+                j->keepalive_now = true;
+            else
+                gone = !j->http11 || send(j->fd, interim, sizeof interim - 1,
+                                          MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof interim - 1;
+        }
         j->timed_out |= late;
         j->gone |= gone;
-        if (j->waiting && j->wake && j->stream && now - j->t_waiting > KEEPALIVE_MS) {
+        if (j->waiting && j->wake && j->stream &&
+            (now - j->t_waiting > KEEPALIVE_MS || j->keepalive_now)) {
             j->waiting = false;
             j->wake(j->wake_arg);
         }
@@ -426,7 +448,8 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     size_t n = lpx_job_take(j, buf, max, &end);
     bool gone = j->gone;
     if (!n && !end && !gone) {
-        if (now - x->t_sent > KEEPALIVE_MS && max >= sizeof keepalive - 1) {
+        if ((now - x->t_sent > KEEPALIVE_MS || j->keepalive_now) && max >= sizeof keepalive - 1) {
+            j->keepalive_now = false;
             memcpy(buf, keepalive, sizeof keepalive - 1);
             n = sizeof keepalive - 1;
         } else {
@@ -544,10 +567,10 @@ static bool model_ok(const lpx_server *s, const lpx_srv_params *p, bool *fb, boo
     if (s->fb_e && !strcmp(p->model, s->fb_name)) return (*fb = true);
     return lpx_srv_fail(e, 404, "not_found_error", "model_not_found", "model",
                         "the model '%.*s' does not exist: this server serves '%.*s'%s%.*s%s",
-                        lpx_srv_utf8_prefix(p->model, 200), p->model,
-                        lpx_srv_utf8_prefix(s->model_name, 200), s->model_name,
-                        s->fb_e ? " and '" : "", s->fb_e ? lpx_srv_utf8_prefix(s->fb_name, 200) : 0,
-                        s->fb_e ? s->fb_name : "", s->fb_e ? "'" : "");
+                        lpx_utf8_prefix(p->model, 200), p->model,
+                        lpx_utf8_prefix(s->model_name, 200), s->model_name, s->fb_e ? " and '" : "",
+                        s->fb_e ? lpx_utf8_prefix(s->fb_name, 200) : 0, s->fb_e ? s->fb_name : "",
+                        s->fb_e ? "'" : "");
 }
 
 /* /tokenize and /detokenize, on the work queue: the answer in c->answer. The token
@@ -737,6 +760,7 @@ static void prep_generate(conn_ctx *c) {
         ok = lpx_srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     if (ok) {
         j->fd = c->fd;
+        j->http11 = c->http11;
         j->wake = wake_conn;
         j->wake_arg = c;
         c->job = j;
@@ -861,7 +885,7 @@ static enum MHD_Result respond(conn_ctx *c, struct MHD_Connection *conn) {
 static enum MHD_Result no_route(conn_ctx *c, struct MHD_Connection *conn, const char *url) {
     lpx_srv_error e;
     lpx_srv_fail(&e, 404, "not_found_error", "not_found", NULL, "no route %.*s",
-                 lpx_srv_utf8_prefix(url, 200), url);
+                 lpx_utf8_prefix(url, 200), url);
     return send_error(c, conn, &e);
 }
 
@@ -1018,9 +1042,22 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         c->sock = sock_of(conn);
         snprintf(c->method, sizeof c->method, "%s", method);
         snprintf(c->url, sizeof c->url, "%s", url);
+        c->http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci) c->fd = ci->connect_fd;
+        /* libmicrohttpd reads a body of another coding until the client closes: refused
+         * at once (501, as RFC 9112 says for a coding the server does not know). */
+        const char *te =
+            MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+        if (te && strcasecmp(te, "chunked")) {
+            c->too_large = true; /* the body is not kept */
+            lpx_srv_error e;
+            lpx_srv_fail(&e, 501, "invalid_request_error", "unsupported_transfer_encoding", NULL,
+                         "Transfer-Encoding '%.*s' is not supported (only chunked)",
+                         lpx_utf8_prefix(te, 100), te);
+            return send_error(c, conn, &e);
+        }
         /* A declared body over the limit is refused before it is read. */
         const char *cl =
             MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -1049,26 +1086,6 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
     return route(c, conn, url, method);
 }
 
-/* Client text in a log line: control bytes, backslashes and invalid UTF-8 as
- * \xHH, so a request can forge no line and send no terminal escape. */
-static void log_escape(const char *in, char *out, size_t cap) {
-    const unsigned char *p = (const unsigned char *)in;
-    size_t n = strlen(in), o = 0;
-    for (size_t i = 0; i < n && o + 5 < cap;) {
-        size_t k = p[i] >= 0x80 ? lpx_srv_utf8_seq(p + i, n - i) : 0;
-        if (k && o + k < cap) {
-            memcpy(out + o, p + i, k);
-            o += k;
-            i += k;
-        } else if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '\\') {
-            out[o++] = (char)p[i++];
-        } else {
-            o += (size_t)snprintf(out + o, cap - o, "\\x%02X", p[i++]);
-        }
-    }
-    out[o] = '\0';
-}
-
 static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                       enum MHD_RequestTerminationCode toe) {
     lpx_server *s = cls;
@@ -1093,8 +1110,8 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         lpx_job_unref(j);
     }
     char method[sizeof c->method * 4], url[sizeof c->url * 4];
-    log_escape(c->method, method, sizeof method);
-    log_escape(c->url, url, sizeof url);
+    lpx_utf8_log_escape(c->method, method, sizeof method);
+    lpx_utf8_log_escape(c->url, url, sizeof url);
     char where[300] = ""; /* data parallel: the engine that ran it; the fallback model */
     if (ran && c->fallback)
         snprintf(where, sizeof where, " model=%.200s", s->fb_name);

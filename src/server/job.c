@@ -251,6 +251,8 @@ bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, int32_t *const *ids, co
         r.n_messages = 0;
         /* Each prompt's choices as those of a request of its own. */
         if (p->seed_given) r.sampling.seed = p->req.sampling.seed + i % p->n;
+        /* One group: the engine runs at most max_num_seqs_per_request of them at once. */
+        r.group = i > 0 ? j->ch[0].engine_id : 0;
         pthread_mutex_lock(&j->mu);
         j->refs++; /* the engine's, dropped at the finish event */
         pthread_mutex_unlock(&j->mu);

@@ -93,7 +93,12 @@ struct lpx_job {
     double t_waiting; /* ms, when waiting was set */
     void (*wake)(void *arg);
     void *wake_arg;
-    int fd;         /* the client's socket, to see it go away while parked */
+    int fd; /* the client's socket, to see it go away while parked */
+    /* The client shut its side of the socket (FIN) while parked: a half-close after
+     * its request, or a close; a write tells them apart (a closed socket answers it
+     * with a reset). probed: that write was made, an interim "100 Continue" on
+     * HTTP/1.1 (http11) or, on a stream, an SSE keep-alive (keepalive_now). */
+    bool probed, http11, keepalive_now;
     bool timed_out; /* the server cancelled it for --request-timeout */
     bool gone;      /* ... or because its client went away: nobody to answer */
     bool finished;  /* every choice has its finish event */

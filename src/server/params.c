@@ -1,5 +1,8 @@
 #include "server/params.h"
 
+#include "base/utf8.h"
+#include "sample/request_body.h"
+
 #include "grammar/response_format.h"
 #include "model/prompt.h"
 
@@ -12,35 +15,6 @@
 
 #define BAD "invalid_request_error"
 
-size_t lpx_srv_utf8_seq(const unsigned char *p, size_t n) {
-    if (!n) return 0;
-    if (p[0] < 0x80) return 1;
-    size_t len = p[0] >= 0xc2 && p[0] <= 0xdf   ? 2
-                 : p[0] >= 0xe0 && p[0] <= 0xef ? 3
-                 : p[0] >= 0xf0 && p[0] <= 0xf4 ? 4
-                                                : 0;
-    if (!len || len > n) return 0;
-    for (size_t i = 1; i < len; i++)
-        if ((p[i] & 0xc0) != 0x80) return 0;
-    /* Overlong 3/4-byte forms, UTF-16 surrogates, past U+10FFFF. */
-    if ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0) ||
-        (p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))
-        return 0;
-    return len;
-}
-
-int lpx_srv_utf8_prefix(const char *s, size_t max) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t n = strnlen(s, max + 4), i = 0;
-    while (i < n && i < max) {
-        size_t k = lpx_srv_utf8_seq(p + i, n - i);
-        if (!k) k = 1; /* an invalid byte is one "character" (lpx_srv_fail replaces it) */
-        if (i + k > max) break;
-        i += k;
-    }
-    return (int)i;
-}
-
 /* Rewrites s (a buffer of cap bytes) as valid UTF-8, U+FFFD for each invalid
  * byte; what no longer fits is dropped at a character boundary. */
 static void utf8_fix(char *s, size_t cap) {
@@ -49,7 +23,7 @@ static void utf8_fix(char *s, size_t cap) {
     size_t n = strlen(s), o = 0;
     if (cap > sizeof tmp) cap = sizeof tmp;
     for (size_t i = 0; i < n;) {
-        size_t k = lpx_srv_utf8_seq(p + i, n - i);
+        size_t k = lpx_utf8_seq(p + i, n - i);
         const char *piece = k ? s + i : "\xEF\xBF\xBD";
         size_t len = k ? k : 3;
         if (o + len >= cap) break;
@@ -114,46 +88,14 @@ static const cJSON *field(const cJSON *o, const char *name) {
     return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
-static bool get_num(const cJSON *o, const char *name, double lo, double hi, bool lo_open,
-                    double *out, bool *given, lpx_srv_error *e) {
-    const cJSON *v = field(o, name);
-    if (given) *given = v != NULL;
-    if (!v) return true;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return lpx_srv_fail(e, 400, BAD, NULL, name, "'%s' must be a number", name);
-    double x = v->valuedouble;
-    if (x < lo || x > hi || (lo_open && x == lo))
-        return lpx_srv_fail(e, 400, BAD, NULL, name, "'%s' is %g: expected a value in %c%g, %g]",
-                            name, x, lo_open ? '(' : '[', lo, hi);
-    *out = x;
-    return true;
-}
-
-static bool get_int(const cJSON *o, const char *name, int64_t lo, int64_t hi, int64_t *out,
-                    bool *given, lpx_srv_error *e) {
-    const cJSON *v = field(o, name);
-    if (given) *given = v != NULL;
-    if (!v) return true;
-    /* 2^63 bounds the double range an int64 takes exactly enough for limits. */
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) ||
-        v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) >= 9.2e18)
-        return lpx_srv_fail(e, 400, BAD, NULL, name, "'%s' must be an integer", name);
-    double x = v->valuedouble;
-    if (x < (double)lo || x > (double)hi)
-        return lpx_srv_fail(e, 400, BAD, NULL, name,
-                            "'%s' is %.0f: expected an integer in [%lld, %lld]", name, x,
-                            (long long)lo, (long long)hi);
-    *out = (int64_t)x;
-    return true;
+/* A field refused by sample/request_body.h: the 400 that names it. */
+static bool body_fail(lpx_srv_error *e, const lpx_body_error *be) {
+    return lpx_srv_fail(e, 400, BAD, NULL, be->param, "%s", be->message);
 }
 
 static bool get_bool(const cJSON *o, const char *name, bool *out, lpx_srv_error *e) {
-    const cJSON *v = field(o, name);
-    if (!v) return true;
-    if (!cJSON_IsBool(v))
-        return lpx_srv_fail(e, 400, BAD, NULL, name, "'%s' must be a boolean", name);
-    *out = cJSON_IsTrue(v);
-    return true;
+    lpx_body_error be;
+    return lpx_body_bool(o, name, out, &be) || body_fail(e, &be);
 }
 
 /* stop: a string or a list of strings. */
@@ -323,45 +265,16 @@ static bool parse_sampling(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_
     s->top_p = gen && gen->top_p > 0 ? gen->top_p : 1.0f;
     s->top_k = gen && gen->top_k > 0 ? gen->top_k : 0;
     s->repetition_penalty = gen && gen->repetition_penalty > 0 ? gen->repetition_penalty : 1.0f;
-    double x;
-    bool given;
-    int64_t k;
-    if (!get_num(o, "temperature", 0, 2, false, &x, &given, e)) return false;
-    if (given) s->temperature = (float)x;
-    if (!get_num(o, "top_p", 0, 1, true, &x, &given, e)) return false;
-    if (given) s->top_p = (float)x;
-    if (!get_num(o, "min_p", 0, 1, false, &x, &given, e)) return false;
-    if (given) s->min_p = (float)x;
-    if (!get_int(o, "top_k", -1, 1 << 30, &k, &given, e)) return false;
-    if (given) s->top_k = (int32_t)k;
-    if (!get_num(o, "presence_penalty", -2, 2, false, &x, &given, e)) return false;
-    if (given) s->presence_penalty = (float)x;
-    if (!get_num(o, "frequency_penalty", -2, 2, false, &x, &given, e)) return false;
-    if (given) s->frequency_penalty = (float)x;
-    if (!get_num(o, "repetition_penalty", 0, 10, true, &x, &given, e)) return false;
-    if (given) s->repetition_penalty = (float)x;
-    if (!get_int(o, "seed", 0, INT64_MAX / 2, &k, &p->seed_given, e)) return false;
-    if (p->seed_given) s->seed = k;
-    return true;
+    lpx_body_error be;
+    return lpx_body_sampling(o, s, &p->seed_given, &be) || body_fail(e, &be);
 }
 
 static bool parse_logprobs(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
-    int64_t k = 0;
-    bool given;
-    if (p->kind == LPX_SRV_CHAT) {
-        if (!get_bool(o, "logprobs", &p->logprobs, e)) return false;
-        if (!get_int(o, "top_logprobs", 0, 20, &k, &given, e)) return false;
-        if (given && k > 0 && !p->logprobs)
-            return lpx_srv_fail(e, 400, BAD, NULL, "top_logprobs",
-                                "'top_logprobs' needs 'logprobs': true");
-    } else {
-        /* Completions: logprobs is the number of top alternatives (0 = chosen only). */
-        if (!get_int(o, "logprobs", 0, 20, &k, &given, e)) return false;
-        p->logprobs = given;
-    }
-    p->top_n = p->logprobs ? (int32_t)k : 0;
+    lpx_body_error be;
+    if (!lpx_body_logprobs(o, p->kind == LPX_SRV_CHAT, &p->logprobs, &p->top_n, &be))
+        return body_fail(e, &be);
     /* The engine computes logprobs only when asked for at least one. */
-    p->req.sampling.logprobs = p->logprobs ? (int32_t)(k > 0 ? k : 1) : 0;
+    p->req.sampling.logprobs = p->logprobs ? (p->top_n > 0 ? p->top_n : 1) : 0;
     return true;
 }
 
@@ -632,21 +545,18 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
 
     /* max_tokens: chat also takes OpenAI's newer max_completion_tokens,
      * /generate calls it max_new_tokens. */
-    const char *mt = p->kind == LPX_SRV_GENERATE ? "max_new_tokens"
-                     : p->kind == LPX_SRV_CHAT && field(o, "max_completion_tokens")
-                         ? "max_completion_tokens"
-                         : "max_tokens";
-    int64_t k;
     bool given;
-    if (!get_int(o, mt, 1, INT32_MAX, &k, &given, e)) return false;
+    lpx_body_error be;
+    if (!lpx_body_max_tokens(o, p->kind == LPX_SRV_CHAT,
+                             p->kind == LPX_SRV_GENERATE ? "max_new_tokens" : NULL,
+                             &p->req.max_tokens, &given, &be) ||
+        !lpx_body_n(o, &p->n, &be))
+        return body_fail(e, &be);
     /* Not given: completions 16 (OpenAI), /generate 128, chat up to the context. */
-    p->req.max_tokens = given                           ? (int32_t)k
-                        : p->kind == LPX_SRV_COMPLETION ? 16
-                        : p->kind == LPX_SRV_GENERATE   ? 128
-                                                        : -1;
-
-    if (!get_int(o, "n", 1, LPX_SRV_MAX_N, &k, &given, e)) return false;
-    p->n = given ? (int32_t)k : 1;
+    if (!given)
+        p->req.max_tokens = p->kind == LPX_SRV_COMPLETION ? 16
+                            : p->kind == LPX_SRV_GENERATE ? 128
+                                                          : -1;
     if (lpx_srv_n_prompts(p) * (size_t)p->n > LPX_SRV_MAX_CHOICES)
         return lpx_srv_fail(
             e, 400, BAD, NULL, "n", "%zu prompts with 'n' %d make %zu choices: at most %d",
@@ -707,7 +617,9 @@ bool lpx_srv_parse(lpx_srv_kind kind, const char *body, size_t len, const lpx_ge
      * each would run a request other than the one sent. */
     const char *end = NULL;
     bool nul = (len && memchr(body, 0, len)) || has_nul_escape(body, len);
-    cJSON *root = nul ? NULL : cJSON_ParseWithLengthOpts(body, len, &end, false);
+    /* JSON text is UTF-8 (RFC 8259): other bytes would be echoed into answers */
+    size_t bad = nul ? len : lpx_utf8_invalid_at(body, len);
+    cJSON *root = nul || bad < len ? NULL : cJSON_ParseWithLengthOpts(body, len, &end, false);
     while (root && end < body + len && strchr(" \t\r\n", *end))
         end++;
     bool ok;
@@ -715,6 +627,10 @@ bool lpx_srv_parse(lpx_srv_kind kind, const char *body, size_t len, const lpx_ge
         ok = lpx_srv_fail(err, 400, BAD, NULL, NULL,
                           "the request body contains a NUL character (\\u0000), which lpx "
                           "cannot carry in a string");
+    else if (bad < len)
+        ok = lpx_srv_fail(err, 400, BAD, NULL, NULL,
+                          "the request body is not valid UTF-8 (byte %zu: 0x%02X)", bad,
+                          (unsigned char)body[bad]);
     else if (!root)
         ok = lpx_srv_fail(err, 400, BAD, NULL, NULL, "the request body is not valid JSON");
     else if (end != body + len)

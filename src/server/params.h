@@ -8,16 +8,17 @@
 #include "grammar/tool_calls.h"
 #include "lpx.h"
 #include "model/model.h"
+#include "sample/request_body.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#define LPX_SRV_MAX_N 16           /* n: choices per prompt */
-#define LPX_SRV_MAX_PROMPTS 16     /* prompts in one /v1/completions request */
-#define LPX_SRV_MAX_CHOICES 64     /* prompts * n */
-#define LPX_SRV_MAX_STOPS 16       /* stop strings per request */
-#define LPX_SRV_MAX_LOGIT_BIAS 300 /* logit_bias entries (OpenAI's limit) */
+#define LPX_SRV_MAX_N LPX_BODY_MAX_N /* n: choices per prompt */
+#define LPX_SRV_MAX_PROMPTS 16       /* prompts in one /v1/completions request */
+#define LPX_SRV_MAX_CHOICES 64       /* prompts * n */
+#define LPX_SRV_MAX_STOPS 16         /* stop strings per request */
+#define LPX_SRV_MAX_LOGIT_BIAS 300   /* logit_bias entries (OpenAI's limit) */
 
 /* An OpenAI error object plus the HTTP status that carries it. */
 typedef struct lpx_srv_error {
@@ -27,13 +28,6 @@ typedef struct lpx_srv_error {
     char param[48];   /* "" when none */
     char message[512];
 } lpx_srv_error;
-
-/* The length of the valid UTF-8 sequence at p (n bytes left), 0 when the
- * bytes there are not one (overlong, surrogate, past U+10FFFF, cut short). */
-size_t lpx_srv_utf8_seq(const unsigned char *p, size_t n);
-/* The longest prefix of s of at most max bytes that does not cut a character:
- * for "%.*s" where "%.200s" could end in half a character. */
-int lpx_srv_utf8_prefix(const char *s, size_t max);
 
 /* Fills e and returns false, so validators can `return srv_fail(...)`. The
  * message and param are made valid UTF-8 (client text in them may not be):

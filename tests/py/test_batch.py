@@ -335,7 +335,7 @@ def test_bad_input(tmp_path, lpx_bin, smollm2):
     assert by_line[3]["custom_id"] == "ok1"
     assert "url must be" in by_line[4]["error"]
     assert "prompt" in by_line[5]["error"]
-    assert "temperature must be a number" in by_line[6]["error"]
+    assert "'temperature' must be a number" in by_line[6]["error"]
     assert "not a JSON object" in by_line[7]["error"]
     s = json.loads((out / "summary.json").read_text())
     assert (s["total"], s["succeeded"], s["failed"], s["invalid_lines"]) == (8, 2, 6, 6)

@@ -115,3 +115,72 @@ def test_huge_line_costs_its_bytes_not_gigabytes(tmp_path, lpx_bin, smollm2):
     peak_mb = ru.ru_maxrss / 1024
     print(f"peak RSS {peak_mb:.0f} MB for a {os.path.getsize(inp) >> 20} MB line")
     assert peak_mb < 600
+
+
+# ---- numbers: one reading (sample/request_body.h) for serve and batch -------------------
+
+BAD_NUMBERS = [
+    {"temperature": -0.5}, {"temperature": 2.5}, {"temperature": "hot"},
+    {"top_p": 0}, {"top_p": 1.5}, {"min_p": -0.1}, {"min_p": 2},
+    {"top_k": -2}, {"top_k": 1.5}, {"top_k": 2 ** 31},
+    {"presence_penalty": 3}, {"frequency_penalty": -2.5}, {"repetition_penalty": 0},
+    {"repetition_penalty": 11}, {"seed": -1}, {"seed": 0.5},
+    {"max_tokens": 0}, {"max_tokens": -3}, {"max_tokens": 2 ** 31}, {"max_tokens": "ten"},
+    {"n": 0}, {"n": 17}, {"n": 1.5},
+    {"logprobs": 21}, {"logprobs": -1}, {"logprobs": True},
+]
+BAD_CHAT_NUMBERS = [
+    {"logprobs": 3}, {"top_logprobs": 21}, {"top_logprobs": 2},  # needs logprobs: true
+    {"max_completion_tokens": 0},
+]
+
+
+def test_bad_numbers_get_the_servers_error(tmp_path, lpx_bin, smollm2, server):
+    """A table of bodies with a number out of range (or of the wrong type): lpx batch
+    refuses each line with exactly the message lpx serve gives in its 400, which also
+    names the field as param."""
+    rows, want = [], {}
+    for i, extra in enumerate(BAD_NUMBERS + BAD_CHAT_NUMBERS):
+        chat = i >= len(BAD_NUMBERS)
+        body = ({"messages": [{"role": "user", "content": "Hi"}]} if chat
+                else {"prompt": "Hi"}) | {"max_tokens": 1} | extra
+        a = server.post("/v1/chat/completions" if chat else "/v1/completions", body)
+        assert a.status_code == 400, (body, a.text)
+        err = a.json()["error"]
+        assert err["param"] == next(iter(extra)), err
+        rows.append({"id": f"b{i}"} | body)
+        want[f"b{i}"] = f"line {i + 1}: " + err["message"]
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, rows)
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(tmp_path / "o"), "-m", smollm2, "-c", str(CTX))
+    assert r.returncode == 1, r.stderr
+    assert failures(tmp_path / "o") == want
+
+
+def test_invalid_utf8_lines_and_ids_are_written_as_utf8(tmp_path, lpx_bin, smollm2, server):
+    """Lines holding bytes that are not UTF-8 are refused as serve refuses such a body
+    (the same byte named); every byte lpx batch writes (failures.jsonl with the ids,
+    run.log) is valid UTF-8, decoded strictly."""
+    bad = b"\xff\xfe\xc3("
+    lines = [b'{"id": "a' + bad + b'", "prompt": "hi", "max_tokens": 2}',
+             b'{"id": "b", "prompt": "x' + bad + b'", "max_tokens": 2}',
+             b'{"custom_id": "c' + bad + b'", "method": "POST", "url": "/v1/x", "body": {}}',
+             b'{"id": "ok", "prompt": "hi", "max_tokens": 2}']
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b"\n".join(lines) + b"\n")
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(tmp_path / "o"), "-m", smollm2, "-c", str(CTX))
+    assert r.returncode == 1, r.stderr
+    for name in ("failures.jsonl", "results.jsonl", "summary.json", "run.log"):
+        (tmp_path / "o" / name).read_bytes().decode("utf-8", errors="strict")
+    got = {f["custom_id"]: f["error"] for f in
+           (json.loads(l) for l in (tmp_path / "o" / "failures.jsonl").read_bytes()
+            .decode("utf-8", errors="strict").splitlines())}
+    import httpx
+    a = httpx.post(server.url + "/v1/completions", headers={"Content-Type": "application/json"},
+                   content=b'{"prompt": "x' + bad + b'", "max_tokens": 2}')
+    assert a.status_code == 400
+    assert a.json()["error"]["message"] == "the request body is not valid UTF-8 (byte 13: 0xFF)"
+    assert got == {"a\ufffd\ufffd\ufffd(": "line 1: not valid UTF-8 (byte 9: 0xFF)",
+                   "b": "line 2: not valid UTF-8 (byte 24: 0xFF)",
+                   "c\ufffd\ufffd\ufffd(": 'line 3: url must be "/v1/chat/completions" or '
+                                             '"/v1/completions"'}

@@ -152,6 +152,16 @@ http {{
     assert re.search(r"proxy_next_upstream .*\bnon_idempotent\b", text)
 
 
+def test_nginx_per_address_limit_is_lpxs(lpx_bin):
+    """Behind nginx lpx sees one address: the config keeps lpx's per-client limit."""
+    text = (DEPLOY / "nginx/lpx-upstream.conf").read_text()
+    m = re.search(r"^\s*limit_conn lpx_per_ip (\d+);", text, re.M)
+    h = subprocess.run([lpx_bin, "serve", "--help"], capture_output=True, text=True).stdout
+    d = re.search(r"--max-connections-per-ip N\s+1 to \d+ \(default (\d+)", h)
+    assert m and d and m.group(1) == d.group(1)
+    assert re.search(r"^limit_conn_zone \$binary_remote_addr zone=lpx_per_ip:", text, re.M)
+
+
 def test_slurm_array_then_merge(tmp_path, lpx_bin, smollm2):
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"Item {i}:", "max_tokens": 1})

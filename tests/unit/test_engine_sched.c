@@ -558,6 +558,55 @@ static void *submitter(void *arg) {
     return NULL;
 }
 
+/* A group (one client request's n choices) runs at most max_seqs_per_group sequences:
+ * a later request starts while the group's other choices wait, and every choice still
+ * gives the reference's tokens. */
+static void group_cap(void) {
+    for (int ahead = 0; ahead < 2; ahead++) {
+        lpx_engine *e = make_on(ahead, false, 4, 64, 64, 4);
+        e->cfg.max_seqs_per_group = 2;
+        int32_t pa[9], pb[5];
+        make_prompt(21, pa, 9);
+        make_prompt(22, pb, 5);
+        enum { NA = 6, MT = 6 };
+        static result ra[NA], rb;
+        lpx_request rq;
+        lpx_request_init(&rq);
+        rq.prompt_ids = pa;
+        rq.n_prompt_ids = 9;
+        rq.max_tokens = MT;
+        rq.ignore_eos = true;
+        uint64_t id, first = 0;
+        for (int i = 0; i < NA; i++) {
+            memset(&ra[i], 0, sizeof ra[i]);
+            rq.group = first;
+            CHECK(lpx_engine_submit(e, &rq, on_event, &ra[i], &id) == LPX_OK);
+            if (!first) first = id;
+        }
+        submit_greedy(e, pb, 5, MT, &rb);
+        bool busy = true;
+        int max_running = 0, b_first_at = -1, a_done_at = -1;
+        for (int step = 0; busy && step < 1000; step++) {
+            CHECK(lpx_engine_step(e, &busy) == LPX_OK);
+            int running = 0, done = 0;
+            for (int i = 0; i < NA; i++) {
+                running += ra[i].n > 0 && !ra[i].finish;
+                done += ra[i].finish != 0;
+            }
+            if (running > max_running) max_running = running;
+            if (rb.n > 0 && b_first_at < 0) b_first_at = step;
+            if (done == NA && a_done_at < 0) a_done_at = step;
+        }
+        CHECK(!busy);
+        CHECK(max_running == 2);
+        CHECK(b_first_at >= 0 && b_first_at < 3 && a_done_at > b_first_at + MT);
+        for (int i = 0; i < NA; i++)
+            CHECK(greedy_ok(&ra[i], pa, 9, MT));
+        CHECK(greedy_ok(&rb, pb, 5, MT));
+        lpx_engine_destroy(e);
+    }
+}
+
 int main(void) {
     model.cfg.vocab_size = VOCAB;
     model.cfg.max_position_embeddings = MAXPOS;
@@ -585,6 +634,7 @@ int main(void) {
                 CHECK(h[0] == 0 && h[1] == 0); /* alone, or all admitted in one step */
             }
     CHECK(violations == 0);
+    group_cap();
 
     /* EOS ends a greedy run with "stop" exactly where the reference emits it;
      * ignore_eos runs on to max_tokens. */
