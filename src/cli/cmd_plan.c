@@ -126,10 +126,14 @@ static void print_text(const char *model, const lpx_model_info *mi, const lpx_pl
                      "%.2f TB/s\n",
            g->name, g->mem_bytes / GIB, g->bandwidth / (g->host ? 1e9 : 1e12));
     printf("               bandwidth: %s\n", g->bandwidth_source);
-    char held[32], read[32];
-    decimal_bytes(m->weight_bytes, held, sizeof held);
-    decimal_bytes(m->decode_bytes_per_step, read, sizeof read);
-    printf("  weights      %s held, %s read per decode step\n", held, read);
+    char held[32], read[32], file[32];
+    decimal_bytes(r->weight_bytes, held, sizeof held);
+    decimal_bytes(r->decode_bytes_per_step, read, sizeof read);
+    decimal_bytes(m->weight_bytes, file, sizeof file);
+    const bool copy = r->weights_bf16 && r->weight_bytes != m->weight_bytes;
+    printf("  weights      %s held, %s read per decode step%s%s%s\n", held, read,
+           copy ? " (the CUDA backend's bf16 copy; the file's blocks: " : "", copy ? file : "",
+           copy ? ")" : "");
     for (int d = 0; d < 2; d++)
         if (r->kv[d].bytes_per_token)
             printf(
@@ -144,7 +148,7 @@ static void print_text(const char *model, const lpx_model_info *mi, const lpx_pl
     printf("  memory       %.0f%% of %.1f GiB = %.1f GiB; minus weights %.2f GiB and reserve %.2f "
            "GiB leaves %.1f GiB for KV\n",
            p->mem_utilization * 100, g->mem_bytes / GIB, r->usable_bytes / GIB,
-           m->weight_bytes / GIB, p->reserve_bytes / GIB, r->kv_budget / GIB);
+           r->weight_bytes / GIB, p->reserve_bytes / GIB, r->kv_budget / GIB);
     if (r->fits)
         printf("  fits         yes: %lld sequences of %lld tokens (%lld KV tokens in all)\n",
                (long long)r->max_seqs, (long long)p->max_model_len, (long long)r->max_tokens);
@@ -168,8 +172,10 @@ static int print_json(const char *model, const lpx_plan_model *m, const lpx_plan
                       const lpx_plan_params *p, const lpx_plan *r) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", model);
-    cJSON_AddNumberToObject(o, "weight_bytes", (double)m->weight_bytes);
-    cJSON_AddNumberToObject(o, "decode_bytes_per_step", (double)m->decode_bytes_per_step);
+    cJSON_AddNumberToObject(o, "weight_bytes", (double)r->weight_bytes);
+    cJSON_AddNumberToObject(o, "decode_bytes_per_step", (double)r->decode_bytes_per_step);
+    cJSON_AddStringToObject(o, "weights_as", r->weights_bf16 ? "bf16" : "stored");
+    cJSON_AddNumberToObject(o, "file_weight_bytes", (double)m->weight_bytes);
     cJSON_AddStringToObject(o, "kv_cache_dtype", lpx_kv_dtype_name(r->kv_dtype));
     cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)r->kv_bytes_per_token);
     cJSON *kd = cJSON_AddObjectToObject(o, "kv_dtypes");

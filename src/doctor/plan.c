@@ -123,10 +123,21 @@ lpx_status lpx_plan_compute(const lpx_plan_model *m, const lpx_plan_gpu *g,
     out->kv_dtype = fp8 ? LPX_KV_FP8 : wide;
     out->kv_bytes_per_token = fp8 ? m->kv_bytes_per_token_fp8 : wide_bpt;
     const int64_t bpt = out->kv_bytes_per_token;
-    out->floor_ms = (double)m->decode_bytes_per_step / g->bandwidth * 1e3;
-    out->floor_tok_s = 1e3 / out->floor_ms;
     out->usable_bytes = (int64_t)((double)g->mem_bytes * p->mem_utilization);
-    out->kv_budget = out->usable_bytes - m->weight_bytes - p->reserve_bytes;
+    /* the CUDA backend's rule: bf16 where it fits beside the rest (here: the reserve and
+     * one sequence of max_model_len), else the file's blocks */
+    int64_t seq = 0;
+    out->weight_bytes = m->weight_bytes;
+    out->decode_bytes_per_step = m->decode_bytes_per_step;
+    if (!g->host && m->weight_bytes_bf16 > 0 && lpx_mul_i64(p->max_model_len, bpt, &seq) &&
+        out->usable_bytes - m->weight_bytes_bf16 - p->reserve_bytes >= seq) {
+        out->weights_bf16 = true;
+        out->weight_bytes = m->weight_bytes_bf16;
+        out->decode_bytes_per_step = m->decode_bytes_bf16;
+    }
+    out->floor_ms = (double)out->decode_bytes_per_step / g->bandwidth * 1e3;
+    out->floor_tok_s = 1e3 / out->floor_ms;
+    out->kv_budget = out->usable_bytes - out->weight_bytes - p->reserve_bytes;
     const int64_t per_dtype[2] = {wide_bpt, m->kv_bytes_per_token_fp8};
     for (int d = 0; d < 2; d++) {
         lpx_plan_kv *k = &out->kv[d];
@@ -149,7 +160,7 @@ lpx_status lpx_plan_compute(const lpx_plan_model *m, const lpx_plan_gpu *g,
         r->batch = p->batches[i];
         int64_t toks, kv;
         if (!lpx_mul_i64(r->batch, p->context, &toks) || !lpx_mul_i64(toks, bpt, &kv) ||
-            !lpx_add_i64(kv, m->decode_bytes_per_step, &r->bytes_per_step))
+            !lpx_add_i64(kv, out->decode_bytes_per_step, &r->bytes_per_step))
             return lpx_errorf(LPX_ERR_INVALID_ARG, "batch %lld x context %lld overflows",
                               (long long)r->batch, (long long)p->context);
         r->ms_per_step = (double)r->bytes_per_step / g->bandwidth * 1e3;

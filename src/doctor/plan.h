@@ -20,8 +20,12 @@
 
 /* What plan needs of a model (lpx_model_info has all of it). */
 typedef struct lpx_plan_model {
-    int64_t weight_bytes;           /* held in GPU memory */
-    int64_t decode_bytes_per_step;  /* read per decode step at batch 1 */
+    int64_t weight_bytes;          /* as the file stores them (the CPU backend's) */
+    int64_t decode_bytes_per_step; /* read per decode step at batch 1, as stored */
+    /* the CUDA backend's copy where it fits: matrices in bf16 (2 bytes a value), norms
+     * and biases in f32; it keeps the file's blocks only when that copy does not fit
+     * (docs/backend.md); 0: unknown */
+    int64_t weight_bytes_bf16, decode_bytes_bf16;
     int64_t kv_bytes_per_token;     /* K and V of every layer, bf16 */
     int64_t kv_bytes_per_token_fp8; /* the same in fp8 with its scales; 0: unknown */
     int64_t max_position_embeddings;
@@ -90,6 +94,10 @@ typedef struct lpx_plan_row {
 } lpx_plan_row;
 
 typedef struct lpx_plan {
+    /* the weights the backend holds and reads a step: a GPU's bf16 copy where weights,
+     * reserve and one full-length sequence fit in it, else the file's bytes */
+    bool weights_bf16;
+    int64_t weight_bytes, decode_bytes_per_step;
     lpx_kv_dtype kv_dtype;      /* the dtype of the figures below (params' auto: bf16) */
     int64_t kv_bytes_per_token; /* at that dtype */
     double floor_ms;            /* batch 1, empty context: weights alone */

@@ -29,6 +29,10 @@ def ref(smollm2):
     head_dim = meta["llama.embedding_length"] // meta["llama.attention.head_count"]
     return {
         "weight_bytes": sum(int(t.n_bytes) for t in r.tensors),
+        # the CUDA backend's copy where it fits: matrices bf16, vectors (norms) f32
+        "bf16_bytes": sum(int(t.n_elements) * (2 if len([x for x in t.shape if x > 1]) > 1 else 4)
+                          for t in r.tensors),
+        "d": int(meta["llama.embedding_length"]),
         # K and V, every layer, bf16 cache
         "kv": int(meta["llama.block_count"]) * 2 * int(meta["llama.attention.head_count_kv"])
         * int(head_dim) * 2,
@@ -41,7 +45,10 @@ def test_plan_json_against_the_file(lpx_bin, smollm2, ref):
             "--batch", "1,32", "--json")
     assert r.returncode == 0, r.stderr
     p = json.loads(r.stdout)
-    assert p["weight_bytes"] == ref["weight_bytes"]
+    # an H200 holds the bf16 copy (the file's Q4_1/Q8_0 blocks are converted where they fit)
+    assert p["weights_as"] == "bf16" and p["file_weight_bytes"] == ref["weight_bytes"]
+    assert p["weight_bytes"] == ref["bf16_bytes"] > 2 * ref["weight_bytes"]
+    assert p["decode_bytes_per_step"] == ref["bf16_bytes"] + 2 * ref["d"]  # tied: + one row
     assert p["kv_bytes_per_token"] == ref["kv"] == 23040
     assert p["max_model_len"] == ref["ctx"] and p["context"] == 1000
     # tied embeddings: the whole table is read as lm_head, plus one row looked up
@@ -57,6 +64,23 @@ def test_plan_json_against_the_file(lpx_bin, smollm2, ref):
     budget = int(H200_MEM * 0.9) - p["weight_bytes"] - GIB
     assert p["max_seqs"] == budget // (ref["ctx"] * ref["kv"])
     assert p["fits"] is True
+
+
+def test_plan_keeps_the_file_when_bf16_does_not_fit(lpx_bin, smollm2, ref):
+    """The CUDA backend's rule: bf16 where weights, reserve and a full-length sequence fit,
+    else the file's blocks. A memory between the two needs holds the file's bytes."""
+    seq = ref["ctx"] * ref["kv"]
+    need_file = (ref["weight_bytes"] + GIB + seq) / 0.9
+    need_bf16 = (ref["bf16_bytes"] + GIB + seq) / 0.9
+    assert need_file < need_bf16
+    for mem, want in (((need_file + need_bf16) / 2, "stored"), (need_bf16 * 1.01, "bf16")):
+        r = run(lpx_bin, "plan", "-m", smollm2, "--gpu", "h200", "--memory", str(mem / GIB), "--json")
+        assert r.returncode == 0, r.stderr
+        p = json.loads(r.stdout)
+        assert p["weights_as"] == want and p["fits"] is True
+        assert p["weight_bytes"] == (ref["weight_bytes"] if want == "stored" else ref["bf16_bytes"])
+    r = run(lpx_bin, "plan", "-m", smollm2, "--gpu", "h200")
+    assert "(the CUDA backend's bf16 copy; the file's blocks: " in r.stdout
 
 
 def test_plan_text_and_errors(lpx_bin, smollm2):
@@ -163,21 +187,24 @@ def qwen3_06b(tmp_path_factory):
 def test_plan_qwen3_06b_hand_computed(lpx_bin, qwen3_06b):
     """Per layer: wq 2048x1024 + wk, wv 1024x1024 + wo 1024x2048 + gate/up/down 3x3072x1024
     + norms 2x1024 + 2x128 = 15,730,944 params; x28 + final norm 1024 + the tied embedding
-    151936x1024 = 596,049,920 params = 1,192,099,840 B held, and read once per step as
-    lm_head, plus the one embedding row of the step's token (1024 x 2 B): 1,192,101,888 B
-    = 1.192 GB. KV: 28 x 2 x 8 x 128 x 2 B = 114,688 B. At 4.08 TB/s: 0.292 ms/token."""
+    151936x1024 = 596,049,920 params = 1,192,099,840 B in the file, and on the GPU the
+    norms in f32 (65,536 values, 131,072 B more): 1,192,230,912 B held, read once per step
+    (the embedding as lm_head), plus the one embedding row of the step's token (1024 x
+    2 B): 1,192,232,960 B = 1.192 GB. KV: 28 x 2 x 8 x 128 x 2 B = 114,688 B. At 4.08
+    TB/s: 0.292 ms/token."""
     r = run(lpx_bin, "plan", "-m", qwen3_06b, "--gpu", "h200", "--bandwidth", "4.08",
             "--memory", str(H200_MEM / GIB), "--json")
     assert r.returncode == 0, r.stderr
     p = json.loads(r.stdout)
-    assert p["weight_bytes"] == 1192099840
-    assert p["decode_bytes_per_step"] == 1192099840 + 1024 * 2
+    assert p["file_weight_bytes"] == 1192099840 and p["weights_as"] == "bf16"
+    assert p["weight_bytes"] == 1192230912
+    assert p["decode_bytes_per_step"] == 1192230912 + 1024 * 2
     assert p["kv_bytes_per_token"] == 114688
-    assert p["floor_ms_per_token"] == pytest.approx(1192101888 / 4.08e12 * 1e3, rel=1e-9)
+    assert p["floor_ms_per_token"] == pytest.approx(1192232960 / 4.08e12 * 1e3, rel=1e-9)
     assert round(p["floor_ms_per_token"], 3) == 0.292
-    assert p["floor_tok_s"] == pytest.approx(4.08e12 / 1192101888, rel=1e-9)
+    assert p["floor_tok_s"] == pytest.approx(4.08e12 / 1192232960, rel=1e-9)
     assert p["max_model_len"] == 40960 and p["max_seqs"] == 28 and p["fits"]
     r = run(lpx_bin, "plan", "-m", qwen3_06b, "--gpu", "h200")  # the table's measured 4.08
     assert "1.192 GB held, 1.192 GB read per decode step" in r.stdout
     assert "114688 bytes per token" in r.stdout
-    assert "floor        batch 1, empty context: 0.292 ms/token = 3423 tok/s" in r.stdout
+    assert "floor        batch 1, empty context: 0.292 ms/token = 3422 tok/s" in r.stdout
