@@ -80,8 +80,8 @@ const char *lpx_check_level_name(lpx_check_level l) {
 }
 
 bool lpx_checks_no_gpu(const lpx_host_facts *h, const lpx_telemetry_state *st, lpx_checks *out) {
-    if (st->nvml_loaded || st->cuda_loaded || h->dev_nvidiactl || h->dev_nvidia_n > 0 || h->dev_nvidia_uvm ||
-        (h->modules_readable && (h->nvidia_module || h->nouveau_module)))
+    if (st->nvml_loaded || st->cuda_loaded || h->dev_nvidiactl || h->dev_nvidia_n > 0 ||
+        h->dev_nvidia_uvm || (h->modules_readable && (h->nvidia_module || h->nouveau_module)))
         return false;
     static const char *const ids[] = {"build.cuda",  "driver.module", "driver.devices",
                                       "driver.nvml", "driver.cuda",   "gpu.count",
@@ -498,22 +498,32 @@ void lpx_eval_memory(const lpx_gpu_facts *f, const lpx_gpu_sample *s, const lpx_
             tot, fr, used);
         return;
     }
+    /* the CUDA backend's rule: its bf16 copy of the weights where that fits the free
+     * memory with the rest, else the file's blocks */
+    int64_t weights = need->weights, total = need->total;
+    const int64_t total_bf16 = need->total - need->weights + need->weights_bf16;
+    const bool bf16 = need->weights_bf16 > 0 && total_bf16 <= s->mem_free;
+    if (bf16) {
+        weights = need->weights_bf16;
+        total = total_bf16;
+    }
     char what[256], fix[384];
     snprintf(what, sizeof what,
-             "%.2f GiB = weights %.2f + KV %.2f (%lld tokens x %lld sequences) + reserve %.2f",
-             gib(need->total), gib(need->weights), gib(need->kv), (long long)need->max_model_len,
-             (long long)need->max_num_seqs, gib(need->reserve));
+             "%.2f GiB = weights %.2f%s + KV %.2f (%lld tokens x %lld sequences) + reserve %.2f",
+             gib(total), gib(weights), bf16 && weights != need->weights ? " (bf16 copy)" : "",
+             gib(need->kv), (long long)need->max_model_len, (long long)need->max_num_seqs,
+             gib(need->reserve));
     snprintf(fix, sizeof fix,
              "lower --max-model-len or --max-num-seqs (lpx plan -m MODEL shows what fits), use a "
              "quantized model, or free the GPU");
-    if (need->total > s->mem_total)
+    if (total > s->mem_total)
         set(c, LPX_CHECK_FAIL, fix, "the model needs %s, more than the GPU's %.1f GiB", what, tot);
-    else if (need->total > s->mem_free)
+    else if (total > s->mem_free)
         set(c, LPX_CHECK_FAIL, fix,
             "the model needs %s, only %.1f GiB of %.1f GiB are free (%.1f GiB in use: see "
             "gpu%d.processes)",
             what, fr, tot, used, f->index);
-    else if ((double)need->total > 0.9 * (double)s->mem_free)
+    else if ((double)total > 0.9 * (double)s->mem_free)
         set(c, LPX_CHECK_WARN, fix, "the model needs %s of %.1f GiB free: less than 10%% to spare",
             what, fr);
     else

@@ -83,8 +83,9 @@ bool lpx_checks_no_gpu(const lpx_host_facts *h, const lpx_telemetry_state *st, l
 
 /* Memory a model needs on the GPU; need < 0: no model given. */
 typedef struct lpx_model_need {
-    int64_t total; /* bytes */
+    int64_t total; /* bytes, with the weights as stored */
     int64_t weights, kv, reserve;
+    int64_t weights_bf16; /* the CUDA backend's bf16 copy (lpx_plan_model); 0: unknown */
     int64_t max_model_len, max_num_seqs;
 } lpx_model_need;
 

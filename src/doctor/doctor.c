@@ -120,6 +120,7 @@ lpx_status lpx_model_need_compute(const lpx_plan_model *m, int64_t max_model_len
                                   int64_t max_num_seqs, int64_t reserve, lpx_model_need *out) {
     memset(out, 0, sizeof *out);
     out->weights = m->weight_bytes;
+    out->weights_bf16 = m->weight_bytes_bf16;
     out->reserve = reserve;
     out->max_model_len = max_model_len;
     out->max_num_seqs = max_num_seqs;
@@ -431,6 +432,7 @@ char *lpx_doctor_json(const lpx_doctor_report *r) {
         cJSON *n = cJSON_AddObjectToObject(root, "model_need");
         cJSON_AddNumberToObject(n, "total_bytes", (double)r->need.total);
         cJSON_AddNumberToObject(n, "weight_bytes", (double)r->need.weights);
+        cJSON_AddNumberToObject(n, "weight_bytes_bf16", (double)r->need.weights_bf16);
         cJSON_AddNumberToObject(n, "kv_bytes", (double)r->need.kv);
         cJSON_AddNumberToObject(n, "reserve_bytes", (double)r->need.reserve);
         cJSON_AddNumberToObject(n, "max_model_len", (double)r->need.max_model_len);

@@ -192,6 +192,23 @@ static void test_memory(void) {
     CHECK(c.level == LPX_CHECK_FAIL && has(c.found, "more than the GPU"));
     lpx_eval_memory(&f, &s, NULL, &c);
     CHECK(c.level == LPX_CHECK_OK && has(c.found, "-m MODEL"));
+    /* a quantized file (0.4 GB) whose bf16 copy (1.19 GB) the CUDA backend holds where it
+     * fits the free memory: counted as that copy; with too little free for the copy but
+     * enough for the file's blocks, as stored (the backend's rule) */
+    need = (lpx_model_need){.weights = 400000000,
+                            .weights_bf16 = 1192099840,
+                            .kv = 40960LL * 114688,
+                            .reserve = GIB,
+                            .max_model_len = 40960,
+                            .max_num_seqs = 1};
+    need.total = need.weights + need.kv + need.reserve;
+    s = h200_idle();
+    lpx_eval_memory(&f, &s, &need, &c);
+    CHECK(c.level == LPX_CHECK_OK && has(c.found, "weights 1.11 (bf16 copy)"));
+    s.mem_free = need.total + 100000000, s.mem_used = s.mem_total - s.mem_free;
+    lpx_eval_memory(&f, &s, &need, &c);
+    CHECK(c.level != LPX_CHECK_FAIL && has(c.found, "weights 0.37 +") &&
+          !has(c.found, "bf16 copy"));
 }
 
 static void test_ecc_persistence_mig_temp_power(void) {
