@@ -1,6 +1,7 @@
 /* lpx inspect MODEL [--json]: what a model is and what it costs to run. */
 #include "cli/commands.h"
 #include "cli/opts.h"
+#include "doctor/plan.h"
 #include "lpx.h"
 #include "model/model.h"
 
@@ -84,6 +85,10 @@ static bool print_json(const lpx_model *m, const lpx_model_info *in) {
     cJSON_AddStringToObject(o, "quantization", in->quantization);
     cJSON_AddNumberToObject(o, "weight_bytes", (double)in->weight_bytes);
     cJSON_AddNumberToObject(o, "decode_bytes_per_step", (double)in->decode_bytes_per_step);
+    int64_t held, read;
+    lpx_plan_bf16_bytes(m, in, &held, &read);
+    cJSON_AddNumberToObject(o, "cuda_bf16_weight_bytes", (double)held);
+    cJSON_AddNumberToObject(o, "cuda_bf16_decode_bytes_per_step", (double)read);
     cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)in->kv_bytes_per_token);
     cJSON_AddNumberToObject(o, "kv_bytes_per_token_fp8", (double)in->kv_bytes_per_token_fp8);
     cJSON_AddBoolToObject(o, "has_chat_template", in->has_chat_template);
@@ -146,6 +151,11 @@ static void print_text(const lpx_model *m, const lpx_model_info *in) {
     printf("weight bytes        %s\n", human((double)in->weight_bytes, b1, sizeof b1));
     printf("bytes per decode    %s (one embedding row, all layers, lm_head)\n",
            human((double)in->decode_bytes_per_step, b1, sizeof b1));
+    int64_t held, read;
+    lpx_plan_bf16_bytes(m, in, &held, &read);
+    char b2[32];
+    printf("on CUDA             %s held, %s a step: its bf16 copy where it fits, else as stored\n",
+           human((double)held, b1, sizeof b1), human((double)read, b2, sizeof b2));
     printf("KV bytes per token  %lld bf16, %lld fp8 (--kv-cache-dtype; cpu auto: f32, %lld)\n",
            (long long)in->kv_bytes_per_token, (long long)in->kv_bytes_per_token_fp8,
            (long long)in->kv_bytes_per_token * 2);

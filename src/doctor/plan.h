@@ -41,6 +41,11 @@ typedef struct lpx_gpu_spec {
     double measured;   /* bytes/s read-only bandwidth measured by lpx; 0: none */
 } lpx_gpu_spec;
 
+/* The CUDA backend's bf16 copy of m's weights (info: lpx_model_info_get's): bytes held
+ * (matrices 2 a value, vectors f32) and read per decode step; 0 when unknown. */
+void lpx_plan_bf16_bytes(const lpx_model *m, const lpx_model_info *info, int64_t *held,
+                         int64_t *read);
+
 /* Opens a model (lpx_model_open) and takes its sizes; info may be NULL. */
 lpx_status lpx_plan_model_load(const char *path, lpx_plan_model *out, lpx_model_info *info);
 

@@ -88,6 +88,13 @@ def test_smollm2(lpx_bin, smollm2):
     # Tied: the whole embedding is read as lm_head, plus one row for the input token.
     embd_bytes = 49152 * 576 // 32 * 34
     assert got["decode_bytes_per_step"] == got["weight_bytes"] + embd_bytes // 49152
+    # What the CUDA backend holds where it fits: every matrix in bf16, norms in f32,
+    # counted from the gguf package's tensors; a step reads it plus one embedding row.
+    import gguf
+    bf16 = sum(int(t.n_elements) * (2 if len([x for x in t.shape if x > 1]) > 1 else 4)
+               for t in gguf.GGUFReader(smollm2).tensors)
+    assert got["cuda_bf16_weight_bytes"] == bf16
+    assert got["cuda_bf16_decode_bytes_per_step"] == bf16 + 576 * 2
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3"])
