@@ -287,30 +287,13 @@ __global__ void __launch_bounds__(AD_THREADS)
         /* the token's key (which 0) or value as cached: into kcur/vcur, and by the
          * item that holds p0 into the cache */
         auto put = [&](const float (&x)[DPL]) {
-            kv_elem<F8> *cur = which ? sm.vcur : sm.kcur;
+            float *cur_s = nullptr, *dst_s = nullptr;
             if constexpr (F8) {
-                float xb[DPL];
-                uint8_t code[DPL];
-#pragma unroll
-                for (int e = 0; e < DPL; e++) xb[e] = bf2f(f2bf(x[e]));
-                const float sc = warp_fp8_quantize<DPL>(xb, code);
-#pragma unroll
-                for (int e = 0; e < DPL; e++) {
-                    cur[lane * DPL + e] = code[e];
-                    if (own && slot >= 0) kv[cache + e] = code[e];
-                }
-                if (lane == 0) {
-                    (which ? sm.vcs : sm.kcs) = sc;
-                    if (own && slot >= 0) kvs[kv_scale_at(g, layer, which, kvh, cb, cs_)] = sc;
-                }
-            } else {
-#pragma unroll
-                for (int e = 0; e < DPL; e++) {
-                    const bf16 xb = f2bf(x[e]);
-                    cur[lane * DPL + e] = xb;
-                    if (own && slot >= 0) kv[cache + e] = xb;
-                }
+                cur_s = which ? &sm.vcs : &sm.kcs;
+                dst_s = kvs + kv_scale_at(g, layer, which, kvh, cb, cs_);
             }
+            kv_put_head<F8, DPL>(x, which ? sm.vcur : sm.kcur, cur_s, kv + cache, dst_s,
+                                 own && slot >= 0);
         };
         if (r == G + 1) { /* v */
             put(v);

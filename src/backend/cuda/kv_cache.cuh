@@ -166,6 +166,41 @@ static __device__ __forceinline__ float warp_fp8_quantize(const float (&x)[DPL],
     return LPX_KV_FDIV(amax, LPX_KV_FP8_MAX);
 }
 
+/* The token's own key or value head, held by a warp (DPL values a lane, x), as the
+ * cache holds it: into the block's copy cur (bf16 values, or F8 codes with the scale
+ * into *cur_scale) and, when store, into the cache at dst (the lane's first element;
+ * F8: the scale at *dst_scale). F8's pointers to scales are unused for bf16. */
+template <bool F8, int DPL>
+static __device__ __forceinline__ void kv_put_head(const float (&x)[DPL], kv_elem<F8> *cur,
+                                                   float *cur_scale, kv_elem<F8> *dst,
+                                                   float *dst_scale, bool store) {
+    const int lane = threadIdx.x & 31;
+    if constexpr (F8) {
+        float xb[DPL];
+        uint8_t code[DPL];
+#pragma unroll
+        for (int e = 0; e < DPL; e++)
+            xb[e] = bf2f(f2bf(x[e]));
+        const float sc = warp_fp8_quantize<DPL>(xb, code);
+#pragma unroll
+        for (int e = 0; e < DPL; e++) {
+            cur[lane * DPL + e] = code[e];
+            if (store) dst[e] = code[e];
+        }
+        if (lane == 0) {
+            *cur_scale = sc;
+            if (store) *dst_scale = sc;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < DPL; e++) {
+            const bf16 xb = f2bf(x[e]);
+            cur[lane * DPL + e] = xb;
+            if (store) dst[e] = xb;
+        }
+    }
+}
+
 /* The same for a head held by a whole block, one bf16-rounded value a thread (x):
  * returns the thread's code and sets *scale. Every thread of the block calls it. */
 static __device__ __forceinline__ uint8_t block_fp8_quantize(float x, float *scale) {

@@ -302,30 +302,12 @@ __global__ void __maxnreg__(GM <= 2 ? QA_MAXNREG : GM <= 4 ? 80 : 255) /* see QA
         /* the token's key (which 0) or value as cached: into kn/vn, and by the
          * cluster's last block into the cache */
         auto put = [&](const float (&x)[DPL]) {
-            kv_elem<F8> *cur = which ? sm.vn : sm.kn;
+            float *cur_s = nullptr, *dst_s = nullptr;
             if constexpr (F8) {
-                float xb[DPL];
-                uint8_t code[DPL];
-#pragma unroll
-                for (int e = 0; e < DPL; e++) xb[e] = bf2f(f2bf(x[e]));
-                const float sc = warp_fp8_quantize<DPL>(xb, code);
-#pragma unroll
-                for (int e = 0; e < DPL; e++) {
-                    cur[lane * DPL + e] = code[e];
-                    if (store) kv[cache + e] = code[e];
-                }
-                if (lane == 0) {
-                    (which ? sm.vns : sm.kns) = sc;
-                    if (store) kvs[kv_scale_at(g, layer, which, kvh, cb, cs_)] = sc;
-                }
-            } else {
-#pragma unroll
-                for (int e = 0; e < DPL; e++) {
-                    const bf16 xb = f2bf(x[e]);
-                    cur[lane * DPL + e] = xb;
-                    if (store) kv[cache + e] = xb;
-                }
+                cur_s = which ? &sm.vns : &sm.kns;
+                dst_s = kvs + kv_scale_at(g, layer, which, kvh, cb, cs_);
             }
+            kv_put_head<F8, DPL>(x, which ? sm.vn : sm.kn, cur_s, kv + cache, dst_s, store);
         };
         if (r == G + 1) { /* v */
             put(v);
