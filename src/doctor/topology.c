@@ -1,6 +1,8 @@
 /* GPU topology and NUMA verdicts (topology.h). */
 #include "doctor/topology.h"
 
+#include "base/appendf.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,16 +17,6 @@ static void setc(lpx_check *c, lpx_check_level level, const char *fix, const cha
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(c->found, sizeof c->found, fmt, ap);
-    va_end(ap);
-}
-
-static void appendf(char *buf, size_t cap, const char *fmt, ...) LPX_PRINTF(3, 4);
-static void appendf(char *buf, size_t cap, const char *fmt, ...) {
-    size_t n = strlen(buf);
-    if (n + 1 >= cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + n, cap - n, fmt, ap);
     va_end(ap);
 }
 
@@ -80,9 +72,9 @@ void lpx_cpulist_format(const lpx_cpu_mask *m, char *buf, size_t cap) {
         while (e + 1 < LPX_CPU_MASK_BITS && has(m, e + 1))
             e++;
         if (e > c)
-            appendf(buf, cap, "%s%d-%d", buf[0] ? "," : "", c, e);
+            lpx_appendf(buf, cap, "%s%d-%d", buf[0] ? "," : "", c, e);
         else
-            appendf(buf, cap, "%s%d", buf[0] ? "," : "", c);
+            lpx_appendf(buf, cap, "%s%d", buf[0] ? "," : "", c);
         c = e + 1;
     }
     if (!buf[0]) snprintf(buf, cap, "none");
@@ -140,24 +132,24 @@ const char *lpx_topo_link_name(const lpx_topology *t, int i, int j, char *buf, s
 void lpx_topo_matrix_text(const lpx_topology *t, char *buf, size_t cap) {
     char name[16];
     buf[0] = '\0';
-    appendf(buf, cap, "        ");
+    lpx_appendf(buf, cap, "        ");
     for (int j = 0; j < t->n; j++)
-        appendf(buf, cap, "GPU%-4d", j);
-    appendf(buf, cap, "NUMA\n");
+        lpx_appendf(buf, cap, "GPU%-4d", j);
+    lpx_appendf(buf, cap, "NUMA\n");
     for (int i = 0; i < t->n; i++) {
-        appendf(buf, cap, "GPU%-4d ", i);
+        lpx_appendf(buf, cap, "GPU%-4d ", i);
         for (int j = 0; j < t->n; j++)
-            appendf(buf, cap, "%-7s", lpx_topo_link_name(t, i, j, name, sizeof name));
+            lpx_appendf(buf, cap, "%-7s", lpx_topo_link_name(t, i, j, name, sizeof name));
         if (t->numa[i] == LPX_TEL_NA)
-            appendf(buf, cap, "?\n");
+            lpx_appendf(buf, cap, "?\n");
         else
-            appendf(buf, cap, "%d\n", t->numa[i]);
+            lpx_appendf(buf, cap, "%d\n", t->numa[i]);
     }
-    if (t->n_all > t->n) appendf(buf, cap, "(the first %d of %d GPUs)\n", t->n, t->n_all);
-    appendf(buf, cap,
-            "X itself, NV# # NVLinks (direct or through NVSwitches), PIX one PCIe switch, PXB\n"
-            "several, PHB a host bridge, NODE host bridges of one NUMA node, SYS across the\n"
-            "CPUs' interconnect, ? not known\n");
+    if (t->n_all > t->n) lpx_appendf(buf, cap, "(the first %d of %d GPUs)\n", t->n, t->n_all);
+    lpx_appendf(buf, cap,
+                "X itself, NV# # NVLinks (direct or through NVSwitches), PIX one PCIe switch, PXB\n"
+                "several, PHB a host bridge, NODE host bridges of one NUMA node, SYS across the\n"
+                "CPUs' interconnect, ? not known\n");
 }
 
 void lpx_eval_topology(const lpx_topology *t, lpx_check *out) {
@@ -180,7 +172,7 @@ void lpx_eval_topology(const lpx_topology *t, lpx_check *out) {
             nv += t->nvlinks[i][j] > 0;
             sys += !t->nvlinks[i][j] && t->level[i][j] > 40;
             n_pairs++;
-            appendf(pairs, sizeof pairs, "%s%d-%d %s", pairs[0] ? ", " : "", i, j, link);
+            lpx_appendf(pairs, sizeof pairs, "%s%d-%d %s", pairs[0] ? ", " : "", i, j, link);
         }
     if (same && n_pairs > 1) snprintf(pairs, sizeof pairs, "every pair %s", first);
     setc(out, LPX_CHECK_OK, NULL,

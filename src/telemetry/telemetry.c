@@ -4,6 +4,8 @@
 #define _GNU_SOURCE /* dlinfo */
 #include "telemetry/telemetry.h"
 
+#include "base/appendf.h"
+
 #include "base/error.h"
 #include "telemetry/nvml_abi.h"
 
@@ -80,16 +82,6 @@ struct lpx_telemetry {
     lpx_telemetry_state st;
 };
 
-static void appendf(char *buf, size_t cap, const char *fmt, ...) LPX_PRINTF(3, 4);
-static void appendf(char *buf, size_t cap, const char *fmt, ...) {
-    size_t n = strlen(buf);
-    if (n + 1 >= cap) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + n, cap - n, fmt, ap);
-    va_end(ap);
-}
-
 static const char *nvml_err(const lpx_telemetry *t, nvml_ret r) {
     static _Thread_local char buf[32];
     const char *s = t->nvmlErrorString ? t->nvmlErrorString(r) : NULL;
@@ -138,8 +130,8 @@ static void load_nvml(lpx_telemetry *t) {
                  "%.160s lacks %s (driver too old for lpx)", lib, #name);                          \
         ok = false;                                                                                \
     } else if (!t->name)                                                                           \
-        appendf(st->missing_symbols, sizeof st->missing_symbols, "%s%s",                           \
-                st->missing_symbols[0] ? " " : "", #name);
+        lpx_appendf(st->missing_symbols, sizeof st->missing_symbols, "%s%s",                       \
+                    st->missing_symbols[0] ? " " : "", #name);
     NVML_FUNCS(LOAD_FN)
     if (!ok) return;
     *(void **)&t->nvmlErrorString = dlsym(t->nvml_lib, "nvmlErrorString");
@@ -255,8 +247,8 @@ typedef struct reader {
 static bool got(reader *rd, const char *what, nvml_ret r) {
     if (r == NVML_SUCCESS) return true;
     if (r == NVML_ERROR_GPU_IS_LOST) rd->lost = true;
-    appendf(rd->unread, rd->cap, "%s%s: %s", rd->unread[0] ? "; " : "", what,
-            r == MISSING_SYMBOL ? "not in this libnvidia-ml" : nvml_err(rd->t, r));
+    lpx_appendf(rd->unread, rd->cap, "%s%s: %s", rd->unread[0] ? "; " : "", what,
+                r == MISSING_SYMBOL ? "not in this libnvidia-ml" : nvml_err(rd->t, r));
     return false;
 }
 #define READ(rd, fn, what, ...)                                                                    \
@@ -475,6 +467,6 @@ void lpx_throttle_text(int64_t bits, char *buf, size_t cap) {
         return;
     }
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (bits & names[i].bit) appendf(buf, cap, "%s%s", buf[0] ? ", " : "", names[i].name);
+        if (bits & names[i].bit) lpx_appendf(buf, cap, "%s%s", buf[0] ? ", " : "", names[i].name);
     if (!buf[0]) snprintf(buf, cap, "none");
 }
