@@ -380,6 +380,15 @@ static void quantize_tokens(void *arg, int64_t begin, int64_t end, int thread) {
         c->qk->quantize(c->x + t * c->ldx, c->xq + t * (c->cols / LPX_QK), c->cols);
 }
 
+/* y[k] (+)= v[k] + bias[k], k < n: one token's part of a tile. */
+static inline void store_rows(float *restrict y, const float *restrict v, const float *bias,
+                              bool accumulate, int n) {
+    for (int k = 0; k < n; k++) {
+        const float d = v[k] + (bias ? bias[k] : 0.0f);
+        y[k] = accumulate ? y[k] + d : d;
+    }
+}
+
 static void qmatmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
     const qmatmul_ctx *c = arg;
     const int64_t nb = c->cols / LPX_QK;
@@ -400,11 +409,8 @@ static void qmatmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
                 float out[CPU_QT_TOKENS][CPU_QT_ROWS];
                 tile(w, row_bytes, R, c->xq + t * nb, nb, T, out);
                 for (int i = 0; i < T; i++)
-                    for (int k = 0; k < R; k++) {
-                        float *y = &job->y[(t + i) * ldy + r + k];
-                        const float v = out[i][k] + (job->bias ? job->bias[r + k] : 0.0f);
-                        *y = job->accumulate ? *y + v : v;
-                    }
+                    store_rows(job->y + (t + i) * ldy + r, out[i], job->bias ? job->bias + r : NULL,
+                               job->accumulate, R);
             }
         }
         begin = stop + first;

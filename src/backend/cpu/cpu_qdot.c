@@ -138,8 +138,9 @@ AVX2 static inline float f16_avx2(const uint8_t *p) {
 
 /* 16 bytes of nibbles to 32 bytes 0..15 in element order (low nibbles first). */
 AVX2 static inline __m256i nibbles_avx2(const uint8_t *p) {
-    __m128i t = _mm_loadu_si128((const __m128i *)p);
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    /* the 16 bytes in both halves (one load), the upper half shifted by 4 */
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 }
 
@@ -233,22 +234,40 @@ AVX2 static inline ALWAYS __m256i wvals_avx2(const lpx_dtype t, const uint8_t *s
     }
 }
 
-/* The f16 at p[r] + off of 8 rows, as 8 floats. */
-AVX2 static inline ALWAYS __m256 gather_f16_avx2(const uint8_t *const p[8], size_t off) {
-    __m128i h = _mm_setzero_si128();
-#pragma GCC unroll 8
-    for (int r = 0; r < 8; r++) {
-        uint16_t v;
-        memcpy(&v, p[r] + off, 2);
-        h = _mm_insert_epi16(h, v, r);
-    }
-    return _mm256_cvtph_ps(h);
+/* Lane l of the tile's accumulators holds row LANE_ROW[l] (the order the
+ * gather below produces without a cross-lane permute). */
+static const int LANE_ROW[8] = {0, 1, 4, 5, 2, 3, 6, 7}, *const LANE_OF =
+                                                             LANE_ROW; /* its own inverse */
+
+AVX2 static inline ALWAYS int i32_at(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
-/* Lane r = the sum of p[r]'s 8 lanes (integer, exact). */
+/* The f16 pair at p[r] + off of 8 rows (Q4_1's d and m; for the other types
+ * the second is the first weight bytes, unused) as 8 floats each, in lane
+ * order. Inserts with constant lanes, which GCC and clang take as immediates. */
+AVX2 static inline ALWAYS void gather_f16x2_avx2(const uint8_t *const p[8], size_t off,
+                                                 __m256 *first, __m256 *second) {
+    __m128i lo = _mm_cvtsi32_si128(i32_at(p[0] + off)), hi = _mm_cvtsi32_si128(i32_at(p[4] + off));
+#define INS(r)                                                                                     \
+    lo = _mm_insert_epi32(lo, i32_at(p[r] + off), r);                                              \
+    hi = _mm_insert_epi32(hi, i32_at(p[r + 4] + off), r)
+    INS(1);
+    INS(2);
+    INS(3);
+#undef INS
+    /* a = (rows 0, 1 | 2, 3) and b = (4, 5 | 6, 7) as (first, second) pairs */
+    const __m256 a = _mm256_cvtph_ps(lo), b = _mm256_cvtph_ps(hi);
+    *first = _mm256_shuffle_ps(a, b, 0x88);
+    *second = _mm256_shuffle_ps(a, b, 0xdd);
+}
+
+/* Lane l = the sum of p[LANE_ROW[l]]'s 8 lanes (integer, exact). */
 AVX2 static inline ALWAYS __m256i reduce8_avx2(const __m256i p[8]) {
-    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[4], p[5]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[2], p[3]), _mm256_hadd_epi32(p[6], p[7]));
     return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
                             _mm256_permute2x128_si256(a, b, 0x31));
 }
@@ -264,6 +283,7 @@ AVX2 static inline ALWAYS void tile_avx2(const lpx_dtype t, const uint8_t *w, si
 #pragma GCC unroll 8
     for (int r = 0; r < 8; r++)
         p[r] = w + (r < R ? (size_t)r * rb : 0);
+    const __m256i lane_of = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7); /* = LANE_ROW */
     __m256 acc[CPU_QT_TOKENS];
 #pragma GCC unroll 4
     for (int i = 0; i < T; i++)
@@ -280,7 +300,7 @@ AVX2 static inline ALWAYS void tile_avx2(const lpx_dtype t, const uint8_t *w, si
                     const int8_t *sc = (const int8_t *)(s + 192);
                     for (int j = 0; j < 8; j++) {
                         const int q = 8 * (j >> 2) + 2 * (j & 3);
-                        dk[j][r] = d;
+                        dk[j][LANE_OF[r]] = d;
                         s6[j][r] =
                             _mm256_set_m128i(_mm_set1_epi16(sc[q + 1]), _mm_set1_epi16(sc[q]));
                     }
@@ -290,8 +310,8 @@ AVX2 static inline ALWAYS void tile_avx2(const lpx_dtype t, const uint8_t *w, si
                 uint8_t sc[8], m[8];
                 lpx_blk_k4_scales(s + 4, sc, m);
                 for (int j = 0; j < 8; j++) {
-                    dk[j][r] = d * (float)sc[j];
-                    mk[j][r] = -(dmin * (float)m[j]);
+                    dk[j][LANE_OF[r]] = d * (float)sc[j];
+                    mk[j][LANE_OF[r]] = -(dmin * (float)m[j]);
                 }
             }
         for (int j = 0; j < G; j++) {
@@ -307,8 +327,9 @@ AVX2 static inline ALWAYS void tile_avx2(const lpx_dtype t, const uint8_t *w, si
                 d8 = _mm256_loadu_ps(dk[j]);
                 if (offset) m8 = _mm256_loadu_ps(mk[j]);
             } else {
-                d8 = gather_f16_avx2(p, off);
-                if (t == LPX_DT_Q4_1) m8 = gather_f16_avx2(p, off + 2);
+                __m256 second;
+                gather_f16x2_avx2(p, off, &d8, &second);
+                if (t == LPX_DT_Q4_1) m8 = second;
                 if (t == LPX_DT_Q4_0) m8 = _mm256_mul_ps(d8, _mm256_set1_ps(-8.0f));
             }
 #pragma GCC unroll 4
@@ -329,7 +350,7 @@ AVX2 static inline ALWAYS void tile_avx2(const lpx_dtype t, const uint8_t *w, si
     }
 #pragma GCC unroll 4
     for (int i = 0; i < T; i++)
-        _mm256_storeu_ps(out[i], acc[i]);
+        _mm256_storeu_ps(out[i], _mm256_permutevar8x32_ps(acc[i], lane_of));
 }
 
 #define TILE_AVX2(name, TYPE)                                                                      \
