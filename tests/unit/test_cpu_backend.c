@@ -126,7 +126,7 @@ static void test_matmul(lpx_threadpool *pool, const cpu_qkernels *qk) {
     for (int type = 0; type < LPX_DT_COUNT; type++) {
         lpx_tensor W;
         mk(&W, "w", (lpx_dtype)type, ROWS, COLS);
-        const bool integer = qk && qk->dot[type];
+        const bool integer = qk && qk->tile[type];
         for (int acc = 0; acc < 2; acc++) {
             for (int t = 0; t < NT; t++)
                 for (int r = 0; r < ROWS; r++)

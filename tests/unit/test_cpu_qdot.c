@@ -4,8 +4,10 @@
  * each weight type's dot equals a float64 reference over the dequantized
  * weights (lpx_dequantize_row) and dequantized activations, for rows of odd
  * block counts at odd addresses, including the extremes (-128 weights, +-127
- * activations); the SIMD dots equal the plain C ones to float rounding; the
- * four-token dots give each token the single dot's bits. */
+ * activations); the SIMD dots equal the plain C ones to float rounding; a
+ * tile of any shape (1..8 rows, 1..4 tokens, rows at odd addresses and odd
+ * block counts) gives each (row, token) the bits of that row and token alone
+ * and the float64 reference's value. */
 #include "backend/cpu/cpu_qdot.h"
 #include "test.h"
 
@@ -72,6 +74,63 @@ static void test_quantize(const cpu_qkernels *k, const cpu_qkernels *ref) {
     CHECK(a[0].d == 0.0f && a[0].s == 0.0f);
 }
 
+static float dot1(const cpu_qkernels *k, lpx_dtype t, const uint8_t *w, const lpx_blk_q8 *x,
+                  int64_t nb) {
+    float out[CPU_QT_TOKENS][CPU_QT_ROWS];
+    k->tile[t](w, 0, 1, x, nb, 1, out);
+    return out[0][0];
+}
+
+/* float64 reference of row w (nb blocks of type t) . the quantized x; mag: sum |w x| */
+static double ref_dot(lpx_dtype t, const uint8_t *w, const lpx_blk_q8 *x, int nb, double *mag) {
+    static float f[N];
+    lpx_dequantize_row(t, w, f, nb * LPX_QK);
+    double ref = 0;
+    *mag = 0;
+    for (int i = 0; i < nb * LPX_QK; i++) {
+        double xv = (double)x[i / LPX_QK].d * x[i / LPX_QK].q[i % LPX_QK];
+        ref += (double)f[i] * xv;
+        *mag += fabs((double)f[i] * xv);
+    }
+    return ref;
+}
+
+/* Every tile shape against the one-row one-token tile (bits) and the float64
+ * reference; rows an odd number of bytes apart, at an odd address. */
+static void test_tiles(const cpu_qkernels *k, lpx_dtype t) {
+    const int step = lpx_dtype_block_elems(t) / LPX_QK, nb = step == 1 ? 7 : 16;
+    const size_t rb = (size_t)nb * LPX_QK / lpx_dtype_block_elems(t) * lpx_dtype_block_bytes(t),
+                 stride = rb + 3;
+    static uint8_t rows[CPU_QT_ROWS * (MAXB * 34 + 3) + 1];
+    static lpx_blk_q8 xq[CPU_QT_TOKENS * MAXB];
+    float x[N];
+    for (int r = 0; r < CPU_QT_ROWS; r++)
+        rnd_row(t, rows + 1 + r * stride, nb, r == 3);
+    for (int i = 0; i < CPU_QT_TOKENS; i++) {
+        for (int j = 0; j < nb * LPX_QK; j++)
+            x[j] = i == 2 ? (rnd() & 1 ? 1.0f : -1.0f) : rndf();
+        k->quantize(x, xq + i * nb, nb * LPX_QK);
+    }
+    bool same = true, close = true;
+    for (int R = 1; R <= CPU_QT_ROWS; R++)
+        for (int T = 1; T <= CPU_QT_TOKENS; T++) {
+            float out[CPU_QT_TOKENS][CPU_QT_ROWS];
+            k->tile[t](rows + 1, stride, R, xq, nb, T, out);
+            for (int i = 0; i < T; i++)
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *w = rows + 1 + r * stride;
+                    float one = dot1(k, t, w, xq + i * nb, nb);
+                    same &= !memcmp(&one, &out[i][r], sizeof one);
+                    double mag, ref = ref_dot(t, w, xq + i * nb, nb, &mag);
+                    close &= fabs(out[i][r] - ref) <= 1e-6 * (mag + 1e-30);
+                }
+        }
+    if (!same || !close)
+        fprintf(stderr, "%s %s tiles: %s\n", k->isa, lpx_dtype_name(t),
+                !same ? "a tile's bits differ from the single dot's" : "off the float64 reference");
+    CHECK(same && close);
+}
+
 /* |got - float64 reference| relative to sum |w * x| over every row tried. */
 static double dot_error(const cpu_qkernels *k, lpx_dtype t, bool extreme) {
     static uint8_t row[MAXB * 34 + 1]; /* the largest row: Q8_0 */
@@ -92,7 +151,7 @@ static double dot_error(const cpu_qkernels *k, lpx_dtype t, bool extreme) {
             ref += (double)w[i] * xv;
             mag += fabs((double)w[i] * xv);
         }
-        double e = fabs(k->dot[t](p, xq, nb) - ref) / (mag + 1e-30);
+        double e = fabs(dot1(k, t, p, xq, nb) - ref) / (mag + 1e-30);
         if (!(e <= worst)) worst = e;
     }
     return worst;
@@ -103,8 +162,8 @@ static void test_dots(const cpu_qkernels *k, const cpu_qkernels *ref) {
                                LPX_DT_Q4_K, LPX_DT_Q5_K, LPX_DT_Q6_K};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         lpx_dtype t = types[i];
-        CHECK(k->dot[t] != NULL);
-        if (!k->dot[t]) continue;
+        CHECK(k->tile[t] != NULL);
+        if (!k->tile[t]) continue;
         for (int extreme = 0; extreme < 2; extreme++) {
             double e = dot_error(k, t, extreme);
             if (!(e < 1e-6))
@@ -120,28 +179,11 @@ static void test_dots(const cpu_qkernels *k, const cpu_qkernels *ref) {
             x[j] = rndf();
         ref->quantize(x, xq, N);
         rnd_row(t, row, MAXB, false);
-        float a = k->dot[t](row, xq, MAXB), b = ref->dot[t](row, xq, MAXB);
+        float a = dot1(k, t, row, xq, MAXB), b = dot1(ref, t, row, xq, MAXB);
         CHECK(fabsf(a - b) <= 1e-5f * (fabsf(b) + 1.0f));
-        /* four tokens at once: each the single dot's bits, for odd block counts too */
-        if (k->dot4[t]) {
-            static lpx_blk_q8 x4[4 * MAXB];
-            for (int nb = 5; nb <= MAXB / 2; nb += 6) { /* two tokens of x fit */
-                for (int j = 0; j < 2 * nb * LPX_QK; j++)
-                    x[j] = rndf();
-                for (int tok = 0; tok < 4; tok++)
-                    k->quantize(x + (tok % 2) * nb * LPX_QK, x4 + tok * nb, nb * LPX_QK);
-                float four[4];
-                k->dot4[t](row, x4, nb, four);
-                bool same = true;
-                for (int tok = 0; tok < 4; tok++) {
-                    float one = k->dot[t](row, x4 + tok * nb, nb);
-                    same &= !memcmp(&one, &four[tok], sizeof one);
-                }
-                CHECK(same);
-            }
-        }
+        test_tiles(k, t);
     }
-    CHECK(k->dot[LPX_DT_F32] == NULL && k->dot[LPX_DT_BF16] == NULL);
+    CHECK(k->tile[LPX_DT_F32] == NULL && k->tile[LPX_DT_BF16] == NULL);
 }
 
 int main(void) {

@@ -362,9 +362,10 @@ HOT static void matmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
     }
 }
 
-/* The integer path: x quantized per token, then each (row, token) one call
- * of the row type's dot. Tokens inside rows, so a row is read from memory once
- * per product and from L1 for the other tokens. */
+/* The integer path: x quantized per token, then register tiles of up to
+ * CPU_QT_ROWS rows times CPU_QT_TOKENS tokens (cpu_qdot.h). Token tiles inside
+ * row tiles, so a row is read from memory once per product and from L1 for
+ * the other tokens. */
 typedef struct qmatmul_ctx {
     const cpu_matmul_job *jobs;
     const cpu_qkernels *qk;
@@ -379,6 +380,15 @@ static void quantize_tokens(void *arg, int64_t begin, int64_t end, int thread) {
         c->qk->quantize(c->x + t * c->ldx, c->xq + t * (c->cols / LPX_QK), c->cols);
 }
 
+/* y[k] (+)= v[k] + bias[k], k < n: one token's part of a tile. */
+static inline void store_rows(float *restrict y, const float *restrict v, const float *bias,
+                              bool accumulate, int n) {
+    for (int k = 0; k < n; k++) {
+        const float d = v[k] + (bias ? bias[k] : 0.0f);
+        y[k] = accumulate ? y[k] + d : d;
+    }
+}
+
 static void qmatmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
     const qmatmul_ctx *c = arg;
     const int64_t nb = c->cols / LPX_QK;
@@ -388,32 +398,22 @@ static void qmatmul_rows(void *arg, int64_t begin, int64_t end, int thread) {
         const int64_t rows = lpx_tensor_rows(job->w);
         if (begin >= first + rows) continue;
         const size_t row_bytes = job->w->nbytes / (size_t)rows;
-        const cpu_qdot_fn dot = c->qk->dot[job->w->type];
-        const cpu_qdot4_fn dot4 = c->qk->dot4[job->w->type];
-        const uint8_t *data = job->w->data;
-        const lpx_blk_q8 *xq = c->xq;
-        const float *bias = job->bias;
-        float *y = job->y;
+        const cpu_qtile_fn tile = c->qk->tile[job->w->type];
         const int64_t n_tok = c->n_tok, ldy = job->ldy,
-                      stop = end < first + rows ? end : first + rows;
-        const bool accumulate = job->accumulate;
-        for (int64_t r = begin - first; r < stop - first; r++) {
-            const uint8_t *w = data + (size_t)r * row_bytes;
-            const float b = bias ? bias[r] : 0.0f;
-            int64_t t = 0;
-            float d[4];
-            for (; dot4 && t + 4 <= n_tok; t += 4) {
-                dot4(w, xq + t * nb, nb, d);
-                for (int k = 0; k < 4; k++)
-                    y[(t + k) * ldy + r] =
-                        accumulate ? y[(t + k) * ldy + r] + (d[k] + b) : d[k] + b;
-            }
-            for (; t < n_tok; t++) {
-                float v = dot(w, xq + t * nb, nb) + b;
-                y[t * ldy + r] = accumulate ? y[t * ldy + r] + v : v;
+                      stop = (end < first + rows ? end : first + rows) - first;
+        for (int64_t r = begin - first; r < stop; r += CPU_QT_ROWS) {
+            const int R = stop - r < CPU_QT_ROWS ? (int)(stop - r) : CPU_QT_ROWS;
+            const uint8_t *w = (const uint8_t *)job->w->data + (size_t)r * row_bytes;
+            for (int64_t t = 0; t < n_tok; t += CPU_QT_TOKENS) {
+                const int T = n_tok - t < CPU_QT_TOKENS ? (int)(n_tok - t) : CPU_QT_TOKENS;
+                float out[CPU_QT_TOKENS][CPU_QT_ROWS];
+                tile(w, row_bytes, R, c->xq + t * nb, nb, T, out);
+                for (int i = 0; i < T; i++)
+                    store_rows(job->y + (t + i) * ldy + r, out[i], job->bias ? job->bias + r : NULL,
+                               job->accumulate, R);
             }
         }
-        begin = stop;
+        begin = stop + first;
     }
 }
 
@@ -423,16 +423,18 @@ void cpu_matmul(const cpu_matmul_env *e, const cpu_matmul_job *jobs, int n_jobs,
     bool integer = e->qk != NULL;
     for (int j = 0; j < n_jobs; j++) {
         rows += lpx_tensor_rows(jobs[j].w);
-        integer = integer && e->qk->dot[jobs[j].w->type];
+        integer = integer && e->qk->tile[jobs[j].w->type];
     }
     const int64_t cols = lpx_tensor_cols(jobs[0].w);
     const int threads = lpx_threadpool_size(e->pool);
     if (integer) {
         qmatmul_ctx c = {jobs, e->qk, x, ldx, n_tok, cols, e->xq};
         lpx_parallel_for(e->pool, n_tok, 1, quantize_tokens, &c);
-        /* ~8 chunks per thread balance the load at one atomic per chunk */
-        int64_t grain = rows / (8 * threads);
-        lpx_parallel_for(e->pool, rows, grain < 4 ? 4 : grain, qmatmul_rows, &c);
+        /* ~8 chunks per thread balance the load at one atomic per chunk;
+         * chunks are whole row tiles */
+        int64_t grain = rows / (8 * threads) / CPU_QT_ROWS * CPU_QT_ROWS;
+        lpx_parallel_for(e->pool, rows, grain < CPU_QT_ROWS ? CPU_QT_ROWS : grain, qmatmul_rows,
+                         &c);
         return;
     }
     matmul_ctx c = {jobs, n_jobs, x, ldx, n_tok, cols, e->rowbuf, e->rowbuf_stride};

@@ -7,6 +7,10 @@
 
 /* ---- plain C: the reference --------------------------------------------- */
 
+/* Dot product of one weight row of nb activation blocks' length (w: the row's
+ * bytes, x: [nb] blocks). */
+typedef float (*cpu_qdot_fn)(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb);
+
 static float rd_f16(const uint8_t *p) {
     return lpx_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
 }
@@ -132,31 +136,12 @@ AVX2 static inline float f16_avx2(const uint8_t *p) {
     return _cvtsh_ss(h);
 }
 
-AVX2 static inline float hsum_avx2(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* 16 bytes of nibbles to 32 bytes 0..15 in element order (low nibbles first). */
 AVX2 static inline __m256i nibbles_avx2(const uint8_t *p) {
-    __m128i t = _mm_loadu_si128((const __m128i *)p);
-    __m256i v = _mm256_set_m128i(_mm_srli_epi16(t, 4), t);
+    /* the 16 bytes in both halves (one load), the upper half shifted by 4 */
+    __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+    v = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
     return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
-}
-
-/* Sums of 4 products of unsigned u (0..255) and signed q bytes, as 8 floats.
- * maddubs adds pairs into int16 without overflow for the ranges used here
- * (|q| <= 127, u <= 128: 2 * 128 * 127 < 32768). */
-AVX2 static inline __m256 madd_u8i8_avx2(__m256i u, __m256i q) {
-    __m256i p16 = _mm256_maddubs_epi16(u, q);
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
-/* Signed weights w times signed activations: |w| and q with w's sign. */
-AVX2 static inline __m256 madd_i8i8_avx2(__m256i w, __m256i q) {
-    return madd_u8i8_avx2(_mm256_sign_epi8(w, w), _mm256_sign_epi8(q, w));
 }
 
 AVX2 static void quantize_avx2(const float *x, lpx_blk_q8 *out, int64_t n) {
@@ -191,162 +176,206 @@ AVX2 static void quantize_avx2(const float *x, lpx_blk_q8 *out, int64_t n) {
     }
 }
 
-/* One weight block of a 32-block type against nt tokens' activation blocks
- * (x, x + ldx, ...): the weights are unpacked once and used for every token;
- * acc[k] and mins[k] (Q4_1's offsets, lane 1) are token k's. Per token the
- * operations are the same whatever nt is, so one token alone and four at
- * once give the same bits (batch invariance). */
-#define NT_MAX 4
-AVX2 static inline __attribute__((always_inline)) void
-block_avx2(const lpx_dtype t, const uint8_t *w, const lpx_blk_q8 *x, int64_t ldx, const int nt,
-           __m256 *acc, __m128 *mins) {
-    if (t == LPX_DT_Q4_1) {
-        int32_t dm;
-        memcpy(&dm, w, 4);
-        const __m128 dmf = _mm_cvtph_ps(_mm_cvtsi32_si128(dm)); /* (d, m) */
-        const __m256i q = nibbles_avx2(w + 4);
-#pragma GCC unroll 4
-        for (int k = 0; k < nt; k++) {
-            const lpx_blk_q8 *xk = x + k * ldx;
-            /* (d, m) * (x.d, x.s) = (scale, offset) */
-            __m128 f = _mm_mul_ps(dmf, _mm_castpd_ps(_mm_load_sd((const double *)&xk->d)));
-            mins[k] = _mm_add_ps(mins[k], f);
-            __m256 p = madd_u8i8_avx2(q, _mm256_loadu_si256((const __m256i *)xk->q));
-            acc[k] = _mm256_fmadd_ps(_mm256_broadcastss_ps(f), p, acc[k]);
-        }
-        return;
+/* The tile: 8 rows in the 8 float lanes of one accumulator per token, so the
+ * scales of 8 rows are applied by one multiply and no float sum runs across
+ * lanes. Per (row, token) and activation block b, in block order:
+ *   acc = fma(d_w[b] * d_x[b], (float)isum[b], acc)   isum: the exact integer dot
+ *   acc = fma(m_w[b], s_x[b], acc)                     types with an offset
+ * where Q4_0 is read as unsigned nibbles with the offset m = -8 d, Q4_1 and
+ * the K-quants' sub-blocks (d = d * sc[j], m = -dmin * m[j]) likewise, and
+ * Q8_0 and Q6_K are signed (Q6_K's two 16-element scales go into isum).
+ * Lanes never mix, so a row's result does not depend on its lane, on the
+ * other rows or on T. */
+#define ALWAYS __attribute__((always_inline))
+
+static inline bool is_k(lpx_dtype t) {
+    return t == LPX_DT_Q4_K || t == LPX_DT_Q5_K || t == LPX_DT_Q6_K;
+}
+
+static inline int wbytes(lpx_dtype t) { /* of one weight block (32 or 256 elements) */
+    return t == LPX_DT_Q8_0   ? LPX_Q8_0_BYTES
+           : t == LPX_DT_Q4_0 ? LPX_Q4_0_BYTES
+           : t == LPX_DT_Q4_1 ? LPX_Q4_1_BYTES
+           : t == LPX_DT_Q4_K ? LPX_Q4_K_BYTES
+           : t == LPX_DT_Q5_K ? LPX_Q5_K_BYTES
+                              : LPX_Q6_K_BYTES;
+}
+
+/* The 32 values of activation block j of weight block s (j = 0 for the
+ * 32-element types), as bytes: unsigned, or signed for Q8_0 and Q6_K. */
+AVX2 static inline ALWAYS __m256i wvals_avx2(const lpx_dtype t, const uint8_t *s, const int j) {
+    const __m256i m4 = _mm256_set1_epi8(15);
+    const __m128i jc = _mm_cvtsi32_si128(j);
+    switch (t) {
+    case LPX_DT_Q8_0:
+        return _mm256_loadu_si256((const __m256i *)(s + 2));
+    case LPX_DT_Q4_0:
+        return nibbles_avx2(s + 2);
+    case LPX_DT_Q4_1:
+        return nibbles_avx2(s + 4);
+    case LPX_DT_Q4_K:
+    case LPX_DT_Q5_K: {
+        __m256i raw =
+            _mm256_loadu_si256((const __m256i *)(s + (t == LPX_DT_Q5_K ? 48 : 16) + 32 * (j >> 1)));
+        __m256i v = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(raw, 4) : raw, m4);
+        if (t == LPX_DT_Q4_K) return v;
+        __m256i hb = _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)(s + 16)), jc);
+        return _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(hb, _mm256_set1_epi8(1)), 4));
     }
-    const float d = f16_avx2(w);
-    const __m256i q = t == LPX_DT_Q8_0 ? _mm256_loadu_si256((const __m256i *)(w + 2))
-                                       : _mm256_sub_epi8(nibbles_avx2(w + 2), _mm256_set1_epi8(8));
-#pragma GCC unroll 4
-    for (int k = 0; k < nt; k++) {
-        const lpx_blk_q8 *xk = x + k * ldx;
-        __m256 p = madd_i8i8_avx2(q, _mm256_loadu_si256((const __m256i *)xk->q));
-        acc[k] = _mm256_fmadd_ps(_mm256_set1_ps(d * xk->d), p, acc[k]);
+    default: { /* Q6_K: sub-block j = 4 h + k */
+        const int h = j >> 2, k = j & 3;
+        __m256i ql = _mm256_loadu_si256((const __m256i *)(s + 64 * h + 32 * (k & 1)));
+        __m256i lo = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), m4);
+        __m256i qh = _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)(s + 128 + 32 * h)),
+                                      _mm_cvtsi32_si128(2 * k));
+        __m256i hi = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4);
+        return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
+    }
     }
 }
 
-/* out[k] = the row's dot with token k's nb activation blocks (x + k * nb).
- * Two accumulators per token, over even and odd blocks, hide the FMA latency. */
-AVX2 static inline __attribute__((always_inline)) void dotn_avx2(const lpx_dtype t,
-                                                                 const uint8_t *w,
-                                                                 const lpx_blk_q8 *x, int64_t nb,
-                                                                 const int nt, float *out) {
-    const int bytes = t == LPX_DT_Q8_0   ? LPX_Q8_0_BYTES
-                      : t == LPX_DT_Q4_1 ? LPX_Q4_1_BYTES
-                                         : LPX_Q4_0_BYTES;
-    __m256 a0[NT_MAX], a1[NT_MAX];
-    __m128 m[NT_MAX];
-#pragma GCC unroll 4
-    for (int k = 0; k < nt; k++) {
-        a0[k] = a1[k] = _mm256_setzero_ps();
-        m[k] = _mm_setzero_ps();
-    }
-    int64_t b = 0;
-    for (; b + 2 <= nb; b += 2, w += 2 * bytes) {
-        block_avx2(t, w, x + b, nb, nt, a0, m);
-        block_avx2(t, w + bytes, x + b + 1, nb, nt, a1, m);
-    }
-    if (b < nb) block_avx2(t, w, x + b, nb, nt, a0, m);
-#pragma GCC unroll 4
-    for (int k = 0; k < nt; k++) {
-        out[k] = hsum_avx2(_mm256_add_ps(a0[k], a1[k]));
-        if (t == LPX_DT_Q4_1) out[k] += _mm_cvtss_f32(_mm_movehdup_ps(m[k]));
-    }
+/* Lane l of the tile's accumulators holds row LANE_ROW[l] (the order the
+ * gather below produces without a cross-lane permute). */
+static const int LANE_ROW[8] = {0, 1, 4, 5, 2, 3, 6, 7}, *const LANE_OF =
+                                                             LANE_ROW; /* its own inverse */
+
+AVX2 static inline ALWAYS int i32_at(const uint8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
-#define DOTS_AVX2(name, T)                                                                         \
-    AVX2 static float dot_##name##_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {       \
-        float out;                                                                                 \
-        dotn_avx2(T, w, x, nb, 1, &out);                                                           \
-        return out;                                                                                \
-    }                                                                                              \
-    AVX2 static void dot4_##name##_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb,         \
-                                        float out[4]) {                                            \
-        dotn_avx2(T, w, x, nb, 4, out);                                                            \
-    }
-DOTS_AVX2(q8_0, LPX_DT_Q8_0)
-DOTS_AVX2(q4_0, LPX_DT_Q4_0)
-DOTS_AVX2(q4_1, LPX_DT_Q4_1)
+/* The f16 pair at p[r] + off of 8 rows (Q4_1's d and m; for the other types
+ * the second is the first weight bytes, unused) as 8 floats each, in lane
+ * order. Inserts with constant lanes, which GCC and clang take as immediates. */
+AVX2 static inline ALWAYS void gather_f16x2_avx2(const uint8_t *const p[8], size_t off,
+                                                 __m256 *first, __m256 *second) {
+    __m128i lo = _mm_cvtsi32_si128(i32_at(p[0] + off)), hi = _mm_cvtsi32_si128(i32_at(p[4] + off));
+#define INS(r)                                                                                     \
+    lo = _mm_insert_epi32(lo, i32_at(p[r] + off), r);                                              \
+    hi = _mm_insert_epi32(hi, i32_at(p[r + 4] + off), r)
+    INS(1);
+    INS(2);
+    INS(3);
+#undef INS
+    /* a = (rows 0, 1 | 2, 3) and b = (4, 5 | 6, 7) as (first, second) pairs */
+    const __m256 a = _mm256_cvtph_ps(lo), b = _mm256_cvtph_ps(hi);
+    *first = _mm256_shuffle_ps(a, b, 0x88);
+    *second = _mm256_shuffle_ps(a, b, 0xdd);
+}
 
-/* Q4_K, Q5_K: a pair of sub-blocks per 32 bytes of nibbles; Q5_K's fifth
- * bits come from qh, bit 2p (2p + 1) of each byte for pair p's low (high)
- * sub-block, shifted down 2 per pair. The mins go through the block sums. */
-AVX2 static inline float dot_q45_k_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb,
-                                        bool five) {
-    const __m256i m4 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    float mins = 0.0f;
-    for (int64_t i = 0; i < nb / 8; i++, w += five ? LPX_Q5_K_BYTES : LPX_Q4_K_BYTES, x += 8) {
-        const float d = f16_avx2(w), dmin = f16_avx2(w + 2);
-        const uint8_t *q = w + (five ? 48 : 16);
-        uint8_t sc[8], m[8];
-        lpx_blk_k4_scales(w + 4, sc, m);
-        __m256i hb = five ? _mm256_loadu_si256((const __m256i *)(w + 16)) : _mm256_setzero_si256();
-        for (int p = 0; p < 4; p++) {
-            __m256i raw = _mm256_loadu_si256((const __m256i *)(q + 32 * p));
-            __m256i lo = _mm256_and_si256(raw, m4);
-            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            if (five) {
-                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(hb, 4), b4));
-                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(hb, 3), b4));
-                hb = _mm256_srli_epi16(hb, 2);
+/* Lane l = the sum of p[LANE_ROW[l]]'s 8 lanes (integer, exact). */
+AVX2 static inline ALWAYS __m256i reduce8_avx2(const __m256i p[8]) {
+    __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[4], p[5]));
+    __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[2], p[3]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20),
+                            _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+AVX2 static inline ALWAYS void tile_avx2(const lpx_dtype t, const uint8_t *w, size_t rb,
+                                         const int R, const lpx_blk_q8 *x, int64_t nb, const int T,
+                                         float out[][CPU_QT_ROWS]) {
+    const bool k = is_k(t), sgn = t == LPX_DT_Q8_0 || t == LPX_DT_Q6_K,
+               offset = t != LPX_DT_Q8_0 && t != LPX_DT_Q6_K;
+    const int G = k ? 8 : 1, bytes = wbytes(t);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const uint8_t *p[8]; /* the rows; those past R repeat row 0 (computed, not stored) */
+#pragma GCC unroll 8
+    for (int r = 0; r < 8; r++)
+        p[r] = w + (r < R ? (size_t)r * rb : 0);
+    const __m256i lane_of = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7); /* = LANE_ROW */
+    __m256 acc[CPU_QT_TOKENS];
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++)
+        acc[i] = _mm256_setzero_ps();
+    float dk[8][8], mk[8][8]; /* K-quants: [sub-block][row] scale and offset */
+    __m256i s6[8][8];         /* Q6_K: [sub-block][row] the two 16-element scales, as int16 */
+    for (int64_t b0 = 0; b0 < nb; b0 += G) {
+        const size_t off = (size_t)(b0 / G) * (size_t)bytes;
+        if (k)
+            for (int r = 0; r < 8; r++) {
+                const uint8_t *s = p[r] + off;
+                if (t == LPX_DT_Q6_K) {
+                    const float d = f16_avx2(s + 208);
+                    const int8_t *sc = (const int8_t *)(s + 192);
+                    for (int j = 0; j < 8; j++) {
+                        const int q = 8 * (j >> 2) + 2 * (j & 3);
+                        dk[j][LANE_OF[r]] = d;
+                        s6[j][r] =
+                            _mm256_set_m128i(_mm_set1_epi16(sc[q + 1]), _mm_set1_epi16(sc[q]));
+                    }
+                    continue;
+                }
+                const float d = f16_avx2(s), dmin = f16_avx2(s + 2);
+                uint8_t sc[8], m[8];
+                lpx_blk_k4_scales(s + 4, sc, m);
+                for (int j = 0; j < 8; j++) {
+                    dk[j][LANE_OF[r]] = d * (float)sc[j];
+                    mk[j][LANE_OF[r]] = -(dmin * (float)m[j]);
+                }
             }
-            const lpx_blk_q8 *x0 = x + 2 * p, *x1 = x0 + 1;
-            a0 =
-                _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * p] * x0->d),
-                                madd_u8i8_avx2(lo, _mm256_loadu_si256((const __m256i *)x0->q)), a0);
-            a1 =
-                _mm256_fmadd_ps(_mm256_set1_ps(d * (float)sc[2 * p + 1] * x1->d),
-                                madd_u8i8_avx2(hi, _mm256_loadu_si256((const __m256i *)x1->q)), a1);
-            mins += dmin * ((float)m[2 * p] * x0->s + (float)m[2 * p + 1] * x1->s);
-        }
-    }
-    return hsum_avx2(_mm256_add_ps(a0, a1)) - mins;
-}
-
-AVX2 static float dot_q4_k_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
-    return dot_q45_k_avx2(w, x, nb, false);
-}
-
-AVX2 static float dot_q5_k_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
-    return dot_q45_k_avx2(w, x, nb, true);
-}
-
-/* Q6_K: per activation block the 6-bit values as signed bytes (sign trick),
- * pair sums scaled by the two 16-element scales in one madd. */
-AVX2 static float dot_q6_k_avx2(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb) {
-    const __m256i m4 = _mm256_set1_epi8(15), b45 = _mm256_set1_epi8(0x30),
-                  off = _mm256_set1_epi8(32);
-    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb / 8; i++, w += LPX_Q6_K_BYTES) {
-        const float d = f16_avx2(w + 208);
-        for (int h = 0; h < 2; h++) {
-            const __m256i ql[2] = {_mm256_loadu_si256((const __m256i *)(w + 64 * h)),
-                                   _mm256_loadu_si256((const __m256i *)(w + 64 * h + 32))};
-            __m256i qh = _mm256_loadu_si256((const __m256i *)(w + 128 + 32 * h));
-            const int8_t *sc = (const int8_t *)(w + 192 + 8 * h);
-            for (int k = 0; k < 4; k++, x++) {
-                __m256i lo = k < 2 ? _mm256_and_si256(ql[k & 1], m4)
-                                   : _mm256_and_si256(_mm256_srli_epi16(ql[k & 1], 4), m4);
-                __m256i v = _mm256_sub_epi8(
-                    _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), b45)), off);
-                qh = _mm256_srli_epi16(qh, 2);
-                __m256i xq = _mm256_loadu_si256((const __m256i *)x->q);
-                __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xq, v));
-                __m256i s16 =
-                    _mm256_set_m128i(_mm_set1_epi16(sc[2 * k + 1]), _mm_set1_epi16(sc[2 * k]));
-                __m256 p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, s16));
-                if (k & 1)
-                    a1 = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d), p, a1);
-                else
-                    a0 = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d), p, a0);
+        for (int j = 0; j < G; j++) {
+            const int64_t b = b0 + j;
+            __m256i q[8], a[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < 8; r++) {
+                q[r] = wvals_avx2(t, p[r] + off, j);
+                a[r] = sgn ? _mm256_sign_epi8(q[r], q[r]) : q[r];
+            }
+            __m256 d8, m8 = _mm256_setzero_ps();
+            if (k) {
+                d8 = _mm256_loadu_ps(dk[j]);
+                if (offset) m8 = _mm256_loadu_ps(mk[j]);
+            } else {
+                __m256 second;
+                gather_f16x2_avx2(p, off, &d8, &second);
+                if (t == LPX_DT_Q4_1) m8 = second;
+                if (t == LPX_DT_Q4_0) m8 = _mm256_mul_ps(d8, _mm256_set1_ps(-8.0f));
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < T; i++) {
+                const lpx_blk_q8 *xb = x + i * nb + b;
+                const __m256i xq = _mm256_loadu_si256((const __m256i *)xb->q);
+                __m256i s[8];
+#pragma GCC unroll 8
+                for (int r = 0; r < 8; r++) {
+                    __m256i p16 = _mm256_maddubs_epi16(a[r], sgn ? _mm256_sign_epi8(xq, q[r]) : xq);
+                    s[r] = _mm256_madd_epi16(p16, t == LPX_DT_Q6_K ? s6[j][r] : ones);
+                }
+                const __m256 f = _mm256_cvtepi32_ps(reduce8_avx2(s));
+                acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(d8, _mm256_set1_ps(xb->d)), f, acc[i]);
+                if (offset) acc[i] = _mm256_fmadd_ps(m8, _mm256_set1_ps(xb->s), acc[i]);
             }
         }
     }
-    return hsum_avx2(_mm256_add_ps(a0, a1));
+#pragma GCC unroll 4
+    for (int i = 0; i < T; i++)
+        _mm256_storeu_ps(out[i], _mm256_permutevar8x32_ps(acc[i], lane_of));
 }
+
+#define TILE_AVX2(name, TYPE)                                                                      \
+    AVX2 static void tile_##name##_avx2(const uint8_t *w, size_t rb, int R, const lpx_blk_q8 *x,   \
+                                        int64_t nb, int T, float out[][CPU_QT_ROWS]) {             \
+        switch (T) { /* constant token counts, so each is unrolled */                              \
+        case 4:                                                                                    \
+            tile_avx2(TYPE, w, rb, R, x, nb, 4, out);                                              \
+            return;                                                                                \
+        case 3:                                                                                    \
+            tile_avx2(TYPE, w, rb, R, x, nb, 3, out);                                              \
+            return;                                                                                \
+        case 2:                                                                                    \
+            tile_avx2(TYPE, w, rb, R, x, nb, 2, out);                                              \
+            return;                                                                                \
+        default:                                                                                   \
+            tile_avx2(TYPE, w, rb, R, x, nb, 1, out);                                              \
+        }                                                                                          \
+    }
+TILE_AVX2(q8_0, LPX_DT_Q8_0)
+TILE_AVX2(q4_0, LPX_DT_Q4_0)
+TILE_AVX2(q4_1, LPX_DT_Q4_1)
+TILE_AVX2(q4_k, LPX_DT_Q4_K)
+TILE_AVX2(q5_k, LPX_DT_Q5_K)
+TILE_AVX2(q6_k, LPX_DT_Q6_K)
 
 /* AVX2 and FMA as libgcc/compiler-rt see them (which checks that the OS saves
  * the AVX state); F16C from cpuid itself (clang's builtin does not know it). */
@@ -363,6 +392,26 @@ static bool has_avx2(void) {
 }
 #endif
 
+/* The plain C tile: each (row, token) one call of the type's dot. */
+static void tile_c(cpu_qdot_fn dot, const uint8_t *w, size_t rb, int R, const lpx_blk_q8 *x,
+                   int64_t nb, int T, float out[][CPU_QT_ROWS]) {
+    for (int i = 0; i < T; i++)
+        for (int r = 0; r < R; r++)
+            out[i][r] = dot(w + (size_t)r * rb, x + i * nb, nb);
+}
+
+#define TILE_C(name)                                                                               \
+    static void tile_##name##_c(const uint8_t *w, size_t rb, int R, const lpx_blk_q8 *x,           \
+                                int64_t nb, int T, float out[][CPU_QT_ROWS]) {                     \
+        tile_c(dot_##name##_c, w, rb, R, x, nb, T, out);                                           \
+    }
+TILE_C(q8_0)
+TILE_C(q4_0)
+TILE_C(q4_1)
+TILE_C(q4_k)
+TILE_C(q5_k)
+TILE_C(q6_k)
+
 bool cpu_qkernels_init(cpu_qkernels *k, const char *isa) {
     memset(k, 0, sizeof *k);
     bool any = !isa || !isa[0], c = !any && !strcmp(isa, "c"), avx2 = !any && !strcmp(isa, "avx2");
@@ -372,25 +421,22 @@ bool cpu_qkernels_init(cpu_qkernels *k, const char *isa) {
     if (!c && has_avx2()) {
         k->isa = "avx2";
         k->quantize = quantize_avx2;
-        k->dot[LPX_DT_Q8_0] = dot_q8_0_avx2;
-        k->dot[LPX_DT_Q4_0] = dot_q4_0_avx2;
-        k->dot[LPX_DT_Q4_1] = dot_q4_1_avx2;
-        k->dot4[LPX_DT_Q8_0] = dot4_q8_0_avx2;
-        k->dot4[LPX_DT_Q4_0] = dot4_q4_0_avx2;
-        k->dot4[LPX_DT_Q4_1] = dot4_q4_1_avx2;
-        k->dot[LPX_DT_Q4_K] = dot_q4_k_avx2;
-        k->dot[LPX_DT_Q5_K] = dot_q5_k_avx2;
-        k->dot[LPX_DT_Q6_K] = dot_q6_k_avx2;
+        k->tile[LPX_DT_Q8_0] = tile_q8_0_avx2;
+        k->tile[LPX_DT_Q4_0] = tile_q4_0_avx2;
+        k->tile[LPX_DT_Q4_1] = tile_q4_1_avx2;
+        k->tile[LPX_DT_Q4_K] = tile_q4_k_avx2;
+        k->tile[LPX_DT_Q5_K] = tile_q5_k_avx2;
+        k->tile[LPX_DT_Q6_K] = tile_q6_k_avx2;
         return true;
     }
 #endif
     k->isa = "c";
     k->quantize = quantize_c;
-    k->dot[LPX_DT_Q8_0] = dot_q8_0_c;
-    k->dot[LPX_DT_Q4_0] = dot_q4_0_c;
-    k->dot[LPX_DT_Q4_1] = dot_q4_1_c;
-    k->dot[LPX_DT_Q4_K] = dot_q4_k_c;
-    k->dot[LPX_DT_Q5_K] = dot_q5_k_c;
-    k->dot[LPX_DT_Q6_K] = dot_q6_k_c;
+    k->tile[LPX_DT_Q8_0] = tile_q8_0_c;
+    k->tile[LPX_DT_Q4_0] = tile_q4_0_c;
+    k->tile[LPX_DT_Q4_1] = tile_q4_1_c;
+    k->tile[LPX_DT_Q4_K] = tile_q4_k_c;
+    k->tile[LPX_DT_Q5_K] = tile_q5_k_c;
+    k->tile[LPX_DT_Q6_K] = tile_q6_k_c;
     return true;
 }

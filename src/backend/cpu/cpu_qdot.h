@@ -18,19 +18,22 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Dot product of one weight row of nb activation blocks' length (w: the row's
- * bytes, x: [nb] blocks). */
-typedef float (*cpu_qdot_fn)(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb);
-/* The same row against 4 tokens' blocks (x, x + nb, x + 2 nb, x + 3 nb), each
- * out[k] bit-identical to the single dot's: the weights are unpacked once. */
-typedef void (*cpu_qdot4_fn)(const uint8_t *w, const lpx_blk_q8 *x, int64_t nb, float out[4]);
+/* A register tile of a product: up to CPU_QT_ROWS weight rows times up to
+ * CPU_QT_TOKENS tokens. out[t][r] = row r (w + r * row_bytes) . token t's nb
+ * blocks (x + t * nb), for r < R, t < T. Each weight block is decoded once and
+ * used for all T tokens, each activation block loaded once for all R rows.
+ * Every out[t][r] is bit-identical whatever R and T are (batch invariance:
+ * a token's logits alone, in a batch, in prefill and in decode). */
+#define CPU_QT_ROWS 8
+#define CPU_QT_TOKENS 4
+typedef void (*cpu_qtile_fn)(const uint8_t *w, size_t row_bytes, int R, const lpx_blk_q8 *x,
+                             int64_t nb, int T, float out[][CPU_QT_ROWS]);
 
 typedef struct cpu_qkernels {
     const char *isa; /* "avx2" or "c" */
     /* x[n] (n a multiple of 32) to n / 32 blocks; every implementation gives the same bytes */
     void (*quantize)(const float *x, lpx_blk_q8 *out, int64_t n);
-    cpu_qdot_fn dot[LPX_DT_COUNT];   /* NULL: no integer dot for the type */
-    cpu_qdot4_fn dot4[LPX_DT_COUNT]; /* NULL: four calls of dot */
+    cpu_qtile_fn tile[LPX_DT_COUNT]; /* NULL: no integer dot for the type */
 } cpu_qkernels;
 
 /* The kernels of isa "avx2" or "c"; NULL or "" = the best this CPU runs (AVX2
