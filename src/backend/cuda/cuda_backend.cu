@@ -62,7 +62,7 @@ typedef struct cuda_backend {
     const float *out_norm;          /* (d_model) */
     const float *inv_freq;          /* (hd/2), scaling applied */
     void *kv;                       /* (n_blocks, block_stride) of kv_elem<geom.fp8> */
-    float *kvs;                     /* fp8: the scales (n_blocks, kv_scale_stride) */
+    float *kvs;                     /* fp8: the scales (n_blocks, kv_block_scales), after kv */
     kv_geom geom;
     int qkv_rows;
 
@@ -1142,7 +1142,8 @@ static lpx_status cuda_create_inner(cuda_backend *b, const lpx_model *m, const l
 
     LPX_TRY(dalloc(b, &b->kv, kvbytes));
     LPX_CUDA_TRY(cudaMemset(b->kv, 0, kvbytes));
-    if (b->geom.fp8) b->kvs = (float *)((uint8_t *)b->kv + (size_t)eo->n_blocks * b->geom.block_stride);
+    if (b->geom.fp8)
+        b->kvs = (float *)((uint8_t *)b->kv + (size_t)eo->n_blocks * kv_block_elem_bytes(&b->geom));
     const size_t in_elems = IN_BT * T + (size_t)b->seq_cap * b->max_blocks + AP_HDR +
                             (size_t)b->plan_cap * (sizeof(lpx_attn_item) / sizeof(int32_t));
     for (int i = 0; i < N_SLOTS; i++) {
@@ -1191,7 +1192,7 @@ static lpx_status cuda_copy_block(lpx_backend *base, int32_t src, int32_t dst) {
     if (src < 0 || src >= n || dst < 0 || dst >= n)
         return lpx_errorf(LPX_ERR_INVALID_ARG, "cuda: copy_block %d -> %d (of %d blocks)", src,
                           dst, n);
-    const size_t bytes = (size_t)b->geom.block_stride * (b->geom.fp8 ? 1 : sizeof(bf16));
+    const size_t bytes = kv_block_elem_bytes(&b->geom);
     uint8_t *kv = (uint8_t *)b->kv;
     LPX_CUDA_TRY(cudaSetDevice(b->device));
     LPX_CUDA_TRY(cudaMemcpyAsync(kv + dst * bytes, kv + src * bytes, bytes,

@@ -118,11 +118,15 @@ static inline size_t kv_block_scales(const kv_geom *g) {
     return (size_t)g->n_layers * 2 * g->n_kv * g->block_size;
 }
 
+/* Bytes of a block's elements (codes or bf16 values). */
+static inline size_t kv_block_elem_bytes(const kv_geom *g) {
+    return (size_t)g->block_stride * (g->fp8 ? sizeof(uint8_t) : sizeof(bf16));
+}
+
 /* Bytes a block: its elements, and with fp8 its scales (they follow all blocks'
- * codes in the same allocation). */
+ * elements in the same allocation). */
 static inline size_t kv_block_bytes(const kv_geom *g) {
-    return g->fp8 ? (size_t)g->block_stride + kv_block_scales(g) * sizeof(float)
-                  : (size_t)g->block_stride * sizeof(bf16);
+    return kv_block_elem_bytes(g) + (g->fp8 ? kv_block_scales(g) * sizeof(float) : 0);
 }
 
 /* Index of a head's scale in an fp8 cache's scales (kv_fp8.h's
