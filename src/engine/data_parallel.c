@@ -19,7 +19,7 @@ static lpx_status split_list(const char *list, lpx_dp_plan *p) {
             return lpx_errorf(LPX_ERR_INVALID_ARG, "--device %s: more than %d devices", list,
                               LPX_DP_MAX);
         const bool ordinal = len > 0 && strspn(s, "0123456789") == len;
-        if (len == 0 || len + (ordinal ? 5 : 0) >= sizeof p->names[0])
+        if (len == 0 || len + (ordinal ? strlen("cuda:") : 0) >= sizeof p->names[0])
             return lpx_errorf(LPX_ERR_INVALID_ARG,
                               "--device %s: expected a list like cuda:0,1 (an entry is empty "
                               "or too long)",
