@@ -13,8 +13,9 @@
 #include "attn_plan.h"
 #include "common.cuh"
 #include "kv_cache.cuh"
+#include "mma.cuh"
 
-#include <cuda_pipeline.h>
+#include <type_traits>
 
 #define ATTN_MAX_GROUP 8  /* query heads per KV head */
 /* int32s before the items of a step's plan (its item count first) */
@@ -87,33 +88,27 @@ __global__ void qkv_rope_kernel(float *__restrict__ q_out,         // (T, n_head
  * adds the latest %globaltimer over its blocks at three points (10-12) */
 #define AD_TRACE 13
 /* The decode attention kernel's geometry: 4 warps; a tile is AD_TK keys, AD_KW a
- * warp (4 lanes a key: each a quarter of its head dims); AD_STAGES tiles a block
- * in shared memory, AD_STAGES - 1 of them loading while one is used. A lane's
- * quarter of a key is the 16-byte chunks c*4 + part, so that the four lanes of a
- * key read 64 contiguous bytes at a time. */
+ * warp (the 8 columns of an S = Q·Kᵀ product, the depth of a k8 P·V product);
+ * AD_STAGES tiles a block in shared memory, AD_STAGES - 1 of them loading while
+ * one is used. 8 keys a warp, not 16: at head_dim 128 a block then takes 53 KB and
+ * four fit an SM, as many slots as 64 sequences have (token, kv head) pairs (with
+ * 16 keys a warp and two blocks an SM, 64 sequences at depth 128 ran 23% slower:
+ * more items than slots, docs/PERF.md "Decode attention on the tensor cores"). */
 #define AD_WARPS 4
 #define AD_THREADS (32 * AD_WARPS)
 #define AD_KW 8
 #define AD_TK (AD_KW * AD_WARPS)
 #define AD_STAGES 3
+/* blocks an SM the registers must allow (128 a thread at four): shared memory
+ * allows four up to head_dim 128 */
+#define AD_BLOCKS_SM(HD) ((HD) <= 128 ? 4 : 1)
 
-/* Where logical 16-byte chunk c of a tile's key row goes, for rows of NCH chunks:
- * with NCH >= 8 odd rows swap the halves of each 128 bytes, so a quarter warp's
- * reads (two rows, four chunks each) hit all 32 banks once, with no padding (four
- * blocks an SM fit, not three); rows of 64 bytes (fp8, head_dim 64) need none. */
-template <int NCH> static __device__ __forceinline__ int ad_kswz(int row, int c) {
-    if constexpr (NCH >= 8)
-        return c ^ ((row & 1) << 2);
-    else
-        return c;
-}
+/* Where 16-byte chunk c of row r (of a warp's AD_KW key rows) is kept: the 8 rows
+ * one ldmatrix tile reads then fall in 8 distinct bank groups. */
+static __device__ __forceinline__ int ad_swz(int r, int c) { return c ^ (r & 7); }
 
-/* The scales of a tile's keys and values (fp8; none for bf16, so that its shared
- * memory is laid out as without fp8), and of the token's own key and value. The
- * ring and each tile's rows start on 128 bytes: a warp's 16-byte chunk reads and
- * its value rows (8 bytes a lane, bf16) then take the fewest shared-memory
- * wavefronts; shifted by 16 bytes (scales placed before them) the bf16 kernel ran
- * 10-16% slower at depth (docs/PERF.md, "fp8 KV cache"). */
+/* The scales of a tile's keys and values (fp8; none for bf16), and of the token's
+ * own key and value. */
 template <bool F8> struct ad_tile_scales {
     float ks[AD_TK], vs[AD_TK];
 };
@@ -123,27 +118,60 @@ template <bool F8> struct ad_cur_scales {
 };
 template <> struct ad_cur_scales<false> {};
 
-/* One tile in shared memory: its keys and values (and, fp8, their scales). */
+/* One tile in shared memory: its keys and values as cached (bf16 rows with chunks
+ * placed by ad_swz; fp8 codes in order) and, fp8, their scales. */
 template <int HD, bool F8> struct ad_tile : ad_tile_scales<F8> {
-    alignas(128) kv_elem<F8> k[AD_TK][HD]; /* chunks placed by ad_kswz */
+    alignas(128) kv_elem<F8> k[AD_TK][HD];
     alignas(128) kv_elem<F8> v[AD_TK][HD];
 };
+/* fp8: each warp's keys and values of the tile it computes, its codes as f16
+ * (exact), chunks placed by ad_swz: the tensor cores' operands. */
+template <int HD, bool F8> struct ad_conv {
+    alignas(128) __half k[AD_WARPS][AD_KW][HD];
+    alignas(128) __half v[AD_WARPS][AD_KW][HD];
+};
+template <int HD> struct ad_conv<HD, false> {};
+template <int HD, bool F8> struct ad_ring : ad_conv<HD, F8> {
+    ad_tile<HD, F8> st[AD_STAGES];
+};
 
-/* Shared memory of attn_decode_kernel<HD, RM, F8>: the item's queries, the token's
- * own key and value, the tile ring; after an item's keys, the ring holds each
- * warp's partial output (acc), and in the combine the splits' maxima and sums (mls). */
-template <int HD, int RM, bool F8> struct ad_smem : ad_cur_scales<F8> {
-    alignas(16) float qs[RM][HD];    /* queries after norm and RoPE, times scale·log2 e */
-    alignas(16) kv_elem<F8> kcur[HD]; /* the token's own key and value, as cached */
+/* Shared memory of attn_decode_kernel<HD, F8>: the item's queries, the token's own
+ * key and value, the tile ring; after an item's keys, the ring holds each warp's
+ * partial output (acc), and in the combine of splits their maxima and sums (c). */
+template <int HD, bool F8> struct ad_smem : ad_cur_scales<F8> {
+    /* the A operand of S = Q·Kᵀ as lane l holds it: row l/4 of the queries (after
+     * norm and RoPE, times scale·log2 e), [j][l] = k-steps 2j, 2j+1 × columns
+     * 2(l%4)..+1 and +8, packed; rows past G stay zero */
+    alignas(16) uint32_t qf[HD / 32][32][4];
+    alignas(16) kv_elem<F8> kcur[HD];         /* the token's own key and value, as cached */
     alignas(16) kv_elem<F8> vcur[HD];
     alignas(128) union {
-        ad_tile<HD, F8> st[AD_STAGES];
-        float acc[AD_WARPS][RM][HD];
-        float mls[AP_MAX_SPLITS][RM][2];
+        ad_ring<HD, F8> r;
+        float acc[AD_WARPS][ATTN_MAX_GROUP][HD];
+        struct {
+            float mls[AP_MAX_SPLITS][ATTN_MAX_GROUP][2];
+            float4 num[AD_THREADS];
+            float den[AD_THREADS];
+        } c; /* the combine of splits: their maxima and sums, the units' partial sums */
     } u;
-    float wm[AD_WARPS][RM], wl[AD_WARPS][RM];
+    float wm[AD_WARPS][ATTN_MAX_GROUP], wl[AD_WARPS][ATTN_MAX_GROUP];
     int is_last;
 };
+
+/* Sixteen e4m3 codes as f16 values (exact): codes 0-7 into h[0], 8-15 into h[1]. */
+static __device__ __forceinline__ void fp8x16_h(uint4 c, uint4 (&h)[2]) {
+    const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+    uint32_t *o = reinterpret_cast<uint32_t *>(h);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const __half2_raw lo =
+            __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] & 0xffffu), __NV_E4M3);
+        const __half2_raw hi =
+            __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i] >> 16), __NV_E4M3);
+        o[2 * i] = (uint32_t)lo.x | (uint32_t)lo.y << 16;
+        o[2 * i + 1] = (uint32_t)hi.x | (uint32_t)hi.y << 16;
+    }
+}
 
 /* Decode attention (one token per sequence; prefill steps use qkv_rope_kernel and
  * flash_prefill.cuh), with the token's q/k/v preparation fused in. A persistent
@@ -151,27 +179,30 @@ template <int HD, int RM, bool F8> struct ad_smem : ad_cur_scales<F8> {
  * (attn_plan.h): block b takes items b, b + gridDim.x, ..., each one split of one
  * (token, kv head)'s keys [k0, k1); the host cut every sequence's keys so the
  * items fill the grid whatever the batch and the context. A block's rows are the
- * G <= RM query heads of the kv head's group (RM, a template bound, keeps unused
- * rows out of the code). For each item the block
- *  1. starts the cp.async copies of its first AD_STAGES - 1 tiles: lane l of warp
- *     w copies a quarter of key w*AD_KW + l/4's K row and V row, so each warp
- *     loads exactly the keys it uses and the tile loop needs no block barrier;
+ * G <= ATTN_MAX_GROUP query heads of the kv head's group. For each item the block
+ *  1. starts the cp.async copies of its first AD_STAGES - 1 tiles: warp w copies
+ *     keys w*AD_KW .. +AD_KW of each tile (K and V rows; keys past k1 zero-filled),
+ *     the keys it computes, so the tile loop needs no block barrier;
  *  2. meanwhile turns the token's projections into queries (bias, RMSNorm, RoPE)
  *     and, in the item that holds the token's own position p0, its key and value,
  *     which it writes to the cache (rounded to bf16 as every cached key is; F8:
  *     then quantized, kv_cache.cuh; key p0 is read from kcur/vcur, never from the
  *     ring);
- *  3. each warp streams its keys: tile i + AD_STAGES - 1 is requested while tile i
- *     is scored (4 lanes a key, two shuffles), softmaxed online over the warp's
- *     keys and multiplied into the warp's output (lanes over the head dims);
+ *  3. each warp computes its keys of a tile on the tensor cores while tile
+ *     i + AD_STAGES - 1 loads: S = Q·Kᵀ (m16n8k16: the group's query rows padded
+ *     to 16, the warp's 8 keys the columns), online softmax in the exp2 domain,
+ *     then O += P·V (m16n8k8) with P taken from S's accumulators as the A operand
+ *     (FlashAttention-2's register reuse). F8: the warp first turns its codes into
+ *     f16 (exact) and the products are f16 ones; a key's scale multiplies its
+ *     score, a value's its weight (times 448, so that f16 weights keep their
+ *     precision; the output is divided by 448 again);
  *  4. combines its warps through shared memory; with n_split > 1 the block that
  *     ends the last split of its (token, kv head) (atomic counter) combines them:
  *     out = Σ 2^(m_s-M) o_s / Σ 2^(m_s-M) l_s (scores are in log2 units).
  * Only the first item's first tiles are requested before grid_wait(). Padding
- * tokens (sequence -1) get zeros and write nothing. F8: the cache holds fp8 codes
- * (kvs their scales); a key's scale multiplies its score, a value's its weight. */
-template <int HD, int RM, bool F8>
-__global__ void __launch_bounds__(AD_THREADS)
+ * tokens (sequence -1) get zeros and write nothing. */
+template <int HD, bool F8>
+__global__ void __launch_bounds__(AD_THREADS, AD_BLOCKS_SM(HD))
     attn_decode_kernel(bf16 *__restrict__ out,          // (T, n_heads*HD)
                        float *__restrict__ part_o,      // (items, G, HD)
                        float *__restrict__ part_ml,     // (items, G, 2)
@@ -191,17 +222,24 @@ __global__ void __launch_bounds__(AD_THREADS)
                        const int32_t *__restrict__ plan, // count, then lpx_attn_items at AP_HDR
                        kv_geom g, int layer, float scale, float eps, int interleaved,
                        long long *__restrict__ trace) { // (n_layers, AD_TRACE) or NULL
-    /* head dims a lane in P·V; elements a 16-byte chunk, chunks a key row, chunks
-     * of a key's quarter */
+    /* head dims a lane in the preparation; cached elements a 16-byte chunk, chunks
+     * a cached row; column tiles of O */
     constexpr int NT = AD_THREADS, NW = AD_WARPS, DPL = HD / 32;
-    constexpr int VPC = 16 / sizeof(kv_elem<F8>), NCH = HD / VPC, CQ = NCH / 4;
+    constexpr int VPC = 16 / sizeof(kv_elem<F8>), NCH = HD / VPC, NO = HD / 8;
+    static_assert(HD / 8 >= 8 && AD_KW == 8, "a warp's keys: the 8 columns of one S tile, 8 rows for ad_swz");
+    static_assert(AD_KW * NCH % 32 == 0, "a warp's copies: whole chunks a lane");
+    static_assert(ATTN_MAX_GROUP <= 8, "a group's rows are the first 8 of the 16 an mma computes");
     extern __shared__ __align__(128) uint4 ad_raw[];
-    ad_smem<HD, RM, F8> &sm = *reinterpret_cast<ad_smem<HD, RM, F8> *>(ad_raw);
+    ad_smem<HD, F8> &sm = *reinterpret_cast<ad_smem<HD, F8> *>(ad_raw);
     /* Until grid_wait() only memory no kernel of this step writes is read: the step
      * inputs and the cached keys and values of earlier positions, so their round
      * trips overlap the qkv projection still running before us. */
     const int G = g.n_heads / g.n_kv, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int kq = lane >> 2, part = lane & 3; /* the lane's key in the warp's part of a tile, quarter */
+    const int qr = lane >> 2, q4 = lane & 3; /* the lane's row of S and O, its quad lane */
+    /* the operands' element type: f16 for fp8 codes (exact), else bf16 */
+    auto pack2 = [](float lo, float hi) { return F8 ? pack_h2(lo, hi) : pack_bf2(lo, hi); };
+    for (int e = tid; e < HD / 32 * 32; e += NT) /* the rows past G, never written */
+        if ((e % 32) / 4 >= G) *reinterpret_cast<uint4 *>(sm.qf[e / 32][e % 32]) = make_uint4(0, 0, 0, 0);
     const int n_items = plan[0];
     const lpx_attn_item *items = reinterpret_cast<const lpx_attn_item *>(plan + AP_HDR);
     bool waited = false; /* grid_wait() done: once, before the first item reads qkv */
@@ -237,29 +275,34 @@ __global__ void __launch_bounds__(AD_THREADS)
     AD_MARK(1);
     const int32_t *bt = block_table + (size_t)seq * max_blocks;
 
-    /* tile i into ring slot i % AD_STAGES: the lane's quarter of its key's K and V
-     * rows (none past k1, none for p0); one commit group a tile, empty or not */
+    /* tile i into ring slot i % AD_STAGES: the warp's AD_KW keys (none for p0; past
+     * k1 zeros, from key k0's mapped address); one commit group a tile, empty or not */
     auto issue = [&](int i) {
-        const int key = k0 + i * AD_TK + warp * AD_KW + kq;
-        if (i < n_tiles && key < k1 && key != p0) {
-            ad_tile<HD, F8> &st = sm.u.st[i % AD_STAGES];
-            const int kb = bt[key >> g.bs_shift], sl = key & (g.block_size - 1);
-            const uint4 *kr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 0, kvh, kb, sl));
-            const uint4 *vr = reinterpret_cast<const uint4 *>(kv + kv_offset(g, layer, 1, kvh, kb, sl));
-            uint4 *kd = reinterpret_cast<uint4 *>(&st.k[warp * AD_KW + kq][0]);
-            uint4 *vd = reinterpret_cast<uint4 *>(&st.v[warp * AD_KW + kq][0]);
+        const int kbase = k0 + i * AD_TK + warp * AD_KW;
+        if (i < n_tiles && kbase < k1) {
+            ad_tile<HD, F8> &st = sm.u.r.st[i % AD_STAGES];
+            /* lane l < AD_KW looks up key kbase + l's block once */
+            const int lk = kbase + (lane & (AD_KW - 1));
+            const int my_kb = bt[(lk < k1 ? lk : k0) >> g.bs_shift];
 #pragma unroll
-            for (int c = 0; c < CQ; c++) {
-                __pipeline_memcpy_async(kd + ad_kswz<NCH>(kq, c * 4 + part), kr + c * 4 + part, 16);
-                __pipeline_memcpy_async(vd + c * 4 + part, vr + c * 4 + part, 16);
+            for (int j = 0; j < AD_KW * NCH / 32; j++) {
+                const int idx = j * 32 + lane, kl = idx / NCH, c = idx % NCH, key = kbase + kl;
+                const bool ok = key < k1 && key != p0;
+                const int kb = __shfl_sync(0xffffffffu, my_kb, kl);
+                const int sl = (key < k1 ? key : k0) & (g.block_size - 1);
+                const int pc = F8 ? c : ad_swz(kl, c), row = warp * AD_KW + kl;
+                cp_async16(&st.k[row][pc * VPC], kv + kv_offset(g, layer, 0, kvh, kb, sl) + c * VPC, ok);
+                cp_async16(&st.v[row][pc * VPC], kv + kv_offset(g, layer, 1, kvh, kb, sl) + c * VPC, ok);
             }
-            if constexpr (F8) { /* the key's two scales: lanes of quarters 0 and 1 */
-                if (part < 2)
-                    __pipeline_memcpy_async(part ? &st.vs[warp * AD_KW + kq] : &st.ks[warp * AD_KW + kq],
-                                            kvs + kv_scale_at(g, layer, part, kvh, kb, sl), 4);
+            if constexpr (F8) { /* lanes 0-7 the keys' scales, 8-15 the values' */
+                const int kl = lane & (AD_KW - 1), key = kbase + kl, which = (lane / AD_KW) & 1;
+                const int kb = __shfl_sync(0xffffffffu, my_kb, kl);
+                if (lane < 2 * AD_KW && key < k1 && key != p0)
+                    cp_async4(which ? &st.vs[warp * AD_KW + kl] : &st.ks[warp * AD_KW + kl],
+                              kvs + kv_scale_at(g, layer, which, kvh, kb, key & (g.block_size - 1)));
             }
         }
-        __pipeline_commit();
+        cp_async_commit();
     };
 #pragma unroll
     for (int i = 0; i < AD_STAGES - 1; i++) issue(i);
@@ -305,7 +348,10 @@ __global__ void __launch_bounds__(AD_THREADS)
         head_rope<DPL>(v, cs, sn, interleaved, rot);
         if (r < G) {
 #pragma unroll
-            for (int e = 0; e < DPL; e++) sm.qs[r][lane * DPL + e] = rot[e] * qscale;
+            for (int e = 0; e < DPL; e += 2) { /* dims d, d+1 go to lane 4r + (d%8)/2 */
+                const int d = lane * DPL + e, k = (d / 16) * 2 + (d % 16) / 8;
+                sm.qf[k / 4][4 * r + (d % 8) / 2][k % 4] = pack2(rot[e] * qscale, rot[e + 1] * qscale);
+            }
         } else {
             put(rot);
         }
@@ -313,118 +359,131 @@ __global__ void __launch_bounds__(AD_THREADS)
     __syncthreads();
     AD_MARK(4);
 
-    /* 3. the warp's keys, a tile at a time, AD_STAGES - 1 tiles ahead */
-    float m[RM], l[RM], acc[RM][DPL];
+    /* 3. the warp's keys, a tile at a time, AD_STAGES - 1 tiles ahead. The A
+     * operand of S: sm.qf (rows 8-15 are padding, zero). */
+    auto mma = [](float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+        if constexpr (F8)
+            mma_f16(c, a, b0, b1);
+        else
+            mma_bf16(c, a, b0, b1);
+    };
+    auto mma8 = [](float c[4], const uint32_t a[2], uint32_t b) {
+        if constexpr (F8)
+            mma_f16_k8(c, a, b);
+        else
+            mma_bf16_k8(c, a, b);
+    };
+    float o[NO][4], m = -INFINITY, l = 0.0f; /* l: this lane's part of row qr's sum */
 #pragma unroll
-    for (int r = 0; r < RM; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < DPL; e++) acc[r][e] = 0.0f;
-    }
+    for (int n = 0; n < NO; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    using op_t = typename std::conditional<F8, __half, bf16>::type;
     for (int i = 0; i < n_tiles; i++) {
         issue(i + AD_STAGES - 1); /* its slot was tile i-1's: the warp is past it */
-        __pipeline_wait_prior(AD_STAGES - 1);
+        cp_async_wait<AD_STAGES - 1>();
         __syncwarp(); /* tile i's rows of this warp, every lane's copies */
-        const ad_tile<HD, F8> &st = sm.u.st[i % AD_STAGES];
+        const ad_tile<HD, F8> &st = sm.u.r.st[i % AD_STAGES];
         const int base = k0 + i * AD_TK + warp * AD_KW; /* the warp's first key */
-        const int key = base + kq;
-        const bool live = key < k1;
-        const kv_elem<F8> *kr = key == p0 ? sm.kcur : &st.k[warp * AD_KW + kq][0];
-        float dot[RM], dot2[RM]; /* alternate 8-dim groups: two FMA chains a row */
+        if (base < k1) {
+            const op_t(*kt)[HD];
+            const op_t(*vt)[HD];
+            if constexpr (F8) { /* codes -> f16, p0's from kcur/vcur */
+                __half(*ck)[HD] = sm.u.r.k[warp];
+                __half(*cv)[HD] = sm.u.r.v[warp];
 #pragma unroll
-        for (int r = 0; r < RM; r++) dot[r] = dot2[r] = 0.0f;
-        if (live) {
-#pragma unroll
-            for (int c = 0; c < CQ; c++) {
-                const uint4 k8 = reinterpret_cast<const uint4 *>(kr)[key == p0 ? c * 4 + part : ad_kswz<NCH>(kq, c * 4 + part)];
-                float kf[VPC];
-                kv_chunk<F8>(k8, kf);
-#pragma unroll
-                for (int r = 0; r < RM; r++) {
-                    if (r < G) {
-#pragma unroll
-                        for (int h = 0; h < VPC / 8; h++) {
-                            const float *qr = &sm.qs[r][(c * 4 + part) * VPC + h * 8];
-                            const float4 qa = *reinterpret_cast<const float4 *>(qr);
-                            const float4 qb = *reinterpret_cast<const float4 *>(qr + 4);
-                            float &d = (c * (VPC / 8) + h) & 1 ? dot2[r] : dot[r];
-                            const float *k = kf + h * 8;
-                            d = fmaf(qa.x, k[0], d);
-                            d = fmaf(qa.y, k[1], d);
-                            d = fmaf(qa.z, k[2], d);
-                            d = fmaf(qa.w, k[3], d);
-                            d = fmaf(qb.x, k[4], d);
-                            d = fmaf(qb.y, k[5], d);
-                            d = fmaf(qb.z, k[6], d);
-                            d = fmaf(qb.w, k[7], d);
-                        }
-                    }
+                for (int j = 0; j < AD_KW * NCH / 32; j++) {
+                    const int idx = j * 32 + lane, kl = idx / NCH, c = idx % NCH;
+                    const bool cur = base + kl == p0;
+                    uint4 h[2];
+                    fp8x16_h(*reinterpret_cast<const uint4 *>(cur ? &sm.kcur[c * 16] : &st.k[warp * AD_KW + kl][c * 16]), h);
+                    *reinterpret_cast<uint4 *>(&ck[kl][ad_swz(kl, 2 * c) * 8]) = h[0];
+                    *reinterpret_cast<uint4 *>(&ck[kl][ad_swz(kl, 2 * c + 1) * 8]) = h[1];
+                    fp8x16_h(*reinterpret_cast<const uint4 *>(cur ? &sm.vcur[c * 16] : &st.v[warp * AD_KW + kl][c * 16]), h);
+                    *reinterpret_cast<uint4 *>(&cv[kl][ad_swz(kl, 2 * c) * 8]) = h[0];
+                    *reinterpret_cast<uint4 *>(&cv[kl][ad_swz(kl, 2 * c + 1) * 8]) = h[1];
                 }
+                __syncwarp();
+                kt = ck;
+                vt = cv;
+            } else {
+                kt = &st.k[warp * AD_KW];
+                vt = &st.v[warp * AD_KW];
             }
-        }
-        float ksc = 1.0f; /* F8: the key's scale */
-        if constexpr (F8) ksc = live ? (key == p0 ? sm.kcs : st.ks[warp * AD_KW + kq]) : 0.0f;
-        if (i == 0) AD_MARK(5);
-        /* the key's four quarters, then softmax over the warp's keys, online */
-        float p[RM];
+            /* S (row qr, keys base + 2·q4 + e in s[e], e < 2): k-steps alternate
+             * between two accumulators, two chains of mma latency */
+            float s[4], s2[4];
 #pragma unroll
-        for (int r = 0; r < RM; r++) {
-            if (r < G) {
-                float sc = dot[r] + dot2[r];
-                sc += __shfl_xor_sync(0xffffffffu, sc, 1);
-                sc += __shfl_xor_sync(0xffffffffu, sc, 2);
-                if (F8) sc *= ksc;
-                sc = live ? sc : -INFINITY;
-                float mt = sc;
-                for (int o = 4; o < 32; o <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
-                const float nm = fmaxf(m[r], mt);
-                const float ref = nm == -INFINITY ? 0.0f : nm; /* no key yet */
-                p[r] = live ? exp2f(sc - ref) : 0.0f;
-                float ps = p[r]; /* the warp's keys once each: lanes of one quarter */
-                for (int o = 4; o < 32; o <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-                const float alpha = exp2f(m[r] - ref);
-                m[r] = nm;
-                l[r] = l[r] * alpha + ps;
+            for (int e = 0; e < 4; e++) s[e] = s2[e] = 0.0f;
+            const int kl = lane & 7;
+            const bool kcur = !F8 && base + kl == p0;
 #pragma unroll
-                for (int e = 0; e < DPL; e++) acc[r][e] *= alpha;
+            for (int j = 0; j < HD / 32; j++) { /* chunks 4j..4j+3: k-steps 2j, 2j+1 */
+                const int c = 4 * j + (lane >> 3);
+                uint32_t b[4];
+                ldsm_x4(b, kcur ? (const void *)&sm.kcur[c * 8] : (const void *)&kt[kl][ad_swz(kl, c) * 8]);
+                const uint4 q = *reinterpret_cast<const uint4 *>(sm.qf[j][lane]);
+                const uint32_t a0[4] = {q.x, 0u, q.y, 0u}, a1[4] = {q.z, 0u, q.w, 0u};
+                mma(j & 1 ? s2 : s, a0, b[0], b[1]);
+                mma(j & 1 ? s2 : s, a1, b[2], b[3]);
             }
-        }
-        /* P·V over the warp's live keys, lanes over the head dims */
+            if (i == 0) AD_MARK(5);
+            /* mask, F8 key scales; the row's maximum over the quad's keys, online softmax */
+            float vsc[2] = {1.0f, 1.0f}; /* F8: the values' scales × 448 */
+            float mx = -INFINITY;
 #pragma unroll
-        for (int j = 0; j < AD_KW; j++) {
-            if (base + j >= k1) break;
-            const kv_elem<F8> *vr = base + j == p0 ? sm.vcur + lane * DPL : &st.v[warp * AD_KW + j][lane * DPL];
-            float vf[DPL];
-            kv_load<F8, DPL>(vr, vf);
-            float vsc = 1.0f; /* F8: the value's scale, folded into its weight */
-            if constexpr (F8) vsc = base + j == p0 ? sm.vcs : st.vs[warp * AD_KW + j];
-#pragma unroll
-            for (int r = 0; r < RM; r++) {
-                if (r < G) {
-                    float pj = __shfl_sync(0xffffffffu, p[r], j * 4);
-                    if (F8) pj *= vsc;
-#pragma unroll
-                    for (int e = 0; e < DPL; e++) acc[r][e] = fmaf(pj, vf[e], acc[r][e]);
+            for (int e = 0; e < 2; e++) {
+                const int ke = 2 * q4 + e, key = base + ke;
+                float sc = s[e] + s2[e];
+                if constexpr (F8) {
+                    const bool cur = key == p0, live = key < k1;
+                    sc *= cur ? sm.kcs : st.ks[warp * AD_KW + ke];
+                    vsc[e] = live ? (cur ? sm.vcs : st.vs[warp * AD_KW + ke]) * LPX_KV_FP8_MAX : 0.0f;
                 }
+                s[e] = key < k1 ? sc : -INFINITY;
+                mx = fmaxf(mx, s[e]);
             }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            const float nm = fmaxf(m, mx);
+            const float ref = nm == -INFINITY ? 0.0f : nm; /* no key yet */
+            const float alpha = exp2f(m - ref);
+            m = nm;
+            const float p0_ = exp2f(s[0] - ref), p1_ = exp2f(s[1] - ref);
+            l = l * alpha + p0_ + p1_;
+#pragma unroll
+            for (int n = 0; n < NO; n++) {
+                o[n][0] *= alpha;
+                o[n][1] *= alpha;
+            }
+            /* O += P·V (k8): keys base + 2·q4 + e in a[0]; V by 8x8 transposed tiles,
+             * chunks 4u..4u+3 for O's tiles 4u..4u+3 */
+            const uint32_t pa[2] = {pack2(p0_ * vsc[0], p1_ * vsc[1]), 0u};
+#pragma unroll
+            for (int u = 0; u < HD / 32; u++) {
+                const int c = 4 * u + (lane >> 3);
+                uint32_t b[4];
+                ldsm_x4_t(b, kcur ? (const void *)&sm.vcur[c * 8] : (const void *)&vt[kl][ad_swz(kl, c) * 8]);
+#pragma unroll
+                for (int q = 0; q < 4; q++) mma8(o[4 * u + q], pa, b[q]);
+            }
+            if (i == 0) AD_MARK(6);
         }
-        if (i == 0) AD_MARK(6);
         __syncwarp(); /* every lane is done with this slot before it is refilled */
     }
-    __pipeline_wait_prior(0); /* the ring's last groups (empty) before it is reused */
+    cp_async_wait<0>(); /* the ring's last groups (empty) before it is reused */
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
 
     /* 4. combine the warps (the ring is free once every warp is past its last tile) */
     __syncthreads();
+    if (qr < G) {
+        const float f = F8 ? 1.0f / LPX_KV_FP8_MAX : 1.0f;
 #pragma unroll
-    for (int r = 0; r < RM; r++) {
-        if (r < G) {
-#pragma unroll
-            for (int e = 0; e < DPL; e++) sm.u.acc[warp][r][lane * DPL + e] = acc[r][e];
-            if (lane == 0) {
-                sm.wm[warp][r] = m[r];
-                sm.wl[warp][r] = l[r];
-            }
+        for (int n = 0; n < NO; n++)
+            *reinterpret_cast<float2 *>(&sm.u.acc[warp][qr][n * 8 + 2 * q4]) =
+                make_float2(o[n][0] * f, o[n][1] * f);
+        if (q4 == 0) {
+            sm.wm[warp][qr] = m;
+            sm.wl[warp][qr] = l;
         }
     }
     __syncthreads();
@@ -469,31 +528,69 @@ __global__ void __launch_bounds__(AD_THREADS)
     __threadfence();
     const size_t f0 = (size_t)wi.first * G; /* the first split's row 0 */
     for (int i = tid; i < S * G; i += NT) {
-        sm.u.mls[i / G][i % G][0] = __ldcg(&part_ml[(f0 + i) * 2]);
-        sm.u.mls[i / G][i % G][1] = __ldcg(&part_ml[(f0 + i) * 2 + 1]);
+        sm.u.c.mls[i / G][i % G][0] = __ldcg(&part_ml[(f0 + i) * 2]);
+        sm.u.c.mls[i / G][i % G][1] = __ldcg(&part_ml[(f0 + i) * 2 + 1]);
     }
     __syncthreads();
-    for (int e = tid; e < G * HD; e += NT) {
-        const int r = e / HD;
+    /* unit u: four outputs (a float4, e4) over every nsub-th split from u / n4, so
+     * that all threads load at once, eight splits in flight each (the combine is
+     * on the step's critical path: at batch 1 a head has up to AP_MAX_SPLITS) */
+    const int n4 = G * HD / 4, nsub = n4 < NT ? NT / n4 : 1;
+    for (int u = tid; u < n4 * nsub; u += NT) {
+        const int e4 = u % n4, sub = u / n4, r = e4 * 4 / HD;
         float M = -INFINITY;
         for (int s2 = 0; s2 < S; s2++)
-            if (sm.u.mls[s2][r][1] > 0.0f) M = fmaxf(M, sm.u.mls[s2][r][0]);
-        float num = 0.0f, den = 0.0f;
-        for (int s0 = 0; s0 < S; s0 += 8) {
-            float pv[8];
-#pragma unroll
-            for (int k = 0; k < 8; k++) /* eight loads in flight at once */
-                pv[k] = s0 + k < S ? __ldcg(&part_o[(f0 + (size_t)(s0 + k) * G) * HD + e]) : 0.0f;
+            if (sm.u.c.mls[s2][r][1] > 0.0f) M = fmaxf(M, sm.u.c.mls[s2][r][0]);
+        float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        float den = 0.0f;
+        for (int s0 = sub; s0 < S; s0 += 8 * nsub) {
+            float4 pv[8];
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                if (s0 + k < S && sm.u.mls[s0 + k][r][1] > 0.0f) {
-                    const float f = exp2f(sm.u.mls[s0 + k][r][0] - M);
-                    num += f * pv[k];
-                    den += f * sm.u.mls[s0 + k][r][1];
+                const int sk = s0 + k * nsub;
+                pv[k] = sk < S ? __ldcg(reinterpret_cast<const float4 *>(part_o + (f0 + (size_t)sk * G) * HD) + e4)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const int sk = s0 + k * nsub;
+                if (sk < S && sm.u.c.mls[sk][r][1] > 0.0f) {
+                    const float f = exp2f(sm.u.c.mls[sk][r][0] - M);
+                    num.x += f * pv[k].x;
+                    num.y += f * pv[k].y;
+                    num.z += f * pv[k].z;
+                    num.w += f * pv[k].w;
+                    den += f * sm.u.c.mls[sk][r][1];
                 }
             }
         }
-        o_tok[e] = f2bf(den > 0.0f ? num / den : 0.0f);
+        if (nsub > 1) {
+            sm.u.c.num[u] = num;
+            sm.u.c.den[u] = den;
+        } else {
+            const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+            bf16 *o4 = o_tok + e4 * 4;
+            *reinterpret_cast<uint2 *>(o4) = make_uint2(pack_bf2(num.x * inv, num.y * inv),
+                                                        pack_bf2(num.z * inv, num.w * inv));
+        }
+    }
+    if (nsub > 1) { /* the units of one output chunk, summed */
+        __syncthreads();
+        for (int e4 = tid; e4 < n4; e4 += NT) {
+            float4 num = sm.u.c.num[e4];
+            float den = sm.u.c.den[e4];
+            for (int sub = 1; sub < nsub; sub++) {
+                const float4 x = sm.u.c.num[sub * n4 + e4];
+                num.x += x.x;
+                num.y += x.y;
+                num.z += x.z;
+                num.w += x.w;
+                den += sm.u.c.den[sub * n4 + e4];
+            }
+            const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+            *reinterpret_cast<uint2 *>(o_tok + e4 * 4) = make_uint2(pack_bf2(num.x * inv, num.y * inv),
+                                                                   pack_bf2(num.z * inv, num.w * inv));
+        }
     }
   }
 #undef AD_MARK
@@ -519,38 +616,30 @@ static lpx_status qkv_rope(float *q_out, void *kv, float *kvs, const float *qkv,
     return LPX_OK;
 }
 
-/* (head_dim, rows bound, fp8 cache): G query heads per kv head run the kernel for
- * the smallest bound >= G. */
-#define ATTN_VARIANTS(X)                                                                           \
-    X(64, 2, false) X(64, 4, false) X(64, 8, false) X(128, 2, false) X(128, 4, false)              \
-    X(128, 8, false) X(256, 2, false) X(256, 4, false) X(256, 8, false) X(64, 2, true)             \
-    X(64, 4, true) X(64, 8, true) X(128, 2, true) X(128, 4, true) X(128, 8, true) X(256, 2, true)  \
-    X(256, 4, true) X(256, 8, true)
+/* (head_dim, fp8 cache) */
+#define ATTN_VARIANTS(X) X(64, false) X(128, false) X(256, false) X(64, true) X(128, true) X(256, true)
 
-/* The decode attention grid of one instance: its shape's rows bound, and the
- * blocks resident on the whole GPU at once (the persistent grid, and the slots
- * the plan fills). */
+/* The decode attention grid of one instance: the blocks resident on the whole GPU
+ * at once (the persistent grid, and the slots the plan fills). */
 typedef struct attn_ctx {
-    int rm, blocks;
+    int blocks;
 } attn_ctx;
 
 /* Lets each attn_decode_kernel instantiation take its shared memory (over 48 KB),
  * and sizes this shape's grid from the occupancy of its variant. */
 static lpx_status attention_init(const kv_geom *g, int n_sms, attn_ctx *a) {
-#define ATTN_ATTR(HD, RM, F8)                                                                      \
-    LPX_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<HD, RM, F8>,                              \
+#define ATTN_ATTR(HD, F8)                                                                          \
+    LPX_CUDA_TRY(cudaFuncSetAttribute(attn_decode_kernel<HD, F8>,                                  \
                                       cudaFuncAttributeMaxDynamicSharedMemorySize,                 \
-                                      (int)sizeof(ad_smem<HD, RM, F8>)));
+                                      (int)sizeof(ad_smem<HD, F8>)));
     ATTN_VARIANTS(ATTN_ATTR)
 #undef ATTN_ATTR
-    const int G = g->n_heads / g->n_kv;
-    a->rm = G <= 2 ? 2 : G <= 4 ? 4 : 8;
     a->blocks = 0;
-#define ATTN_OCC(HD, RM, F8)                                                                       \
-    if (g->head_dim == HD && a->rm == RM && (g->fp8 != 0) == F8) {                                 \
+#define ATTN_OCC(HD, F8)                                                                           \
+    if (g->head_dim == HD && (g->fp8 != 0) == F8) {                                                \
         int n = 0;                                                                                 \
         LPX_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(                                \
-            &n, attn_decode_kernel<HD, RM, F8>, AD_THREADS, sizeof(ad_smem<HD, RM, F8>)));         \
+            &n, attn_decode_kernel<HD, F8>, AD_THREADS, sizeof(ad_smem<HD, F8>)));                 \
         a->blocks = (n > 0 ? n : 1) * n_sms;                                                       \
     }
     ATTN_VARIANTS(ATTN_OCC)
@@ -574,10 +663,10 @@ static lpx_status attention(const attn_ctx *a, bf16 *out, float *part_o, float *
                             bool interleaved, long long *trace, kstream st) {
     const float scale = 1.0f / sqrtf((float)g.head_dim);
     cudaError_t e = cudaErrorInvalidValue;
-#define ATTN_LAUNCH(HD, RM, F8)                                                                    \
-    if (g.head_dim == HD && a->rm == RM && (g.fp8 != 0) == F8)                                     \
-        e = launch(attn_decode_kernel<HD, RM, F8>, dim3(a->blocks), dim3(AD_THREADS),              \
-                   sizeof(ad_smem<HD, RM, F8>), st, out, part_o, part_ml, done,                    \
+#define ATTN_LAUNCH(HD, F8)                                                                        \
+    if (g.head_dim == HD && (g.fp8 != 0) == F8)                                                    \
+        e = launch(attn_decode_kernel<HD, F8>, dim3(a->blocks), dim3(AD_THREADS),                  \
+                   sizeof(ad_smem<HD, F8>), st, out, part_o, part_ml, done,                        \
                    (kv_elem<F8> *)kv, kvs, qkv, bias, q_norm, k_norm, inv_freq, tok_seq,           \
                    positions, slots, block_table, max_blocks, plan, g, layer, scale, eps,          \
                    (int)interleaved, trace);
