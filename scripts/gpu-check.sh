@@ -37,7 +37,8 @@
 #   600 positions of a random 28-layer model, no transformers bf16 band to widen it);
 #   at depth (logits --tail: the last positions decoded one a step after a long
 #   prefill): SmolLM2 slice 8,000 ids alone and beside 5,000 (3e-2), Qwen3-0.6B
-#   shape 4,096 ids (5e-2), against the CPU backend.
+#   shape 4,096 ids by the fused kernel and by the split attention (5e-2), against
+#   the CPU backend.
 #   weights kept quantized (tune key wq=1): the SmolLM2 slice's Q4_1/Q8_0 (3e-2) and a
 #   Q4_K_M of the Qwen3-0.6B shape (5e-2), prefill and decode, against the CPU
 #   backend's exact mode (LPX_CPU_TUNE=act=f32).
@@ -177,15 +178,19 @@ for m in ${models//,/ }; do
         check "$m long: chunked vs cpu" compare "$d/qlong.chunk.f32" "$d/qlong.cpu.f32" "$vocab" 5e-2 "$m long chunked~cpu" "$d/qlong.f32"
         check "$m long: decode vs cpu" compare "$d/qlong.dec.f32" "$d/qlong.cpu.f32" "$vocab" 5e-2 "$m long decode~cpu" "$d/qlong.f32"
         grep -E "^$m long [a-z]+~cpu: max" "$out/checks.log" | tail -3 >>"$summary"
-        # 4,096 ids, the last 8 decoded one a step: past qa_ctx, the split attention
+        # 4,096 ids, the last 8 decoded one a step: the fused batch-1 kernel (up to
+        # qa_ctx = 4,096 keys), and the split attention (qa=0: the two-kernel path)
         l4=$(long_ids 4096 "$vocab")
         # (noise band: CUDA's prefill path on the same rows; a random 28-layer model
         # flips top-1 rows with CPU gaps up to ~0.2 there, 2026-12-02)
         check "$m 4k: cuda decode at depth runs" logits "$shapes/$m" "$l4" "$dev" "$d/q4k.f32" --chunk 2048 --tail 8 --mode decode
+        check "$m 4k: cuda decode at depth, split attention, runs" env "$qa_off" "$lpx" logits -m "$shapes/$m" \
+            --ids "$l4" --device "$dev" -o "$d/q4k.split.f32" --chunk 2048 --tail 8 --mode decode
         check "$m 4k: cuda prefill rows run" logits "$shapes/$m" "$l4" "$dev" "$d/q4k.pf.f32" --chunk 2048 --tail 8
         check "$m 4k: cpu runs" logits "$shapes/$m" "$l4" cpu "$d/q4k.cpu.f32" --chunk 512 --tail 8
         check "$m 4k: decode at depth vs cpu" compare "$d/q4k.f32" "$d/q4k.cpu.f32" "$vocab" 5e-2 "$m 4k decode~cpu" "$d/q4k.pf.f32"
-        grep -E "^$m 4k decode~cpu: max" "$out/checks.log" | tail -1 >>"$summary"
+        check "$m 4k: split decode at depth vs cpu" compare "$d/q4k.split.f32" "$d/q4k.cpu.f32" "$vocab" 5e-2 "$m 4k split-decode~cpu" "$d/q4k.pf.f32"
+        grep -E "^$m 4k (split-)?decode~cpu: max" "$out/checks.log" | tail -2 >>"$summary"
         rm -f "$d"/qlong*.f32
     fi
 done
