@@ -137,7 +137,7 @@ template <int HD, bool F8> struct ad_ring : ad_conv<HD, F8> {
 
 /* Shared memory of attn_decode_kernel<HD, F8>: the item's queries, the token's own
  * key and value, the tile ring; after an item's keys, the ring holds each warp's
- * partial output (acc), and in the combine of splits their maxima and sums (c). */
+ * partial output (acc), and in the combine the splits' maxima and sums (mls). */
 template <int HD, bool F8> struct ad_smem : ad_cur_scales<F8> {
     /* the A operand of S = Q·Kᵀ as lane l holds it: row l/4 of the queries (after
      * norm and RoPE, times scale·log2 e), [j][l] = k-steps 2j, 2j+1 × columns
@@ -148,11 +148,7 @@ template <int HD, bool F8> struct ad_smem : ad_cur_scales<F8> {
     alignas(128) union {
         ad_ring<HD, F8> r;
         float acc[AD_WARPS][ATTN_MAX_GROUP][HD];
-        struct {
-            float mls[AP_MAX_SPLITS][ATTN_MAX_GROUP][2];
-            float4 num[AD_THREADS];
-            float den[AD_THREADS];
-        } c; /* the combine of splits: their maxima and sums, the units' partial sums */
+        float mls[AP_MAX_SPLITS][ATTN_MAX_GROUP][2];
     } u;
     float wm[AD_WARPS][ATTN_MAX_GROUP], wl[AD_WARPS][ATTN_MAX_GROUP];
     int is_last;
@@ -528,69 +524,31 @@ __global__ void __launch_bounds__(AD_THREADS, AD_BLOCKS_SM(HD))
     __threadfence();
     const size_t f0 = (size_t)wi.first * G; /* the first split's row 0 */
     for (int i = tid; i < S * G; i += NT) {
-        sm.u.c.mls[i / G][i % G][0] = __ldcg(&part_ml[(f0 + i) * 2]);
-        sm.u.c.mls[i / G][i % G][1] = __ldcg(&part_ml[(f0 + i) * 2 + 1]);
+        sm.u.mls[i / G][i % G][0] = __ldcg(&part_ml[(f0 + i) * 2]);
+        sm.u.mls[i / G][i % G][1] = __ldcg(&part_ml[(f0 + i) * 2 + 1]);
     }
     __syncthreads();
-    /* unit u: four outputs (a float4, e4) over every nsub-th split from u / n4, so
-     * that all threads load at once, eight splits in flight each (the combine is
-     * on the step's critical path: at batch 1 a head has up to AP_MAX_SPLITS) */
-    const int n4 = G * HD / 4, nsub = n4 < NT ? NT / n4 : 1;
-    for (int u = tid; u < n4 * nsub; u += NT) {
-        const int e4 = u % n4, sub = u / n4, r = e4 * 4 / HD;
+    for (int e = tid; e < G * HD; e += NT) {
+        const int r = e / HD;
         float M = -INFINITY;
         for (int s2 = 0; s2 < S; s2++)
-            if (sm.u.c.mls[s2][r][1] > 0.0f) M = fmaxf(M, sm.u.c.mls[s2][r][0]);
-        float4 num = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        float den = 0.0f;
-        for (int s0 = sub; s0 < S; s0 += 8 * nsub) {
-            float4 pv[8];
+            if (sm.u.mls[s2][r][1] > 0.0f) M = fmaxf(M, sm.u.mls[s2][r][0]);
+        float num = 0.0f, den = 0.0f;
+        for (int s0 = 0; s0 < S; s0 += 8) {
+            float pv[8];
+#pragma unroll
+            for (int k = 0; k < 8; k++) /* eight loads in flight at once */
+                pv[k] = s0 + k < S ? __ldcg(&part_o[(f0 + (size_t)(s0 + k) * G) * HD + e]) : 0.0f;
 #pragma unroll
             for (int k = 0; k < 8; k++) {
-                const int sk = s0 + k * nsub;
-                pv[k] = sk < S ? __ldcg(reinterpret_cast<const float4 *>(part_o + (f0 + (size_t)sk * G) * HD) + e4)
-                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            }
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const int sk = s0 + k * nsub;
-                if (sk < S && sm.u.c.mls[sk][r][1] > 0.0f) {
-                    const float f = exp2f(sm.u.c.mls[sk][r][0] - M);
-                    num.x += f * pv[k].x;
-                    num.y += f * pv[k].y;
-                    num.z += f * pv[k].z;
-                    num.w += f * pv[k].w;
-                    den += f * sm.u.c.mls[sk][r][1];
+                if (s0 + k < S && sm.u.mls[s0 + k][r][1] > 0.0f) {
+                    const float f = exp2f(sm.u.mls[s0 + k][r][0] - M);
+                    num += f * pv[k];
+                    den += f * sm.u.mls[s0 + k][r][1];
                 }
             }
         }
-        if (nsub > 1) {
-            sm.u.c.num[u] = num;
-            sm.u.c.den[u] = den;
-        } else {
-            const float inv = den > 0.0f ? 1.0f / den : 0.0f;
-            bf16 *o4 = o_tok + e4 * 4;
-            *reinterpret_cast<uint2 *>(o4) = make_uint2(pack_bf2(num.x * inv, num.y * inv),
-                                                        pack_bf2(num.z * inv, num.w * inv));
-        }
-    }
-    if (nsub > 1) { /* the units of one output chunk, summed */
-        __syncthreads();
-        for (int e4 = tid; e4 < n4; e4 += NT) {
-            float4 num = sm.u.c.num[e4];
-            float den = sm.u.c.den[e4];
-            for (int sub = 1; sub < nsub; sub++) {
-                const float4 x = sm.u.c.num[sub * n4 + e4];
-                num.x += x.x;
-                num.y += x.y;
-                num.z += x.z;
-                num.w += x.w;
-                den += sm.u.c.den[sub * n4 + e4];
-            }
-            const float inv = den > 0.0f ? 1.0f / den : 0.0f;
-            *reinterpret_cast<uint2 *>(o_tok + e4 * 4) = make_uint2(pack_bf2(num.x * inv, num.y * inv),
-                                                                   pack_bf2(num.z * inv, num.w * inv));
-        }
+        o_tok[e] = f2bf(den > 0.0f ? num / den : 0.0f);
     }
   }
 #undef AD_MARK
