@@ -226,9 +226,13 @@ AVX2 static inline ALWAYS __m256i wvals_avx2(const lpx_dtype t, const uint8_t *s
         const int h = j >> 2, k = j & 3;
         __m256i ql = _mm256_loadu_si256((const __m256i *)(s + 64 * h + 32 * (k & 1)));
         __m256i lo = _mm256_and_si256(k < 2 ? ql : _mm256_srli_epi16(ql, 4), m4);
-        __m256i qh = _mm256_srl_epi16(_mm256_loadu_si256((const __m256i *)(s + 128 + 32 * h)),
-                                      _mm_cvtsi32_si128(2 * k));
-        __m256i hi = _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(3)), 4);
+        /* bits 2k, 2k + 1 of each qh byte moved to bits 4, 5 by one 16-bit
+         * shift (none for k = 2); what crosses between bytes is masked off */
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)(s + 128 + 32 * h));
+        const __m256i hi = _mm256_and_si256(k < 2    ? _mm256_slli_epi16(qh, 4 - 2 * k)
+                                            : k == 2 ? qh
+                                                     : _mm256_srli_epi16(qh, 2),
+                                            _mm256_set1_epi8(0x30));
         return _mm256_sub_epi8(_mm256_or_si256(lo, hi), _mm256_set1_epi8(32));
     }
     }
