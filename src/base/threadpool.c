@@ -18,16 +18,21 @@ struct lpx_threadpool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake;             /* workers: a new job (or shutdown) */
-    pthread_cond_t done;             /* caller: the last worker finished */
+    pthread_cond_t done;             /* caller: the last chunk finished */
     atomic_uint_fast64_t generation; /* bumped once per job */
     bool shutdown;
 
-    /* the current job */
+    /* The current job. The caller writes these before it publishes `left`;
+     * a worker reads them only after claiming a chunk, and a claimed chunk
+     * keeps the job (and so these fields) from ending. */
     lpx_parallel_fn fn;
     void *ctx;
-    int64_t n, grain;
-    atomic_int_fast64_t next; /* next unclaimed item */
-    atomic_int busy;          /* workers still in the current job */
+    int64_t n, grain, chunks;
+    /* Chunks not yet claimed. Claimed by a decrement that never goes below
+     * zero, so a worker still looking at an earlier job either claims a chunk
+     * of the current one (and does it with the current fields) or nothing. */
+    atomic_int_fast64_t left;
+    atomic_int_fast64_t finished; /* chunks done */
 };
 
 typedef struct worker_arg {
@@ -35,12 +40,25 @@ typedef struct worker_arg {
     int index;
 } worker_arg;
 
+/* Claims and runs chunks until none is left. The caller waits for the chunks,
+ * not for the workers: a worker that the OS has not scheduled yet (a loaded
+ * machine, more threads than free cores) holds no chunk and so holds up
+ * nothing; the caller or a running worker takes its share. */
 static void run_chunks(lpx_threadpool *p, int thread) {
+    int_fast64_t v = atomic_load_explicit(&p->left, memory_order_relaxed);
     for (;;) {
-        int64_t b = atomic_fetch_add(&p->next, p->grain);
-        if (b >= p->n) return;
-        int64_t e = b + p->grain < p->n ? b + p->grain : p->n;
-        p->fn(p->ctx, b, e, thread);
+        if (v <= 0) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->left, &v, v - 1, memory_order_acquire,
+                                                   memory_order_relaxed))
+            continue;
+        const int64_t chunks = p->chunks, b = (chunks - v) * p->grain;
+        p->fn(p->ctx, b, p->n - b > p->grain ? b + p->grain : p->n, thread);
+        if (atomic_fetch_add_explicit(&p->finished, 1, memory_order_acq_rel) + 1 == chunks) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
+        v = atomic_load_explicit(&p->left, memory_order_relaxed);
     }
 }
 
@@ -65,11 +83,6 @@ static void *worker_main(void *arg) {
         if (g == seen) return NULL; /* shutdown */
         seen = g;
         run_chunks(p, index);
-        if (atomic_fetch_sub(&p->busy, 1) == 1) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
-        }
     }
 }
 
@@ -138,21 +151,24 @@ void lpx_parallel_for(lpx_threadpool *p, int64_t n, int64_t grain, lpx_parallel_
         fn(ctx, 0, n, 0);
         return;
     }
+    /* chunk c starts at c * grain < n, so no product overflows */
+    const int64_t chunks = n / grain + (n % grain != 0);
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
     p->grain = grain;
-    atomic_store(&p->next, 0);
-    atomic_store(&p->busy, p->n_threads - 1);
+    p->chunks = chunks;
+    atomic_store_explicit(&p->finished, 0, memory_order_relaxed);
+    atomic_store_explicit(&p->left, chunks, memory_order_release);
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     run_chunks(p, 0);
     for (int i = 0; i < SPIN_ITERS; i++)
-        if (atomic_load_explicit(&p->busy, memory_order_acquire) == 0) return;
+        if (atomic_load_explicit(&p->finished, memory_order_acquire) == chunks) return;
     pthread_mutex_lock(&p->mu);
-    while (atomic_load(&p->busy) != 0)
+    while (atomic_load(&p->finished) != chunks)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
 }

@@ -3,8 +3,9 @@
  * Workers are created once and wait between jobs (briefly spinning, then on a
  * condition variable), so a forward pass can issue hundreds of small parallel
  * loops per token without thread start-up costs. The calling thread takes part
- * in every loop. One job runs at a time; lpx_parallel_for is not reentrant and
- * must be called from one thread at a time. */
+ * in every loop and waits only for chunks that a worker has claimed, never for
+ * a worker that has not started on the loop (one the OS has not scheduled). One job runs at a time;
+ * lpx_parallel_for is not reentrant and must be called from one thread at a time. */
 #ifndef LPX_BASE_THREADPOOL_H
 #define LPX_BASE_THREADPOOL_H
 

@@ -10,6 +10,7 @@
 #include "test.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -448,6 +449,38 @@ static void test_threadpool(lpx_threadpool *pool) {
         }
 }
 
+/* Back-to-back jobs on more threads than there may be free cores, so workers
+ * come late to a job or straight into the next: every item of every job runs
+ * once, with that job's ctx (the two alternate, so an old one shows), and
+ * lpx_parallel_for returns only after all of them (workers' chunks made slow). */
+static atomic_int job_sum[300];
+static void visit_job(void *ctx, int64_t b, int64_t e, int thread) {
+    const int id = *(const int *)ctx;
+    if (thread != 0 && b % 3 == 0) sched_yield(); /* a worker's chunk ends late */
+    for (int64_t i = b; i < e; i++)
+        atomic_fetch_add(&job_sum[i], id);
+    CHECK(thread >= 0 && thread < 3);
+}
+
+static void test_threadpool_jobs(void) {
+    lpx_threadpool *p;
+    CHECK(lpx_threadpool_create(3, &p) == LPX_OK);
+    if (!p) return;
+    static int ids[2];
+    bool ok = true;
+    for (int j = 1; j <= 20000; j++) {
+        const int64_t n = 1 + j % 300;
+        for (int64_t i = 0; i < n; i++)
+            job_sum[i] = 0;
+        ids[j & 1] = j;
+        lpx_parallel_for(p, n, 1 + j % 7, visit_job, &ids[j & 1]);
+        for (int64_t i = 0; i < n; i++)
+            ok &= job_sum[i] == j;
+    }
+    CHECK(ok);
+    lpx_threadpool_destroy(p);
+}
+
 static void test_tune(void) {
     toy y;
     toy_init(&y, false);
@@ -496,6 +529,7 @@ int main(void) {
     lpx_threadpool *pool;
     CHECK(lpx_threadpool_create(2, &pool) == LPX_OK);
     test_threadpool(pool);
+    test_threadpool_jobs();
     test_dequantize();
     test_matmul(pool, NULL);
     const char *isas[] = {"c", "avx2"};
