@@ -86,6 +86,7 @@ static void job_free(lpx_job *j) {
         free(c->lp_n_top);
         free(c->plp);
         free(c->ptop);
+        free(c->prank);
         lpx_tool_parser_free(&c->tp);
     }
     for (int k = 0; k < LPX_SRV_MAX_PROMPTS; k++) {
@@ -137,9 +138,11 @@ static bool keep_prompt_logprobs(lpx_job_choice *c, const lpx_event *ev) {
     size_t n = (size_t)ev->n_prompt_tokens, k = (size_t)ev->n_prompt_top;
     c->plp = malloc((n ? n : 1) * sizeof *c->plp);
     c->ptop = malloc((n * k > 0 ? n * k : 1) * sizeof *c->ptop);
-    if (!c->plp || !c->ptop) return false;
+    c->prank = malloc((n ? n : 1) * sizeof *c->prank);
+    if (!c->plp || !c->ptop || !c->prank) return false;
     memcpy(c->plp, ev->prompt_logprob, n * sizeof *c->plp);
     memcpy(c->ptop, ev->prompt_top, n * k * sizeof *c->ptop);
+    memcpy(c->prank, ev->prompt_rank, n * sizeof *c->prank);
     c->n_plp = ev->n_prompt_tokens;
     c->plp_k = ev->n_prompt_top;
     return true;
@@ -234,7 +237,8 @@ bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, int32_t *const *ids, co
             j->n_echo_ids[k] = n_ids[k];
         }
     }
-    j->echo_lp = p->req.prompt_logprobs > 0;
+    j->echo_lp = p->echo && p->logprobs;
+    j->prompt_logprobs = p->prompt_logprobs;
     j->top_n = p->logprobs ? p->top_n : 0;
     if (j->stream) {
         pthread_mutex_lock(&j->mu);

@@ -1,6 +1,7 @@
 #include "server/openai.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,6 +145,42 @@ static void comp_lp_prompt(const lpx_job *j, comp_lp *c, int k, const float *plp
     for (size_t i = 0; i < j->n_echo_ids[k]; i++)
         *offset += comp_lp_add(j, c, j->echo_ids[k][i], plp[i], i ? ptop + i * (size_t)plp_k : NULL,
                                plp_k, *offset);
+}
+
+/* vLLM's prompt_logprobs of prompt k: null for its first token, then for each token a
+ * map from token id to {"logprob", "rank", "decoded_token"}: the token itself first,
+ * then the j->prompt_logprobs most likely. The token's own entry takes its place among
+ * those when it is one (its rank is then that place, as vLLM writes it). */
+static cJSON *prompt_logprobs(const lpx_job *j, int k, const float *plp,
+                              const lpx_token_logprob *ptop, int32_t plp_k, const int32_t *rank) {
+    cJSON *list = cJSON_CreateArray();
+    int32_t want = j->prompt_logprobs < plp_k ? j->prompt_logprobs : plp_k;
+    for (size_t i = 0; i < j->n_echo_ids[k]; i++) {
+        if (i == 0) {
+            cJSON_AddItemToArray(list, cJSON_CreateNull());
+            continue;
+        }
+        const lpx_token_logprob *top = ptop + i * (size_t)plp_k;
+        int32_t id = j->echo_ids[k][i], r = rank[i];
+        for (int32_t t = 0; t < want; t++)
+            if (top[t].id == id) r = t + 1;
+        cJSON *m = cJSON_CreateObject();
+        for (int32_t t = -1; t < want; t++) {
+            int32_t tid = t < 0 ? id : top[t].id;
+            if (t >= 0 && (tid == id || tid < 0)) continue;
+            /* vLLM clamps -inf, which JSON cannot carry, to -9999 */
+            float lp = t < 0 ? plp[i] : top[t].logprob;
+            char raw[256], text[1024], key[16];
+            token_text(j, tid, raw, text, sizeof raw);
+            snprintf(key, sizeof key, "%d", tid);
+            cJSON *x = cJSON_AddObjectToObject(m, key);
+            cJSON_AddNumberToObject(x, "logprob", lp == -INFINITY ? -9999.0 : lp);
+            cJSON_AddNumberToObject(x, "rank", t < 0 ? r : t + 1);
+            cJSON_AddStringToObject(x, "decoded_token", text);
+        }
+        cJSON_AddItemToArray(list, m);
+    }
+    return list;
 }
 
 /* ---- tool calls ------------------------------------------------------------ */
@@ -473,9 +510,18 @@ char *lpx_oa_response(const lpx_job *j, double elapsed_ms) {
             }
             cJSON_AddItemToObject(x, "logprobs", choice_logprobs(j, c));
             cJSON_AddStringToObject(x, "finish_reason", finish_of(c->finish, n_calls));
+            if (!chat && j->prompt_logprobs >= 0 && c->plp)
+                cJSON_AddItemToObject(
+                    x, "prompt_logprobs",
+                    prompt_logprobs(j, c->prompt, c->plp, c->ptop, c->plp_k, c->prank));
             cJSON_AddItemToArray(choices, x);
         }
         cJSON_AddItemToObject(o, "usage", usage(j));
+        /* chat: one prompt, so vLLM gives its logprobs once, beside the choices */
+        const lpx_job_choice *c0 = &j->ch[0];
+        if (chat && j->prompt_logprobs >= 0 && c0->plp)
+            cJSON_AddItemToObject(o, "prompt_logprobs",
+                                  prompt_logprobs(j, 0, c0->plp, c0->ptop, c0->plp_k, c0->prank));
     }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

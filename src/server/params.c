@@ -271,7 +271,8 @@ static bool parse_sampling(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_
 
 static bool parse_logprobs(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
     lpx_body_error be;
-    if (!lpx_body_logprobs(o, p->kind == LPX_SRV_CHAT, &p->logprobs, &p->top_n, &be))
+    if (!lpx_body_logprobs(o, p->kind == LPX_SRV_CHAT, &p->logprobs, &p->top_n, &be) ||
+        !lpx_body_prompt_logprobs(o, &p->prompt_logprobs, &be))
         return body_fail(e, &be);
     /* The engine computes logprobs only when asked for at least one. */
     p->req.sampling.logprobs = p->logprobs ? (p->top_n > 0 ? p->top_n : 1) : 0;
@@ -368,6 +369,7 @@ static const struct known_field {
     {"n", K_SAMPLE},
     {"logprobs", K_OAI},
     {"top_logprobs", K_CHAT},
+    {"prompt_logprobs", K_OAI},
     {"logit_bias", K_SAMPLE},
     {"ignore_eos", K_SAMPLE},
     {"skip_special_tokens", K_SAMPLE},
@@ -561,8 +563,11 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         return lpx_srv_fail(
             e, 400, BAD, NULL, "n", "%zu prompts with 'n' %d make %zu choices: at most %d",
             lpx_srv_n_prompts(p), p->n, lpx_srv_n_prompts(p) * (size_t)p->n, LPX_SRV_MAX_CHOICES);
-    /* echo with logprobs: the prompt's too (as many alternatives, at least 1 computed). */
-    if (p->echo && p->logprobs) p->req.prompt_logprobs = p->top_n > 0 ? p->top_n : 1;
+    /* echo with logprobs and prompt_logprobs: the engine computes the prompt's for both
+     * (the larger count of alternatives; at least 1, the engine's "on"). */
+    int32_t plp = p->echo && p->logprobs ? p->top_n : -1;
+    if (p->prompt_logprobs > plp) plp = p->prompt_logprobs;
+    if (plp >= 0) p->req.prompt_logprobs = plp > 0 ? plp : 1;
     if (!check_limited(o, p, e) || !check_ignored(o, e) || !parse_response_format(o, p, e) ||
         !parse_tools(o, p, e))
         return false;
