@@ -210,12 +210,8 @@ static int32_t string_rule(sc *c, const cJSON *node) {
     if (pat) {
         size_t mark = path_push(c, "pattern", 0);
         if (!cJSON_IsString(pat)) fail(c, "expected a string");
-        if (!c->failed && (cJSON_GetObjectItemCaseSensitive(node, "minLength") ||
-                           cJSON_GetObjectItemCaseSensitive(node, "maxLength")))
-            fail(c, "'pattern' together with 'minLength'/'maxLength' is not supported (put the "
-                    "length into the pattern: {m,n})");
         char msg[256];
-        int32_t r = c->failed ? -1 : g_regex(&c->j, pat->valuestring, msg, sizeof msg);
+        int32_t r = c->failed ? -1 : g_regex(&c->j, pat->valuestring, min, max, msg, sizeof msg);
         if (r < 0 && !c->failed) fail(c, "%s", msg);
         path_pop(c, mark);
         if (r < 0) {
