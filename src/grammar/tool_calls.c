@@ -16,6 +16,9 @@ lpx_tool_format lpx_tool_format_of(const char *tmpl) {
      * 3.1-3.3 ask for {"name": function name, "parameters": ...} in their header
      * blocks. */
     if (strstr(tmpl, "<tool_call>")) return LPX_TOOLS_HERMES;
+    /* vLLM's Llama 3.2 / 4 pythonic templates (and Gemma 3's tool prompt) show the call
+     * list they want; checked before the Llama header blocks, which they also have. */
+    if (strstr(tmpl, "[func_name1(")) return LPX_TOOLS_PYTHONIC;
     if (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "\"parameters\"") &&
         strstr(tmpl, "tools"))
         return LPX_TOOLS_LLAMA3;
@@ -23,7 +26,31 @@ lpx_tool_format lpx_tool_format_of(const char *tmpl) {
 }
 
 const char *lpx_tool_format_name(lpx_tool_format f) {
-    return f == LPX_TOOLS_HERMES ? "hermes" : f == LPX_TOOLS_LLAMA3 ? "llama3" : "none";
+    return f == LPX_TOOLS_HERMES     ? "hermes"
+           : f == LPX_TOOLS_LLAMA3   ? "llama3"
+           : f == LPX_TOOLS_PYTHONIC ? "pythonic"
+                                     : "none";
+}
+
+bool lpx_tools_check_format(const lpx_tools *t, lpx_tool_format f, char *msg, size_t cap,
+                            const char **param) {
+    if (!t->n_tools) return true;
+    if (f == LPX_TOOLS_NONE) {
+        *param = "tools";
+        snprintf(msg, cap,
+                 "'tools': this model's chat template has no tool-call format (lpx knows the "
+                 "Qwen <tool_call>, the Llama 3.x JSON and the pythonic [f(x=1)] formats)");
+        return false;
+    }
+    if (f == LPX_TOOLS_PYTHONIC &&
+        (t->choice == LPX_TOOL_CHOICE_REQUIRED || t->choice == LPX_TOOL_CHOICE_NAMED)) {
+        *param = "tool_choice";
+        snprintf(msg, cap,
+                 "'tool_choice': a forced call (\"required\" or a named function) is not "
+                 "supported with this model's pythonic tool-call format (use \"auto\")");
+        return false;
+    }
+    return true;
 }
 
 void lpx_tools_free(lpx_tools *t) {
@@ -241,7 +268,7 @@ char *lpx_tools_template_vars(const lpx_tools *t) {
 
 char *lpx_tools_grammar_text(const lpx_tools *t, lpx_tool_format f) {
     if (t->choice != LPX_TOOL_CHOICE_REQUIRED && t->choice != LPX_TOOL_CHOICE_NAMED) return NULL;
-    if (!t->tools_json || f == LPX_TOOLS_NONE) return NULL;
+    if (!t->tools_json || f == LPX_TOOLS_NONE || f == LPX_TOOLS_PYTHONIC) return NULL;
     cJSON *tools = cJSON_Parse(t->tools_json), *o = cJSON_CreateObject();
     cJSON *fns = cJSON_AddArrayToObject(o, "functions");
     cJSON_AddStringToObject(o, "format", lpx_tool_format_name(f));

@@ -20,14 +20,15 @@
 #define LPX_TOOLS_MAX 128 /* functions in one request */
 
 typedef enum lpx_tool_format {
-    LPX_TOOLS_NONE = 0,   /* the template renders no tools */
-    LPX_TOOLS_HERMES = 1, /* <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call> (Qwen) */
-    LPX_TOOLS_LLAMA3 = 2, /* {"name": N, "parameters": {...}} at the start (Llama 3.1-3.3) */
+    LPX_TOOLS_NONE = 0,     /* the template renders no tools */
+    LPX_TOOLS_HERMES = 1,   /* <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call> (Qwen) */
+    LPX_TOOLS_LLAMA3 = 2,   /* {"name": N, "parameters": {...}} at the start (Llama 3.1-3.3) */
+    LPX_TOOLS_PYTHONIC = 3, /* [f(a=1, b="x"), g()] at the start (vLLM's Llama 3.2 template) */
 } lpx_tool_format;
 
 /* The format a chat template asks its model for (NULL: none). */
 lpx_tool_format lpx_tool_format_of(const char *chat_template);
-const char *lpx_tool_format_name(lpx_tool_format f); /* "hermes", "llama3", "none" */
+const char *lpx_tool_format_name(lpx_tool_format f); /* "hermes", "llama3", "pythonic", "none" */
 
 typedef enum lpx_tool_choice {
     LPX_TOOL_CHOICE_NONE = 0,     /* tools shown to the model, its output left as content */
@@ -52,6 +53,12 @@ typedef struct lpx_tools {
  * tool, "required" or a name without tools. t is then freed. */
 bool lpx_tools_parse(const cJSON *body, lpx_tools *t, char *msg, size_t cap, const char **param);
 void lpx_tools_free(lpx_tools *t);
+/* Whether the tools of t can be served in format f: false with the message (the 400 of
+ * param "tools" or "tool_choice", *param says which) for tools with a template that has
+ * no format, and for a forced call (tool_choice "required" or a named function) in the
+ * pythonic format, which has no forcing grammar. */
+bool lpx_tools_check_format(const lpx_tools *t, lpx_tool_format f, char *msg, size_t cap,
+                            const char **param);
 /* Whether the output is parsed for calls (tools given and tool_choice not "none"). */
 bool lpx_tools_parsed(const lpx_tools *t);
 /* {"tools": [...]} for the chat template (malloc'd), NULL when no tools or out of memory. */
@@ -122,6 +129,7 @@ typedef struct lpx_tool_parser {
     lpx_tool_call late; /* a call read before its name ("arguments" first), or dropped */
     lpx_tool_buf *args; /* where the arguments being read go */
     int depth;
+    char quote; /* pythonic: the quote of the string being read, 0 outside strings */
     bool in_str, esc, prim, after_call, args_first, oom;
 } lpx_tool_parser;
 

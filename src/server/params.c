@@ -470,10 +470,10 @@ static bool parse_tools(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
 bool lpx_srv_bind_model(const lpx_model *m, lpx_srv_params *p, lpx_srv_error *e) {
     if (!p->tools.n_tools) return true;
     lpx_tool_format f = lpx_tool_format_of(m->chat_template);
-    if (f == LPX_TOOLS_NONE)
-        return unsupported(e, "tools",
-                           "this model's chat template has no tool-call format (lpx knows the "
-                           "Qwen <tool_call> and the Llama 3.x JSON formats)");
+    char msg[300];
+    const char *param;
+    if (!lpx_tools_check_format(&p->tools, f, msg, sizeof msg, &param))
+        return lpx_srv_fail(e, 400, BAD, "unsupported_value", param, "%s", msg);
     if (!lpx_tools_parsed(&p->tools)) return true;
     p->tool_format = f;
     if (p->tools.choice != LPX_TOOL_CHOICE_REQUIRED && p->tools.choice != LPX_TOOL_CHOICE_NAMED)

@@ -1,9 +1,10 @@
 /* Tool calls (src/grammar/tool_calls.h): the parser on recorded outputs of each format,
  * malformed ones included, fed whole, byte by byte and in random pieces (the same
  * result each way); the forcing grammar; the tools' checks; the messages for the
- * template. With arguments, a driver for tests/py/test_tool_grammar.py:
- *   test_tool_calls parse hermes|llama3   stdin's text parsed: {"content", "tool_calls":
- *                                         [{"name", "arguments"}]} */
+ * template. With arguments, a driver for tests/py/test_tool_calls.py (the pythonic
+ * parser against Python's ast):
+ *   test_tool_calls parse hermes|llama3|pythonic   stdin's text parsed: {"content",
+ *                                                  "tool_calls": [{"name", "arguments"}]} */
 #include "test.h"
 
 #include "grammar/grammar.h"
@@ -246,6 +247,82 @@ static lpx_grammar *tool_grammar(const char *spec) {
     return g;
 }
 
+/* pythonic: the list at the start read whole, as vLLM's parser reads it with Python's
+ * ast; anything else (a list that is not one of calls with literal keyword arguments)
+ * is content, markup and all. tests/py/test_tool_calls.py checks more outputs against
+ * Python's own ast. */
+static void test_pythonic(void) {
+    lpx_tool_format P = LPX_TOOLS_PYTHONIC;
+#define NONE_ ",\"tool_calls\":[]}"
+    check_parse(P, "[get_weather(city=\"Paris\")]",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":\"{"
+                "\\\"city\\\": \\\"Paris\\\"}\"}]}");
+    check_parse(P, " \n[get_weather(city='San Francisco', unit=\"celsius\"), now()]\n",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":\"{"
+                "\\\"city\\\": \\\"San Francisco\\\", \\\"unit\\\": \\\"celsius\\\"}\"},{\"name\":"
+                "\"now\",\"arguments\":\"{}\"}]}");
+    /* literals: lists, dicts, True/False/None, signs, escapes, brackets in strings */
+    check_parse(P,
+                "[f(a=[1, 2.5, -3,], b={'k': None, \"t\": True}, c='it\\'s \"x\")]\\n', "
+                "d=False)]",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": "
+                "[1, 2.5, -3], \\\"b\\\": {\\\"k\\\": null, \\\"t\\\": true}, \\\"c\\\": "
+                "\\\"it's \\\\\\\"x\\\\\\\")]\\\\n\\\", \\\"d\\\": false}\"}]}");
+    check_parse(P, "[f(s=\"\xc3\xa9\\u00e9\\x41\\t\\\\d\")]",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"s\\\": "
+                "\\\"\xc3\xa9\xc3\xa9"
+                "A\\\\t\\\\\\\\d\\\"}\"}]}");
+    check_parse(P, "[f(a=.5, b=5., c=1_000, d=1e3, e=-0.0, g=+2, h=00)]",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": "
+                "0.5, \\\"b\\\": 5.0, \\\"c\\\": 1000, \\\"d\\\": 1e3, \\\"e\\\": -0.0, \\\"g\\\": "
+                "2, \\\"h\\\": 0}\"}]}");
+    /* text after the list is content */
+    check_parse(
+        P, "[f(x=1)]\n\nDone.",
+        "{\"content\":\"Done.\",\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": "
+        "1}\"}]}");
+    /* malformed or not calls: all content */
+    static const char *const bad[] = {
+        "[f(1)]",        "[f(x=y)]",
+        "[f(x=1, x=2)]", "[a.b(x=1)]",
+        "[f(x=0x10)]",   "[f(x=1j)]",
+        "[f(x=007)]",    "[f(x=(1, 2))]",
+        "[1, 2]",        "[]",
+        "[f(x=1) g()]",  "[f(x=1)",
+        "[f(x='a)]",     "[f(x=\"a\nb\")]",
+        "[f(x={1: 2})]", "[f(**k)]",
+
+        "[f(x=r'a')]",   "[f(x=\"\\ud800\")]",
+        "[f(x=--1)]",    "Sure: [f(x=1)]",
+        "[f(x=[1, 2)]",  "[f(,)]",
+        "[f(x=1,,)]",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "content", bad[i]);
+        cJSON_AddArrayToObject(o, "tool_calls");
+        char *want = cJSON_PrintUnformatted(o);
+        check_parse(P, bad[i], want);
+        free(want);
+        cJSON_Delete(o);
+    }
+    /* (whitespace before text is kept, as in the other formats) */
+    check_parse(P, "  [f(x='a)]", "{\"content\":\"  [f(x='a)]\"" NONE_);
+    check_parse(P, "[f(x=1)]]",
+                "{\"content\":\"]\",\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": "
+                "1}\"}]}");
+    /* the request's rules: a name not among the tools makes the list content; one call
+     * only keeps the first */
+    char names[] = "f\0g\0";
+    lpx_tool_rules r = {.f = P, .names = names};
+    check_rules(&r, "[f(), h()]", "{\"content\":\"[f(), h()]\"" NONE_);
+    r.single = true;
+    check_rules(&r, "[g(a=1), f(b=2)] ok",
+                "{\"content\":\"ok\",\"tool_calls\":[{\"name\":\"g\",\"arguments\":\"{\\\"a\\\": "
+                "1}\"}]}");
+#undef NONE_
+}
+
 static void test_grammar(void) {
     const char *fns = "[{\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
                       "\"properties\": {\"city\": {\"type\": \"string\"}, \"unit\": {\"enum\": "
@@ -413,13 +490,28 @@ static void test_messages(void) {
 static void test_formats(void) {
     CHECK(lpx_tool_format_of("{{ '<tool_call>' }}") == LPX_TOOLS_HERMES);
     CHECK(lpx_tool_format_of(NULL) == LPX_TOOLS_NONE);
+    /* vLLM's pythonic Llama 3.2 template: its call list, beside the Llama header blocks */
+    CHECK(
+        lpx_tool_format_of("<|start_header_id|>system<|end_header_id|> {{ tools }} \"parameters\" "
+                           "[func_name1(params_name1=params_value1, ...)]") == LPX_TOOLS_PYTHONIC);
+    lpx_tools t = {.n_tools = 1, .choice = LPX_TOOL_CHOICE_REQUIRED};
+    char msg[300];
+    const char *param = NULL;
+    CHECK(!lpx_tools_check_format(&t, LPX_TOOLS_PYTHONIC, msg, sizeof msg, &param) &&
+          !strcmp(param, "tool_choice"));
+    CHECK(!lpx_tools_check_format(&t, LPX_TOOLS_NONE, msg, sizeof msg, &param) &&
+          !strcmp(param, "tools"));
+    t.choice = LPX_TOOL_CHOICE_AUTO;
+    CHECK(lpx_tools_check_format(&t, LPX_TOOLS_PYTHONIC, msg, sizeof msg, &param));
+    CHECK(lpx_tools_grammar_text(&t, LPX_TOOLS_PYTHONIC) == NULL);
     CHECK(lpx_tool_format_of("{% for m in messages %}{{ m.content }}{% endfor %}") ==
           LPX_TOOLS_NONE);
 }
 
 static int driver(char **argv) {
-    lpx_tool_rules r =
-        lpx_tool_rules_any(!strcmp(argv[2], "llama3") ? LPX_TOOLS_LLAMA3 : LPX_TOOLS_HERMES);
+    lpx_tool_rules r = lpx_tool_rules_any(!strcmp(argv[2], "llama3")     ? LPX_TOOLS_LLAMA3
+                                          : !strcmp(argv[2], "pythonic") ? LPX_TOOLS_PYTHONIC
+                                                                         : LPX_TOOLS_HERMES);
     lpx_tool_parser p;
     lpx_tool_parser_init(&p, &r);
     char buf[4096];
@@ -438,6 +530,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "parse")) return driver(argv);
     test_hermes();
     test_llama3();
+    test_pythonic();
     test_whitespace();
     test_rules();
     test_grammar();
