@@ -1,6 +1,6 @@
 /* libFuzzer target for tool calls (src/grammar/tool_calls.h). The first byte picks:
  * even, the output parser: the rest of the input is model output in the format of bits 1
- * and 5 (hermes, llama3, pythonic, pythonic), parsed whole and in pieces of 1 + bits 2-4
+ * and 5 (hermes, llama3, pythonic, mistral), parsed whole and in pieces of 1 + bits 2-4
  * bytes (bit 6: one call only, bit 7: only the names "a" and "f"); the two must give the
  * same content and calls. Odd: the rest is a chat body: its tools and messages are
  * checked, and when the tools are taken the forcing grammar of every format that has one
@@ -26,7 +26,7 @@ static void parse(const lpx_tool_rules *r, const char *s, size_t n, size_t step,
 
 static void check_parser(const uint8_t *data, size_t size) {
     static const lpx_tool_format formats[4] = {LPX_TOOLS_HERMES, LPX_TOOLS_LLAMA3,
-                                               LPX_TOOLS_PYTHONIC, LPX_TOOLS_PYTHONIC};
+                                               LPX_TOOLS_PYTHONIC, LPX_TOOLS_MISTRAL};
     lpx_tool_rules r = lpx_tool_rules_any(formats[(data[0] >> 1 & 1) | (data[0] >> 4 & 2)]);
     char names[] = "a\0f\0";
     r.single = data[0] & 0x40;
@@ -58,7 +58,7 @@ static void check_body(const uint8_t *data, size_t size) {
     lpx_tools t;
     if (lpx_tools_parse(body, &t, msg, sizeof msg, &param)) {
         free(lpx_tools_template_vars(&t));
-        for (int f = LPX_TOOLS_HERMES; f <= LPX_TOOLS_PYTHONIC; f++) {
+        for (int f = LPX_TOOLS_HERMES; f <= LPX_TOOLS_MISTRAL; f++) {
             char *g = lpx_tools_grammar_text(&t, (lpx_tool_format)f);
             const char *fp;
             if (f == LPX_TOOLS_PYTHONIC &&

@@ -24,11 +24,17 @@ typedef enum lpx_tool_format {
     LPX_TOOLS_HERMES = 1,   /* <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call> (Qwen) */
     LPX_TOOLS_LLAMA3 = 2,   /* {"name": N, "parameters": {...}} at the start (Llama 3.1-3.3) */
     LPX_TOOLS_PYTHONIC = 3, /* [f(a=1, b="x"), g()] at the start (vLLM's Llama 3.2 template) */
+    LPX_TOOLS_MISTRAL = 4,  /* [TOOL_CALLS] [{"name": N, "arguments": {...}}] (Mistral v0.3) */
 } lpx_tool_format;
 
 /* The format a chat template asks its model for (NULL: none). */
 lpx_tool_format lpx_tool_format_of(const char *chat_template);
-const char *lpx_tool_format_name(lpx_tool_format f); /* "hermes", "llama3", "pythonic", "none" */
+/* "hermes", "llama3", "pythonic", "mistral", "none" */
+const char *lpx_tool_format_name(lpx_tool_format f);
+/* The id of call i of a response whose calls' ids begin with prefix (unique within a
+ * run: the caller's): prefix and i in hex; for Mistral, whose template takes only ids
+ * of 9 letters and digits, 9 of them derived from the two. */
+void lpx_tool_call_id(lpx_tool_format f, const char *prefix, size_t i, char *out, size_t cap);
 
 typedef enum lpx_tool_choice {
     LPX_TOOL_CHOICE_NONE = 0,     /* tools shown to the model, its output left as content */
@@ -70,9 +76,9 @@ char *lpx_tools_grammar_text(const lpx_tools *t, lpx_tool_format f);
 
 /* The chat messages (a checked "messages" list) as the chat template takes them
  * (malloc'd JSON): roles as lpx_chat_role names them, content text (text parts joined;
- * null when absent), an assistant's tool_calls with each function's arguments as an
- * object (the JSON string OpenAI sends, parsed, as transformers users pass it), and
- * tool_call_id / name as sent. False with the message in msg for a bad tool_calls. */
+ * null when absent), an assistant's tool_calls with each function's fields in the order
+ * sent and its arguments as an object (the JSON string OpenAI sends, parsed, as
+ * transformers users pass it), and tool_call_id / name as sent. False with the message in msg for a bad tool_calls. */
 bool lpx_chat_messages_json(const cJSON *messages, char **out, char *msg, size_t cap);
 
 /* ---- the parser --------------------------------------------------------------- */
@@ -142,9 +148,10 @@ bool lpx_tool_parser_feed(lpx_tool_parser *p, const char *s, size_t n);
 bool lpx_tool_parser_finish(lpx_tool_parser *p);
 
 /* The assistant message of output text[0..n) parsed by rules: {"role": "assistant",
- * "content": text outside calls or null, "tool_calls": [{"id": id_prefix + the call's
- * index in hex, "type": "function", "function": {"name", "arguments"}}]} (no tool_calls
- * when none); *n_calls how many. NULL when memory ran out. */
+ * "content": text outside calls or null, "tool_calls": [{"id": lpx_tool_call_id of
+ * id_prefix and the call's index, "type": "function", "function": {"name",
+ * "arguments"}}]} (no tool_calls when none); *n_calls how many. NULL when memory ran
+ * out. */
 cJSON *lpx_tool_message(const lpx_tool_rules *rules, const char *text, size_t n,
                         const char *id_prefix, size_t *n_calls);
 

@@ -13,6 +13,11 @@
  * another key, a name not among the tools) stays content, tag and all; once the name
  * is read the call is kept, even when the output ends inside its arguments.
  *
+ * mistral: at the start of the output (after whitespace and an optional [TOOL_CALLS],
+ * the tag Mistral writes before its calls, which reaches the text only with
+ * skip_special_tokens false), a JSON list of {"name": "N", "arguments": value} headers
+ * read as llama3's, separated by commas; text after the list is content.
+ *
  * pythonic: at the start of the output (after whitespace), a Python list of calls
  * [f(a=1, b="x"), g()], held until its closing bracket and then read whole, as vLLM's
  * pythonic parser reads it with Python's ast: names are identifiers, arguments are
@@ -36,6 +41,8 @@ enum {
     P_TAIL,    /* after the value: up to </tool_call> (hermes) or "}" (llama3) */
     P_BETWEEN, /* llama3: after a call */
     P_PYLIST,  /* pythonic: the list of calls up to its closing bracket (hold) */
+    P_MTAG,    /* mistral: after [TOOL_CALLS], before its list (hold) */
+    P_MOPEN,   /* mistral: inside the list's "[", before its first call (hold) */
     P_DONE,
 };
 
@@ -47,7 +54,12 @@ enum { H_OPEN, H_K1, H_K1S, H_C1, H_V1, H_V1S, H_COMMA, H_K2, H_K2S, H_C2, H_V2,
 #define HOLD_ARGS_MAX 1048576 /* nor arguments before a name longer than this */
 
 static const char START_TAG[] = "<tool_call>", END_TAG[] = "</tool_call>",
-                  PYTHON_TAG[] = "<|python_tag|>";
+                  PYTHON_TAG[] = "<|python_tag|>", MISTRAL_TAG[] = "[TOOL_CALLS]";
+
+/* Formats whose calls come only at the start of the output. */
+static bool at_start(lpx_tool_format f) {
+    return f == LPX_TOOLS_LLAMA3 || f == LPX_TOOLS_PYTHONIC || f == LPX_TOOLS_MISTRAL;
+}
 
 static bool is_ws(char c) {
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
@@ -76,7 +88,7 @@ void lpx_tool_parser_init(lpx_tool_parser *p, const lpx_tool_rules *rules) {
     memset(p, 0, sizeof *p);
     p->rules = rules;
     p->f = rules ? rules->f : LPX_TOOLS_NONE;
-    p->state = p->f == LPX_TOOLS_LLAMA3 || p->f == LPX_TOOLS_PYTHONIC ? P_START : P_TEXT;
+    p->state = at_start(p->f) ? P_START : P_TEXT;
 }
 
 void lpx_tool_parser_free(lpx_tool_parser *p) {
@@ -97,7 +109,7 @@ void lpx_tool_parser_free(lpx_tool_parser *p) {
 }
 
 static int text_state(const lpx_tool_parser *p) {
-    return p->f == LPX_TOOLS_LLAMA3 || p->f == LPX_TOOLS_PYTHONIC ? P_PLAIN : P_TEXT;
+    return at_start(p->f) ? P_PLAIN : P_TEXT;
 }
 
 /* n bytes of content (n > 0), after the whitespace held before them: past calls, the
@@ -633,12 +645,30 @@ static void start_head(lpx_tool_parser *p, char c) {
 }
 
 static void byte(lpx_tool_parser *p, char c) {
-    const char *tag = p->f == LPX_TOOLS_LLAMA3 ? PYTHON_TAG : START_TAG;
+    bool mistral = p->f == LPX_TOOLS_MISTRAL;
+    const char *tag = p->f == LPX_TOOLS_LLAMA3 ? PYTHON_TAG : mistral ? MISTRAL_TAG : START_TAG;
     switch (p->state) {
     case P_START:
     case P_BETWEEN:
-        if (is_ws(c) || (p->state == P_BETWEEN && c == ';')) {
+        if (is_ws(c) || (p->state == P_BETWEEN && c == (mistral ? ',' : ';'))) {
             if (p->state == P_START) add(p, &p->ws, &c, 1);
+            return;
+        }
+        if (mistral && p->state == P_BETWEEN) { /* the list goes on, or ends */
+            p->state = c == '{' ? P_BETWEEN : P_PLAIN;
+            if (c == '{')
+                start_head(p, c);
+            else if (c != ']')
+                byte(p, c);
+            return;
+        }
+        if (mistral) { /* its tag, or its list at once */
+            p->state = c == '[' ? P_TAG : P_PLAIN;
+            p->hold.n = 0;
+            if (c == '[')
+                add(p, &p->hold, &c, 1);
+            else
+                byte(p, c);
             return;
         }
         if (p->f == LPX_TOOLS_PYTHONIC) {
@@ -681,12 +711,28 @@ static void byte(lpx_tool_parser *p, char c) {
         add(p, &p->hold, &c, 1);
         if (p->hold.n <= strlen(tag) && !memcmp(p->hold.p, tag, p->hold.n)) {
             if (p->hold.n == strlen(tag)) {
-                p->state = P_HEAD;
+                p->state = mistral ? P_MTAG : P_HEAD;
                 p->head = H_OPEN;
             }
             return;
         }
         p->hold.n--;
+        if (mistral && p->hold.n == 1) { /* "[" and no tag: the list itself */
+            p->state = P_MOPEN;
+            byte(p, c);
+            return;
+        }
+        give_up(p);
+        byte(p, c);
+        return;
+    case P_MTAG:
+    case P_MOPEN:
+        if (is_ws(c) || (p->state == P_MTAG && c == '[') || (p->state == P_MOPEN && c == '{')) {
+            add(p, &p->hold, &c, 1);
+            if (c == '[') p->state = P_MOPEN;
+            if (c == '{') p->state = P_HEAD, p->head = H_OPEN, p->hold.n--, byte(p, c);
+            return;
+        }
         give_up(p);
         byte(p, c);
         return;
@@ -731,7 +777,7 @@ static void byte(lpx_tool_parser *p, char c) {
         }
         return;
     case P_TAIL:
-        if (p->f == LPX_TOOLS_LLAMA3) {
+        if (p->f == LPX_TOOLS_LLAMA3 || mistral) {
             if (is_ws(c)) return;
             p->state = P_BETWEEN;
             p->after_call = true;
@@ -760,8 +806,8 @@ bool lpx_tool_parser_feed(lpx_tool_parser *p, const char *s, size_t n) {
 
 bool lpx_tool_parser_finish(lpx_tool_parser *p) {
     /* held markup, or arguments whose name never came: content */
-    if (p->state == P_TAG || p->state == P_HEAD || p->state == P_PYLIST ||
-        (p->state == P_ARGS && p->args_first))
+    if (p->state == P_TAG || p->state == P_HEAD || p->state == P_PYLIST || p->state == P_MTAG ||
+        p->state == P_MOPEN || (p->state == P_ARGS && p->args_first))
         give_up(p);
     if (p->state != P_ARGS && p->state != P_TAIL && !p->after_call)
         add(p, &p->content, p->ws.p, p->ws.n);
@@ -784,7 +830,7 @@ cJSON *lpx_tool_message(const lpx_tool_rules *rules, const char *text, size_t n,
     cJSON *calls = m && p.n_calls ? cJSON_AddArrayToObject(m, "tool_calls") : NULL;
     for (size_t i = 0; calls && i < p.n_calls; i++) {
         char id[96];
-        snprintf(id, sizeof id, "%.80s%02zx", id_prefix, i & 0xff);
+        lpx_tool_call_id(rules ? rules->f : LPX_TOOLS_NONE, id_prefix, i, id, sizeof id);
         cJSON *o = cJSON_CreateObject(), *fn;
         cJSON_AddStringToObject(o, "id", id);
         cJSON_AddStringToObject(o, "type", "function");

@@ -199,9 +199,9 @@ static cJSON *call_delta(const lpx_job *j, int choice, const lpx_tool_call *c, s
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "index", (double)i);
     if (first) {
-        char id[96];
-        call_prefix(j, choice, id, sizeof id - 4);
-        snprintf(id + strlen(id), 4, "%02zx", i & 0xff);
+        char prefix[64], id[96];
+        call_prefix(j, choice, prefix, sizeof prefix);
+        lpx_tool_call_id(j->tool_format, prefix, i, id, sizeof id);
         cJSON_AddStringToObject(o, "id", id);
         cJSON_AddStringToObject(o, "type", "function");
     }

@@ -73,15 +73,23 @@ MSGS = [{"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "What is the weather in Paris?"}]
 
 
+# Not a published template (those are in TDIR, with transformers goldens): written for
+# these tests, a Llama-3-style template that asks for the pythonic call list as vLLM's
+# Llama 3.2 pythonic template does.
+PYTHONIC_TPL = ROOT / "tests/fixtures/tools/pythonic-test.jinja"
+
+
 def model_dir(base, template):
-    """The byte-level Qwen3-shaped fixture with the given template and a long context."""
-    d = base / template
+    """The byte-level Qwen3-shaped fixture with the given template (a file of TDIR, or a
+    path) and a long context."""
+    src = template if isinstance(template, pathlib.Path) else TDIR / template
+    d = base / src.name
     if not d.exists():
         shutil.copytree(ROOT / "tests/fixtures/model/hf-qwen3", d)
         cfg = json.loads((d / "config.json").read_text())
         cfg["max_position_embeddings"] = CTX
         (d / "config.json").write_text(json.dumps(cfg))
-        shutil.copy(TDIR / template, d / "chat_template.jinja")
+        shutil.copy(src, d / "chat_template.jinja")
     return d
 
 
@@ -107,13 +115,15 @@ def client(srv):
     return openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=600)
 
 
-def check_calls(choice, names=None, one=False):
-    """The calls of a forced choice: finish tool_calls, known names, arguments valid."""
+def check_calls(choice, names=None, one=False, short_ids=False):
+    """The calls of a forced choice: finish tool_calls, known names, arguments valid
+    (short_ids: Mistral's ids of 9 letters and digits)."""
     m = choice.message
     assert choice.finish_reason == "tool_calls", (choice.finish_reason, m)
     assert m.tool_calls and (len(m.tool_calls) == 1 or not one), m.tool_calls
     for c in m.tool_calls:
-        assert c.type == "function" and c.id.startswith("call_")
+        assert c.type == "function"
+        assert (len(c.id) == 9 and c.id.isalnum()) if short_ids else c.id.startswith("call_")
         assert c.function.name in (names or NAMES)
         jsonschema.validate(json.loads(c.function.arguments), SCHEMA[c.function.name])
     assert len({c.id for c in m.tool_calls}) == len(m.tool_calls)
@@ -495,7 +505,7 @@ def test_pythonic_format_through_serve(lpx_bin, models):
     transformers renders them), "auto" output is what the parser makes of the raw text
     ("none" gives the raw text, same seed), a stream equals the whole response, and a
     forced call is a 400 (no forcing grammar for this format)."""
-    tpl = "lpx-test-pythonic.jinja"
+    tpl = PYTHONIC_TPL
     s = serve(lpx_bin, models, tpl)
     try:
         c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=600)
@@ -526,5 +536,48 @@ def test_pythonic_format_through_serve(lpx_bin, models):
             assert r.status_code == 400, r.text
             err = r.json()["error"]
             assert err["param"] == "tool_choice" and "pythonic" in err["message"], err
+    finally:
+        s.stop()
+
+
+def test_mistral_format(lpx_bin, models):
+    """Mistral v0.3's published template: forced calls parse (the list, ", "-separated),
+    their ids are the 9 letters and digits the template demands, and the SDK's message
+    sent back with the tool's result renders as transformers renders it."""
+    tpl = "mistralai-Mistral-7B-Instruct-v0.3.jinja"
+    s = serve(lpx_bin, models, tpl)
+    try:
+        c = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=600)
+        msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+        # (parallel: the greedy random model would write calls until max_tokens)
+        for choice, par, smp in (("required", False, dict(temperature=0)),
+                                 ("required", True, dict(temperature=1.0, seed=2)),
+                                 ({"type": "function", "function": {"name": "set_alarm"}}, True,
+                                  dict(temperature=0))):
+            kw = dict(model="q", messages=msgs, tools=FUNCTIONS, tool_choice=choice,
+                      parallel_tool_calls=par, max_tokens=3000, **smp)
+            r = c.chat.completions.create(**kw)
+            calls = check_calls(r.choices[0], one=not par or not isinstance(choice, str),
+                                short_ids=True)
+            content, streamed, finish = accumulate(c.chat.completions.create(stream=True, **kw))
+            assert [(x["name"], x["arguments"]) for x in streamed] == [
+                (t.function.name, t.function.arguments) for t in calls]
+            assert all(len(x["id"]) == 9 and x["id"].isalnum() for x in streamed)
+        conv = msgs + [r.choices[0].message.model_dump(exclude_none=True),
+                       {"role": "tool", "tool_call_id": calls[0].id, "content": "{\"ok\": 1}"}]
+        conv[1].setdefault("content", None)
+        got = s.post("/tokenize", {"messages": conv, "tools": FUNCTIONS[:3]})
+        assert got.status_code == 200, got.text
+        assert got.json()["tokens"] == transformers_ids(model_dir(models, tpl), conv, FUNCTIONS[:3])
+        # auto: the parse of the raw text ("none", same seed), streamed the same
+        for seed in (1, 2):
+            kw = dict(model="q", messages=msgs, tools=FUNCTIONS[:3], temperature=1.0, seed=seed,
+                      max_tokens=24)
+            raw = c.chat.completions.create(tool_choice="none", **kw).choices[0]
+            auto = c.chat.completions.create(**kw).choices[0]
+            want = lpx_parse(lpx_bin, "mistral", raw.message.content or "")
+            assert auto.message.content == want["content"]
+            content, _, finish = accumulate(c.chat.completions.create(stream=True, **kw))
+            assert content == auto.message.content and finish == auto.finish_reason
     finally:
         s.stop()

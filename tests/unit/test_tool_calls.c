@@ -3,14 +3,16 @@
  * result each way); the forcing grammar; the tools' checks; the messages for the
  * template. With arguments, a driver for tests/py/test_tool_calls.py (the pythonic
  * parser against Python's ast):
- *   test_tool_calls parse hermes|llama3|pythonic   stdin's text parsed: {"content",
- *                                                  "tool_calls": [{"name", "arguments"}]} */
+ *   test_tool_calls parse hermes|llama3|pythonic|mistral   stdin's text parsed:
+ *       {"content", "tool_calls": [{"name", "arguments"}]} */
 #include "test.h"
 
+#include "base/readall.h"
 #include "grammar/grammar.h"
 #include "grammar/tool_calls.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -323,6 +325,61 @@ static void test_pythonic(void) {
 #undef NONE_
 }
 
+/* mistral: [TOOL_CALLS] (when special tokens are kept) then a JSON list of calls, or the
+ * list alone (the tag is a special token, skipped by default). */
+static void test_mistral(void) {
+    lpx_tool_format M = LPX_TOOLS_MISTRAL;
+#define TWO                                                                                        \
+    "\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"},"  \
+    "{\"name\":\"now\",\"arguments\":\"{}\"}]}"
+    check_parse(M,
+                "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                "{\"name\": \"now\", \"arguments\": {}}]",
+                "{\"content\":null," TWO);
+    check_parse(
+        M,
+        " [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}},{\"arguments\": "
+        "{}, \"name\": \"now\"}]\n\nDone.",
+        "{\"content\":\"Done.\"," TWO);
+    check_parse(M, "[TOOL_CALLS][{\"name\":\"f\",\"arguments\":{\"a\":[1,\"]\"]}}]",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":[1,"
+                "\\\"]\\\"]}\"}]}");
+    /* not calls: content, tag and all */
+    static const char *const bad[] = {
+        "[1, 2] are numbers",
+        "[TOOL_CALLS] hello",
+        "[TOOL_CALL",
+        "[{\"id\": 1}]",
+        "[TOOL_CALLS] [{\"name\": 3}]",
+        "[]",
+        "Sure: [{\"name\": \"f\", \"arguments\": {}}]",
+        "[TOOL_CALLS] [",
+        "[{\"name\": \"f\"",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "content", bad[i]);
+        cJSON_AddArrayToObject(o, "tool_calls");
+        char *want = cJSON_PrintUnformatted(o);
+        check_parse(M, bad[i], want);
+        free(want);
+        cJSON_Delete(o);
+    }
+    /* cut short inside the arguments: the call keeps what it has */
+    check_parse(M, "[{\"name\": \"f\", \"arguments\": {\"q\": \"ha",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"q\\\": "
+                "\\\"ha\"}]}");
+    /* its ids: 9 letters and digits, one per call */
+    char a[16], b[16];
+    lpx_tool_call_id(M, "call_6b1024cd00000100", 0, a, sizeof a);
+    lpx_tool_call_id(M, "call_6b1024cd00000100", 1, b, sizeof b);
+    bool ok = strlen(a) == 9 && strlen(b) == 9 && strcmp(a, b);
+    for (int k = 0; k < 9; k++)
+        ok = ok && isalnum((unsigned char)a[k]);
+    CHECK(ok);
+#undef TWO
+}
+
 static void test_grammar(void) {
     const char *fns = "[{\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
                       "\"properties\": {\"city\": {\"type\": \"string\"}, \"unit\": {\"enum\": "
@@ -363,6 +420,16 @@ static void test_grammar(void) {
     g = tool_grammar(spec);
     CHECK(g && grammar_takes(g, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"P\"}}"));
     CHECK(g && !grammar_takes(g, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}"));
+    lpx_grammar_free(g);
+    /* mistral: the list, its calls ", "-separated, without the special [TOOL_CALLS] */
+    snprintf(spec, sizeof spec, "{\"format\": \"mistral\", \"parallel\": true, \"functions\": %s}",
+             fns);
+    g = tool_grammar(spec);
+    CHECK(g && grammar_takes(g, "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}, "
+                                "{\"name\": \"now\", \"arguments\": {}}]"));
+    CHECK(g && !grammar_takes(g, "{\"name\": \"now\", \"arguments\": {}}"));
+    CHECK(g && !grammar_takes(g, "[TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}}]"));
+    CHECK(g && !grammar_takes(g, "[]"));
     lpx_grammar_free(g);
     /* a $ref resolves inside its own function's parameters */
     g = tool_grammar("{\"format\": \"hermes\", \"functions\": [{\"name\": \"f\", \"parameters\": "
@@ -504,6 +571,25 @@ static void test_formats(void) {
     t.choice = LPX_TOOL_CHOICE_AUTO;
     CHECK(lpx_tools_check_format(&t, LPX_TOOLS_PYTHONIC, msg, sizeof msg, &param));
     CHECK(lpx_tools_grammar_text(&t, LPX_TOOLS_PYTHONIC) == NULL);
+    /* the published templates (Mistral v0.3 has the format, v0.1 no tools) and the
+     * pythonic test template */
+    static const struct {
+        const char *file;
+        lpx_tool_format f;
+    } published[] = {{"mistralai-Mistral-7B-Instruct-v0.3", LPX_TOOLS_MISTRAL},
+                     {"mistralai-Mistral-7B-Instruct-v0.1", LPX_TOOLS_NONE},
+                     {"meta-llama-Llama-3.2-3B-Instruct", LPX_TOOLS_LLAMA3},
+                     {"Qwen-Qwen3-0.6B", LPX_TOOLS_HERMES},
+                     {"../tools/pythonic-test", LPX_TOOLS_PYTHONIC}};
+    for (size_t i = 0; i < sizeof published / sizeof *published; i++) {
+        char path[256], *text = NULL;
+        size_t n;
+        snprintf(path, sizeof path, LPX_SOURCE_DIR "/tests/fixtures/templates/%s.jinja",
+                 published[i].file);
+        CHECK(lpx_read_file(path, 1 << 20, &text, &n) == LPX_OK);
+        CHECK(text && lpx_tool_format_of(text) == published[i].f);
+        free(text);
+    }
     CHECK(lpx_tool_format_of("{% for m in messages %}{{ m.content }}{% endfor %}") ==
           LPX_TOOLS_NONE);
 }
@@ -511,6 +597,7 @@ static void test_formats(void) {
 static int driver(char **argv) {
     lpx_tool_rules r = lpx_tool_rules_any(!strcmp(argv[2], "llama3")     ? LPX_TOOLS_LLAMA3
                                           : !strcmp(argv[2], "pythonic") ? LPX_TOOLS_PYTHONIC
+                                          : !strcmp(argv[2], "mistral")  ? LPX_TOOLS_MISTRAL
                                                                          : LPX_TOOLS_HERMES);
     lpx_tool_parser p;
     lpx_tool_parser_init(&p, &r);
@@ -531,6 +618,7 @@ int main(int argc, char **argv) {
     test_hermes();
     test_llama3();
     test_pythonic();
+    test_mistral();
     test_whitespace();
     test_rules();
     test_grammar();
