@@ -198,15 +198,17 @@ static void on_event(const lpx_event *ev, void *user) {
     if (last) job_free(j);
 }
 
+static char *dup_text(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *t = malloc(n);
+    if (t) memcpy(t, s, n);
+    return t;
+}
+
 /* The text of prompt k as echo returns it: the text sent, or the ids decoded. */
 static char *echo_text(const lpx_job *j, const lpx_srv_params *p, size_t k) {
     const lpx_srv_prompt *q = &p->prompts[k];
-    if (q->text) {
-        size_t n = strlen(q->text) + 1;
-        char *t = malloc(n);
-        if (t) memcpy(t, q->text, n);
-        return t;
-    }
+    if (q->text) return dup_text(q->text);
     size_t cap = q->n_ids * 16 + 16, need = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
         char *t = malloc(cap);
@@ -227,9 +229,14 @@ bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, int32_t *const *ids, co
     j->n_prompt = 0;
     for (size_t k = 0; k < lpx_srv_n_prompts(p); k++) {
         j->n_prompt += (int32_t)n_ids[k];
-        if (p->echo && !(j->echo[k] = echo_text(j, p, k)))
+        if (p->kind == LPX_SRV_CHAT) {
+            /* chat: the continued assistant message, if any (params.h) */
+            if (p->chat_echo && p->chat_echo[0] && !(j->echo[k] = dup_text(p->chat_echo)))
+                return lpx_srv_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        } else if (p->echo && !(j->echo[k] = echo_text(j, p, k))) {
             return lpx_srv_fail(err, 500, "server_error", NULL, NULL,
                                 "echo: decoding the prompt: %s", lpx_last_error());
+        }
         if (p->req.prompt_logprobs > 0) {
             if (!(j->echo_ids[k] = malloc((n_ids[k] ? n_ids[k] : 1) * sizeof **ids)))
                 return lpx_srv_fail(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -237,7 +244,7 @@ bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, int32_t *const *ids, co
             j->n_echo_ids[k] = n_ids[k];
         }
     }
-    j->echo_lp = p->echo && p->logprobs;
+    j->echo_lp = p->echo && p->logprobs && p->kind == LPX_SRV_COMPLETION;
     j->prompt_logprobs = p->prompt_logprobs;
     j->top_n = p->logprobs ? p->top_n : 0;
     if (j->stream) {

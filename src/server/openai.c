@@ -316,18 +316,20 @@ bool lpx_oa_stream_open(lpx_job *j) {
         }
         return !j->oom;
     }
-    for (int32_t i = 0; i < j->n; i++) {
-        cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices");
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "index", i);
-        cJSON *d = cJSON_AddObjectToObject(c, "delta");
-        cJSON_AddStringToObject(d, "role", "assistant");
-        cJSON_AddStringToObject(d, "content", "");
-        cJSON_AddNullToObject(c, "logprobs");
-        cJSON_AddNullToObject(c, "finish_reason");
-        cJSON_AddItemToArray(choices, c);
-        if (!emit(j, o)) return false;
-    }
+    /* each choice's role, then (echo) the continued message, as vLLM streams them */
+    for (int pass = 0; pass < (j->echo[0] ? 2 : 1); pass++)
+        for (int32_t i = 0; i < j->n; i++) {
+            cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices");
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "index", i);
+            cJSON *d = cJSON_AddObjectToObject(c, "delta");
+            if (pass == 0) cJSON_AddStringToObject(d, "role", "assistant");
+            cJSON_AddStringToObject(d, "content", pass == 0 ? "" : j->echo[0]);
+            cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddNullToObject(c, "finish_reason");
+            cJSON_AddItemToArray(choices, c);
+            if (!emit(j, o)) return false;
+        }
     return true;
 }
 
@@ -466,12 +468,21 @@ static cJSON *string_n(const char *prefix, const lpx_strbuf *b) {
     return s;
 }
 
-/* The message of a choice whose output is parsed for tool calls; returns how many. */
+/* The message of a choice whose output is parsed for tool calls (echo: the continued
+ * message before its content, as vLLM puts it); returns how many. */
 static size_t tool_message(const lpx_job *j, const lpx_job_choice *c, cJSON *x) {
     char prefix[64];
     size_t n = 0;
     call_prefix(j, c->index, prefix, sizeof prefix);
     cJSON *m = lpx_tool_message(&j->tool_rules, c->text.p, c->text.n, prefix, &n);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (m && j->echo[0]) {
+        lpx_strbuf b = {0};
+        const char *t = cJSON_IsString(content) ? content->valuestring : "";
+        cJSON *s = lpx_strbuf_add(&b, t, strlen(t)) ? string_n(j->echo[0], &b) : NULL;
+        free(b.p);
+        if (s) cJSON_ReplaceItemInObjectCaseSensitive(m, "content", s);
+    }
     if (m) cJSON_AddItemToObject(x, "message", m);
     return n;
 }
@@ -504,7 +515,7 @@ char *lpx_oa_response(const lpx_job *j, double elapsed_ms) {
             } else if (chat) {
                 cJSON *m = cJSON_AddObjectToObject(x, "message");
                 cJSON_AddStringToObject(m, "role", "assistant");
-                cJSON_AddItemToObject(m, "content", string_n(NULL, &c->text));
+                cJSON_AddItemToObject(m, "content", string_n(j->echo[0], &c->text));
             } else {
                 cJSON_AddItemToObject(x, "text", string_n(j->echo[c->prompt], &c->text));
             }

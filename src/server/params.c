@@ -59,6 +59,7 @@ void lpx_srv_params_free(lpx_srv_params *p) {
     free(p->logit_bias);
     free(p->json_schema);
     free(p->messages_json);
+    free(p->chat_echo);
     free(p->tool_grammar);
     lpx_tools_free(&p->tools);
     for (size_t i = 0; i < p->n_messages; i++) {
@@ -257,6 +258,34 @@ static bool parse_messages(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) 
     return true;
 }
 
+/* vLLM's chat echo: the last message's content goes before the output when that message
+ * is the assistant's (the role of the reply: a reply continued), its text parts joined
+ * with newlines as vLLM joins them; else nothing. */
+static bool chat_echo(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
+    const cJSON *msgs = field(o, "messages"), *last = msgs ? msgs->child : NULL;
+    while (last && last->next)
+        last = last->next;
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
+    const char *rs = cJSON_IsString(role) ? lpx_chat_role(role->valuestring) : NULL;
+    const cJSON *c = last ? field(last, "content") : NULL;
+    if (!rs || strcmp(rs, "assistant") || !c) return true;
+    if (cJSON_IsString(c)) return (p->chat_echo = dup_str(c->valuestring)) ? true : oom(e);
+    size_t len = 0;
+    for (const cJSON *part = c->child; part; part = part->next)
+        len += strlen(cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring) + 1;
+    if (!(p->chat_echo = malloc(len + 1))) return oom(e);
+    size_t at = 0;
+    for (const cJSON *part = c->child; part; part = part->next) {
+        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
+        size_t n = strlen(t);
+        if (part != c->child) p->chat_echo[at++] = '\n';
+        memcpy(p->chat_echo + at, t, n);
+        at += n;
+    }
+    p->chat_echo[at] = '\0';
+    return true;
+}
+
 static bool parse_sampling(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_params *p,
                            lpx_srv_error *e) {
     lpx_sampling_params *s = &p->req.sampling;
@@ -375,7 +404,7 @@ static const struct known_field {
     {"skip_special_tokens", K_SAMPLE},
     {"stream", K_SAMPLE},
     {"stream_options", K_OAI},
-    {"echo", K_CMPL},
+    {"echo", K_OAI},
     /* LIMITED */
     {"best_of", K_CMPL},
     {"suffix", K_CMPL},
@@ -541,6 +570,7 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         !parse_logit_bias(o, p, e) || !get_bool(o, "echo", &p->echo, e) ||
         !get_bool(o, "ignore_eos", &p->req.ignore_eos, e) || !get_bool(o, "stream", &p->stream, e))
         return false;
+    if (p->kind == LPX_SRV_CHAT && p->echo && !chat_echo(o, p, e)) return false;
     bool skip = true;
     if (!get_bool(o, "skip_special_tokens", &skip, e)) return false;
     p->req.skip_special = skip;
@@ -563,9 +593,9 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         return lpx_srv_fail(
             e, 400, BAD, NULL, "n", "%zu prompts with 'n' %d make %zu choices: at most %d",
             lpx_srv_n_prompts(p), p->n, lpx_srv_n_prompts(p) * (size_t)p->n, LPX_SRV_MAX_CHOICES);
-    /* echo with logprobs and prompt_logprobs: the engine computes the prompt's for both
-     * (the larger count of alternatives; at least 1, the engine's "on"). */
-    int32_t plp = p->echo && p->logprobs ? p->top_n : -1;
+    /* echo with logprobs (completions) and prompt_logprobs: the engine computes the
+     * prompt's for both (the larger count of alternatives; at least 1, the engine's "on"). */
+    int32_t plp = p->echo && p->logprobs && p->kind == LPX_SRV_COMPLETION ? p->top_n : -1;
     if (p->prompt_logprobs > plp) plp = p->prompt_logprobs;
     if (plp >= 0) p->req.prompt_logprobs = plp > 0 ? plp : 1;
     if (!check_limited(o, p, e) || !check_ignored(o, e) || !parse_response_format(o, p, e) ||

@@ -312,3 +312,53 @@ def test_prompt_logprobs_refused(srv, body, why):
         assert err["param"] == "prompt_logprobs" and why in err["message"], err
     r = srv.post("/generate", {"prompt": SHORT, "prompt_logprobs": 1})
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt_logprobs"
+
+
+# ---- echo on chat (vLLM's) -------------------------------------------------------
+
+CONTINUE = [{"role": "user", "content": "What is the capital of France?"},
+            {"role": "assistant", "content": "The capital of France is"}]
+
+
+def chat(client, **kw):
+    args = dict(model="smollm2", messages=CONTINUE, max_tokens=6, temperature=0)
+    args.update(kw)
+    return client.chat.completions.create(**args)
+
+
+def test_chat_echo_prepends_the_continued_message(client):
+    plain = chat(client).choices[0].message.content
+    r = chat(client, n=2, extra_body={"echo": True})
+    assert [c.message.content for c in r.choices] == ["The capital of France is" + plain] * 2
+    # the output itself is the same: usage counts the generated tokens only
+    assert r.usage.completion_tokens == 2 * chat(client).usage.completion_tokens
+    # text parts are joined with newlines, as vLLM joins them
+    parts = CONTINUE[:1] + [{"role": "assistant", "content": [
+        {"type": "text", "text": "The capital"}, {"type": "text", "text": "of France is"}]}]
+    got = chat(client, messages=parts, extra_body={"echo": True}).choices[0].message.content
+    alone = chat(client, messages=parts).choices[0].message.content
+    assert got == "The capital\nof France is" + alone
+
+
+def test_chat_echo_without_a_continued_message_changes_nothing(client):
+    msgs = CONTINUE[:1]
+    assert (chat(client, messages=msgs, extra_body={"echo": True}).choices[0].message.content
+            == chat(client, messages=msgs).choices[0].message.content)
+
+
+def test_chat_echo_stream_equals_whole(client):
+    whole = chat(client, n=2, extra_body={"echo": True})
+    text = {0: "", 1: ""}
+    first = {}
+    for ch in chat(client, n=2, stream=True, extra_body={"echo": True}):
+        for c in ch.choices:
+            if c.delta.content:
+                first.setdefault(c.index, c.delta.content)
+                text[c.index] += c.delta.content
+    assert first == {0: "The capital of France is", 1: "The capital of France is"}
+    assert [text[0], text[1]] == [c.message.content for c in whole.choices]
+
+
+def test_chat_echo_refusals(srv):
+    r = srv.post("/v1/chat/completions", {"messages": CONTINUE, "echo": "yes"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "echo"

@@ -581,3 +581,20 @@ def test_mistral_format(lpx_bin, models):
             assert content == auto.message.content and finish == auto.finish_reason
     finally:
         s.stop()
+
+
+def test_chat_echo_with_tools(client):
+    """vLLM's chat echo with the output parsed for calls: the continued message goes
+    before the content outside the calls, streamed the same."""
+    msgs = MSGS + [{"role": "assistant", "content": "Let me see."}]
+    for choice in ("auto", {"type": "function", "function": {"name": "set_alarm"}}):
+        kw = dict(model="q", messages=msgs, tools=FUNCTIONS, tool_choice=choice, temperature=0,
+                  max_tokens=300)
+        plain = client.chat.completions.create(**kw).choices[0].message
+        r = client.chat.completions.create(extra_body={"echo": True}, **kw).choices[0]
+        assert r.message.content == "Let me see." + (plain.content or "")
+        assert [(t.function.name, t.function.arguments) for t in r.message.tool_calls or []] == [
+            (t.function.name, t.function.arguments) for t in plain.tool_calls or []]
+        content, calls, finish = accumulate(client.chat.completions.create(
+            stream=True, extra_body={"echo": True}, **kw))
+        assert content == r.message.content and finish == r.finish_reason
