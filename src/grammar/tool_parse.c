@@ -462,43 +462,64 @@ static bool py_string(py *x) {
     return true;
 }
 
+/* Digits with Python's single underscores between them; how many digits. */
+static size_t py_digits(py *x) {
+    size_t k = 0;
+    while (x->s < x->end) {
+        if (*x->s >= '0' && *x->s <= '9')
+            k++, x->s++;
+        else if (*x->s == '_' && k && x->s + 1 < x->end && x->s[1] >= '0' && x->s[1] <= '9')
+            x->s++;
+        else
+            break;
+    }
+    return k;
+}
+
+/* Digits [from, to) without their underscores into the JSON text. */
+static void py_out_digits(py *x, const char *from, const char *to) {
+    for (const char *q = from; q < to; q++)
+        if (*q != '_') py_out(x, q, 1);
+}
+
 /* A number literal (a sign before it, as ast.literal_eval takes one) as JSON. */
 static bool py_number(py *x) {
-    const char *s = x->s;
     if (x->s < x->end && (*x->s == '-' || *x->s == '+')) {
         if (*x->s == '-') py_out(x, "-", 1);
         x->s++;
         py_ws(x);
     }
-    s = x->s;
-    size_t int_digits = 0, frac = 0;
-    bool dot = false;
-    while (x->s < x->end && ((*x->s >= '0' && *x->s <= '9') || *x->s == '_'))
-        int_digits += *x->s++ != '_';
+    const char *int0 = x->s;
+    size_t int_digits = py_digits(x);
+    const char *int1 = x->s, *frac0 = NULL, *frac1 = NULL;
+    size_t frac = 0;
     if (x->s < x->end && *x->s == '.') {
-        dot = true;
-        x->s++;
-        while (x->s < x->end && ((*x->s >= '0' && *x->s <= '9') || *x->s == '_'))
-            frac += *x->s++ != '_';
+        frac0 = ++x->s;
+        frac = py_digits(x);
+        frac1 = x->s;
     }
     if (int_digits + frac == 0) return false;
-    /* Python 3 has no leading zeros (007), nor does JSON */
-    if (int_digits > 1 && *s == '0') {
-        for (const char *q = s; q < x->s && *q != '.'; q++)
-            if (*q != '0' && *q != '_') return false;
-        s = x->s - (dot ? frac + 1 : 0) - 1; /* all zeros: one */
+    /* Python 3 has no leading zeros (007) but 00 is 0; JSON has neither */
+    bool zeros = int_digits > 1 && *int0 == '0';
+    for (const char *q = int0; zeros && q < int1; q++)
+        if (*q != '0' && *q != '_') return false;
+    if (!int_digits || zeros)
+        py_out(x, "0", 1);
+    else
+        py_out_digits(x, int0, int1);
+    if (frac0) {
+        py_out(x, ".", 1);
+        if (frac)
+            py_out_digits(x, frac0, frac1);
+        else
+            py_out(x, "0", 1);
     }
-    if (!int_digits) py_out(x, "0", 1);
-    for (const char *q = s; q < x->s; q++)
-        if (*q != '_') py_out(x, q, 1);
-    if (dot && !frac) py_out(x, "0", 1);
     if (x->s < x->end && (*x->s == 'e' || *x->s == 'E')) {
         py_out(x, x->s++, 1);
         if (x->s < x->end && (*x->s == '+' || *x->s == '-')) py_out(x, x->s++, 1);
-        size_t k = 0;
-        while (x->s < x->end && *x->s >= '0' && *x->s <= '9')
-            py_out(x, x->s++, 1), k++;
-        if (!k) return false;
+        const char *e0 = x->s;
+        if (!py_digits(x)) return false;
+        py_out_digits(x, e0, x->s);
     }
     /* hex, complex and other forms: not a number of JSON */
     return !(x->s < x->end && (is_ident(*x->s, false) || *x->s == '.'));

@@ -274,10 +274,10 @@ static void test_pythonic(void) {
                 "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"s\\\": "
                 "\\\"\xc3\xa9\xc3\xa9"
                 "A\\\\t\\\\\\\\d\\\"}\"}]}");
-    check_parse(P, "[f(a=.5, b=5., c=1_000, d=1e3, e=-0.0, g=+2, h=00)]",
+    check_parse(P, "[f(a=.5, b=5., c=1_000, d=1e3, e=-0.0, g=+2, h=00, i=00.2_5, j=1_0e0_1)]",
                 "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": "
                 "0.5, \\\"b\\\": 5.0, \\\"c\\\": 1000, \\\"d\\\": 1e3, \\\"e\\\": -0.0, \\\"g\\\": "
-                "2, \\\"h\\\": 0}\"}]}");
+                "2, \\\"h\\\": 0, \\\"i\\\": 0.25, \\\"j\\\": 10e01}\"}]}");
     /* text after the list is content */
     check_parse(
         P, "[f(x=1)]\n\nDone.",
@@ -285,19 +285,13 @@ static void test_pythonic(void) {
         "1}\"}]}");
     /* malformed or not calls: all content */
     static const char *const bad[] = {
-        "[f(1)]",        "[f(x=y)]",
-        "[f(x=1, x=2)]", "[a.b(x=1)]",
-        "[f(x=0x10)]",   "[f(x=1j)]",
-        "[f(x=007)]",    "[f(x=(1, 2))]",
-        "[1, 2]",        "[]",
-        "[f(x=1) g()]",  "[f(x=1)",
-        "[f(x='a)]",     "[f(x=\"a\nb\")]",
-        "[f(x={1: 2})]", "[f(**k)]",
+        "[f(1)]",       "[f(x=y)]",       "[f(x=1, x=2)]", "[a.b(x=1)]",      "[f(x=0x10)]",
+        "[f(x=1j)]",    "[f(x=007)]",     "[f(x=(1, 2))]", "[1, 2]",          "[]",
+        "[f(x=1) g()]", "[f(x=1)",        "[f(x='a)]",     "[f(x=\"a\nb\")]", "[f(x={1: 2})]",
+        "[f(**k)]",
 
-        "[f(x=r'a')]",   "[f(x=\"\\ud800\")]",
-        "[f(x=--1)]",    "Sure: [f(x=1)]",
-        "[f(x=[1, 2)]",  "[f(,)]",
-        "[f(x=1,,)]",
+        "[f(x=r'a')]",  "[f(x=1_)]",      "[f(x=1__0)]",   "[f(x=01)]",       "[f(x=\"\\ud800\")]",
+        "[f(x=--1)]",   "Sure: [f(x=1)]", "[f(x=[1, 2)]",  "[f(,)]",          "[f(x=1,,)]",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         cJSON *o = cJSON_CreateObject();
