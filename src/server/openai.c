@@ -477,10 +477,9 @@ static size_t tool_message(const lpx_job *j, const lpx_job_choice *c, cJSON *x) 
     cJSON *m = lpx_tool_message(&j->tool_rules, c->text.p, c->text.n, prefix, &n);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
     if (m && j->echo[0]) {
-        lpx_strbuf b = {0};
         const char *t = cJSON_IsString(content) ? content->valuestring : "";
-        cJSON *s = lpx_strbuf_add(&b, t, strlen(t)) ? string_n(j->echo[0], &b) : NULL;
-        free(b.p);
+        lpx_strbuf view = {(char *)t, strlen(t), 0}; /* read only */
+        cJSON *s = string_n(j->echo[0], &view);
         if (s) cJSON_ReplaceItemInObjectCaseSensitive(m, "content", s);
     }
     if (m) cJSON_AddItemToObject(x, "message", m);
