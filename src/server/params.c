@@ -191,8 +191,9 @@ size_t lpx_srv_n_prompts(const lpx_srv_params *p) {
     return p->n_prompts ? p->n_prompts : 1;
 }
 
-/* content: a string, or a list of {"type": "text", "text": ...} parts (joined). */
-static bool message_content(const cJSON *c, int i, char **out, lpx_srv_error *e) {
+/* content: a string, or a list of {"type": "text", "text": ...} parts (joined with sep
+ * between them). */
+static bool message_content(const cJSON *c, int i, const char *sep, char **out, lpx_srv_error *e) {
     if (cJSON_IsString(c)) return (*out = dup_str(c->valuestring)) ? true : oom(e);
     if (!cJSON_IsArray(c))
         return lpx_srv_fail(e, 400, BAD, NULL, "messages",
@@ -206,15 +207,16 @@ static bool message_content(const cJSON *c, int i, char **out, lpx_srv_error *e)
                                 "messages[%d].content: only parts {\"type\": \"text\", \"text\": "
                                 "string} are supported",
                                 i);
-        len += strlen(text->valuestring);
+        len += strlen(text->valuestring) + strlen(sep);
     }
     if (!(*out = malloc(len + 1))) return oom(e);
     size_t at = 0;
     for (const cJSON *part = c->child; part; part = part->next) {
         const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
-        size_t n = strlen(t);
-        memcpy(*out + at, t, n);
-        at += n;
+        size_t n = strlen(t), k = part == c->child ? 0 : strlen(sep);
+        memcpy(*out + at, sep, k);
+        memcpy(*out + at + k, t, n);
+        at += k + n;
     }
     (*out)[at] = '\0';
     return true;
@@ -243,7 +245,7 @@ static bool parse_messages(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) 
                 return lpx_srv_fail(e, 400, BAD, NULL, "messages",
                                     "messages[%d].content is required", i);
             content = dup_str("");
-        } else if (!message_content(c, i, &content, e)) {
+        } else if (!message_content(c, i, "", &content, e)) {
             p->n_messages = (size_t)i;
             return false;
         }
@@ -269,21 +271,7 @@ static bool chat_echo(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
     const char *rs = cJSON_IsString(role) ? lpx_chat_role(role->valuestring) : NULL;
     const cJSON *c = last ? field(last, "content") : NULL;
     if (!rs || strcmp(rs, "assistant") || !c) return true;
-    if (cJSON_IsString(c)) return (p->chat_echo = dup_str(c->valuestring)) ? true : oom(e);
-    size_t len = 0;
-    for (const cJSON *part = c->child; part; part = part->next)
-        len += strlen(cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring) + 1;
-    if (!(p->chat_echo = malloc(len + 1))) return oom(e);
-    size_t at = 0;
-    for (const cJSON *part = c->child; part; part = part->next) {
-        const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
-        size_t n = strlen(t);
-        if (part != c->child) p->chat_echo[at++] = '\n';
-        memcpy(p->chat_echo + at, t, n);
-        at += n;
-    }
-    p->chat_echo[at] = '\0';
-    return true;
+    return message_content(c, (int)p->n_messages - 1, "\n", &p->chat_echo, e);
 }
 
 static bool parse_sampling(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_params *p,
