@@ -299,12 +299,15 @@ static bool quantifier(rx *r, int64_t *min, int64_t *max) {
     return true;
 }
 
-/* Alternatives of concatenations, as a tree. */
+/* Alternatives of concatenations, as a tree. At most 64 a group: the matcher follows 64
+ * paths at once (LPX_GRAMMAR_MAX_STACKS), and more alternatives sharing a beginning would
+ * lose some silently. */
 static int32_t rx_alt(rx *r) {
-    int32_t alt = -1, cat = node(r, N_EMPTY, 0, 0);
+    int32_t alt = -1, cat = node(r, N_EMPTY, 0, 0), n_alt = 1;
     while (!r->failed && r->p < r->end && *r->p != ')') {
         if (*r->p == '|') {
             r->p++;
+            if (++n_alt > 64) rx_fail(r, "more than 64 alternatives in a group are not supported");
             alt = alt < 0 ? cat : node(r, N_ALT, alt, cat);
             cat = node(r, N_EMPTY, 0, 0);
             continue;
@@ -358,12 +361,27 @@ static int32_t build(rx *r, int32_t k, int32_t from) {
     case N_EMPTY:
         return s;
     case N_CAT:
-        return build(r, n->b, build(r, n->a, s));
-    case N_ALT:
-        e = state(r);
-        edge(r, build(r, n->a, s), -1, e);
-        edge(r, build(r, n->b, s), -1, e);
+    case N_ALT: {
+        /* rx_alt makes left-deep chains, one link a piece: walked, not recursed, so a
+         * long pattern or a long list of alternatives costs no C stack */
+        size_t len = 0;
+        int32_t q = k;
+        for (; r->node[q].kind == n->kind; q = r->node[q].a)
+            len++;
+        int32_t *piece = malloc((len + 1) * sizeof *piece);
+        if (!piece) return rx_fail(r, "out of memory"), s;
+        piece[0] = q;
+        for (int32_t x = k, i = (int32_t)len; i > 0; x = r->node[x].a)
+            piece[i--] = r->node[x].b;
+        e = n->kind == N_ALT ? state(r) : s;
+        for (size_t i = 0; i <= len && !r->failed; i++)
+            if (n->kind == N_CAT)
+                e = build(r, piece[i], e);
+            else
+                edge(r, build(r, piece[i], s), -1, e);
+        free(piece);
         return e;
+    }
     }
     int32_t a = n->a, min = n->min, max = n->max; /* N_REP */
     for (int32_t i = 0; i < min; i++)

@@ -748,10 +748,15 @@ static void byte(lpx_tool_parser *p, char c) {
         return;
     case P_MTAG:
     case P_MOPEN:
-        if (is_ws(c) || (p->state == P_MTAG && c == '[') || (p->state == P_MOPEN && c == '{')) {
+        if (p->state == P_MOPEN && c == '{') { /* the first call's header */
+            p->state = P_HEAD;
+            p->head = H_OPEN;
+            byte(p, c);
+            return;
+        }
+        if (is_ws(c) || (p->state == P_MTAG && c == '[')) {
             add(p, &p->hold, &c, 1);
             if (c == '[') p->state = P_MOPEN;
-            if (c == '{') p->state = P_HEAD, p->head = H_OPEN, p->hold.n--, byte(p, c);
             return;
         }
         give_up(p);

@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 static lpx_grammar *compile(const char *schema) {
     lpx_grammar *g = NULL;
@@ -112,6 +113,27 @@ static void test_documents(void) {
                L("\"1\"", "\"12\""), L("\"\"", "\"123\""));
     check_docs("{\"type\":\"string\",\"pattern\":\"^(a|b?)*c$\",\"maxLength\":3}",
                L("\"c\"", "\"abc\"", "\"bbc\""), L("\"abab\"", "\"abbc\""));
+    /* a long pattern: its automaton is one long chain of rules, built without recursing
+     * on its length and settled in one sweep of the shortest-length fixed point (one
+     * rule a sweep took seconds here); CPU time, so a loaded machine does not fail it */
+    {
+        enum { REP = 30000 };
+        static char schema[2 * REP + 64], doc[2 * REP + 8];
+        int at = snprintf(schema, sizeof schema, "{\"type\":\"string\",\"pattern\":\"^");
+        for (int i = 0; i < REP; i++)
+            schema[at++] = 'a', schema[at++] = 'b';
+        snprintf(schema + at, sizeof schema - (size_t)at, "$\"}");
+        doc[0] = '"';
+        memcpy(doc + 1, schema + at - 2 * REP, 2 * REP);
+        memcpy(doc + 1 + 2 * REP, "\"", 2);
+        clock_t t0 = clock();
+        lpx_grammar *g = compile(schema);
+        CHECK(g && accepts(g, doc));
+        CHECK((double)(clock() - t0) / CLOCKS_PER_SEC < 5);
+        doc[2 * REP] = '"', doc[2 * REP + 1] = '\0';
+        CHECK(g && !accepts(g, doc));
+        lpx_grammar_free(g);
+    }
     check_docs("true", L("1", "{\"a\":[null]}", "\"x\""), L("", "{"));
     /* depth: 32 open containers, and no more */
     char deep[200] = "", deeper[200] = "";
@@ -155,6 +177,11 @@ static void test_refused(void) {
             "schema.pattern: no string of the length");
     refused("{\"type\":\"string\",\"pattern\":\"^x{3}$\",\"maxLength\":2}",
             "schema.pattern: no string of the length");
+    char many[1024] = "{\"type\":\"string\",\"pattern\":\"^(a";
+    for (int i = 0; i < 64; i++)
+        strcat(many, "|a");
+    strcat(many, ")$\"}");
+    refused(many, "schema.pattern: more than 64 alternatives");
     refused("{\"type\":\"string\",\"pattern\":\"^((a?){4000}){4000}$\"}",
             "schema.pattern: the pattern is too large");
     refused("{\"type\":\"string\",\"pattern\":\"^(a?){4000}$\",\"maxLength\":4000}",
