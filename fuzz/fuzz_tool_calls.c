@@ -62,9 +62,9 @@ static void check_body(const uint8_t *data, size_t size) {
             char *g = lpx_tools_grammar_text(&t, (lpx_tool_format)f);
             const char *fp;
             if (f == LPX_TOOLS_PYTHONIC &&
-                (g || lpx_tools_check_format(&t, LPX_TOOLS_PYTHONIC, msg, sizeof msg, &fp) ==
-                          (t.choice == LPX_TOOL_CHOICE_REQUIRED ||
-                           t.choice == LPX_TOOL_CHOICE_NAMED)))
+                (g ||
+                 lpx_tools_check_format(&t, LPX_TOOLS_PYTHONIC, msg, sizeof msg, &fp) ==
+                     (t.choice == LPX_TOOL_CHOICE_REQUIRED || t.choice == LPX_TOOL_CHOICE_NAMED)))
                 abort();
             lpx_grammar *gr = NULL;
             /* the tools' schemas were compiled by the check: their grammar must build

@@ -78,7 +78,8 @@ char *lpx_tools_grammar_text(const lpx_tools *t, lpx_tool_format f);
  * (malloc'd JSON): roles as lpx_chat_role names them, content text (text parts joined;
  * null when absent), an assistant's tool_calls with each function's fields in the order
  * sent and its arguments as an object (the JSON string OpenAI sends, parsed, as
- * transformers users pass it), and tool_call_id / name as sent. False with the message in msg for a bad tool_calls. */
+ * transformers users pass it), and tool_call_id / name as sent. False with the message
+ * in msg for a bad tool_calls. */
 bool lpx_chat_messages_json(const cJSON *messages, char **out, char *msg, size_t cap);
 
 /* ---- the parser --------------------------------------------------------------- */
