@@ -294,10 +294,13 @@ typedef struct lpx_event {
     /* The first output token's event of a request with prompt_logprobs (else NULL):
      * prompt_logprob[i] is prompt token i's log-probability ([n_prompt_tokens], also set
      * here; [0] is NAN: nothing comes before it), prompt_top[i * n_prompt_top ..] the
-     * n_prompt_top most likely tokens at position i, most likely first (row 0 unset). */
+     * n_prompt_top most likely tokens at position i, most likely first (row 0 unset),
+     * prompt_rank[i] token i's rank there: how many tokens are at least as likely,
+     * itself included (1 = the most likely; [0] is 0). */
     const float *prompt_logprob;
     const lpx_token_logprob *prompt_top;
     int32_t n_prompt_top;
+    const int32_t *prompt_rank;
 } lpx_event;
 
 typedef void (*lpx_event_cb)(const lpx_event *ev, void *user);

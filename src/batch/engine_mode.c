@@ -116,9 +116,8 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
                                     sizeof why) &&
              lpx_tools_parse(b, &tools, why, sizeof why, &why_param);
         lpx_tool_format f = lpx_tool_format_of(j->model->chat_template);
-        if (ok && tools.n_tools && f == LPX_TOOLS_NONE)
-            st = lpx_errorf(LPX_ERR_UNSUPPORTED,
-                            "tools: this model's chat template has no tool-call format");
+        if (ok && !lpx_tools_check_format(&tools, f, why, sizeof why, &why_param))
+            st = lpx_errorf(LPX_ERR_UNSUPPORTED, "%s", why);
         if (ok && st == LPX_OK && !lpx_tool_rules_of(&tools, f, &s->tools))
             st = lpx_errorf(LPX_ERR_NOMEM, "tools: out of memory");
         if (ok && st == LPX_OK && (tool_grammar = lpx_tools_grammar_text(&tools, f))) {

@@ -177,6 +177,7 @@ static void seq_free(lpx_seq *s) {
     free(s->bias);
     free(s->plp);
     free(s->ptop);
+    free(s->prank);
     free(s->stop_ids);
     lpx_gram_release(s->gram);
     lpx_gmatch_free(&s->gm);
@@ -320,11 +321,14 @@ lpx_status lpx_engine_submit(lpx_engine *e, const lpx_request *r, lpx_event_cb c
         size_t cells;
         s->plp_k = r->prompt_logprobs < e->vocab ? r->prompt_logprobs : e->vocab;
         s->plp = malloc(n * sizeof *s->plp);
+        s->prank = malloc(n * sizeof *s->prank);
         s->ptop = lpx_mul_size(n, (size_t)s->plp_k, &cells) ? calloc(cells, sizeof *s->ptop) : NULL;
-        if (!s->plp || !s->ptop)
+        if (!s->plp || !s->prank || !s->ptop) {
             st = lpx_errorf(LPX_ERR_NOMEM, "submit: prompt logprobs: out of memory");
-        else
+        } else {
             s->plp[0] = NAN;
+            s->prank[0] = 0;
+        }
     }
     if (st == LPX_OK && r->n_stop_token_ids) {
         s->stop_ids = malloc(r->n_stop_token_ids * sizeof *s->stop_ids);
@@ -541,6 +545,7 @@ static lpx_status advance(lpx_engine *e, lpx_seq *s, int32_t tok, const lpx_toke
         s->plp_sent = true; /* the prompt's rows are all in (its last gave tok) */
         ev.prompt_logprob = s->plp;
         ev.prompt_top = s->ptop;
+        ev.prompt_rank = s->prank;
         ev.n_prompt_top = s->plp_k;
         ev.n_prompt_tokens = s->n_prompt;
     }
@@ -847,8 +852,9 @@ static int32_t plp_rows(lpx_engine *e, int32_t n_rows, lpx_status *st) {
  * token `start`), from its logits row. */
 static void plp_take(lpx_engine *e, lpx_seq *s, int32_t tok, int32_t start, const float *logits) {
     int32_t next = s->n_computed + (tok - start) + 1, n_top;
-    s->plp[next] = lpx_logprob_row(logits, e->vocab, s->tokens[next], s->plp_k,
-                                   s->ptop + (size_t)next * (size_t)s->plp_k, &n_top);
+    s->plp[next] =
+        lpx_logprob_row(logits, e->vocab, s->tokens[next], s->plp_k,
+                        s->ptop + (size_t)next * (size_t)s->plp_k, &n_top, &s->prank[next]);
     for (int32_t k = n_top; k < s->plp_k; k++) /* fewer than asked: a vocabulary of -inf */
         s->ptop[(size_t)next * (size_t)s->plp_k + k] =
             (lpx_token_logprob){.id = -1, .logprob = -INFINITY};

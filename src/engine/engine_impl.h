@@ -66,6 +66,7 @@ typedef struct lpx_seq {
     bool plp_sent;
     float *plp;              /* [n_prompt] */
     lpx_token_logprob *ptop; /* [n_prompt][plp_k] */
+    int32_t *prank;          /* [n_prompt] each token's rank in its row */
 } lpx_seq;
 
 /* Prompt-logprob rows one step returns at most (each is a vocab-wide logits row on the

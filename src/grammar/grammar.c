@@ -180,35 +180,63 @@ static int32_t sat_add(int32_t a, int32_t b) {
     return a + b > G_INF ? G_INF : a + b;
 }
 
-/* rest[p] for every position, from the rules' shortest expansions (a fixed point:
- * rules are mostly made before their users, so a few passes settle it). */
+/* rest[] of the alternative at a0 (right to left from its END); returns rest[a0]. */
+static int32_t alt_rest(lpx_grammar *g, int32_t a0, const int32_t *minlen) {
+    int32_t p = a0;
+    while (g->el[p].kind != GE_END)
+        p++;
+    for (g->rest[p] = 0; p-- > a0;) {
+        const gelem *e = &g->el[p];
+        g->rest[p] = sat_add(e->kind == GE_CLASS ? 1 : minlen[e->arg], g->rest[p + 1]);
+    }
+    return g->rest[a0];
+}
+
+/* A rule and the position of its first element, to sort rules by position. */
+typedef struct rule_at {
+    int32_t pos, rule;
+} rule_at;
+
+static int by_position(const void *a, const void *b) {
+    int32_t x = ((const rule_at *)a)->pos, y = ((const rule_at *)b)->pos;
+    return (x > y) - (x < y);
+}
+
+/* rest[p] for every position, from the rules' shortest expansions: a fixed point over
+ * the rules in the order of their elements, swept down and up in turn, so that a chain
+ * of rules settles in a sweep whichever way it was made (a pattern's rules refer to
+ * rules made after them, a schema's mostly to rules made before). */
 static bool min_lengths(lpx_grammar *g) {
     int32_t *minlen = malloc((g->n_rule ? g->n_rule : 1) * sizeof *minlen);
+    rule_at *order = malloc((g->n_rule ? g->n_rule : 1) * sizeof *order);
     g->rest = malloc((g->n_el ? g->n_el : 1) * sizeof *g->rest);
-    if (!minlen || !g->rest) {
+    if (!minlen || !order || !g->rest) {
         free(minlen);
+        free(order);
         return false;
     }
-    for (size_t r = 0; r < g->n_rule; r++)
+    size_t n = 0;
+    for (size_t r = 0; r < g->n_rule; r++) {
         minlen[r] = G_INF;
-    for (bool changed = true; changed;) {
+        if (g->rule[r].n_alt) order[n++] = (rule_at){g->alts[g->rule[r].alt0], (int32_t)r};
+    }
+    qsort(order, n, sizeof *order, by_position);
+    for (size_t p = 0; p < g->n_el; p++)
+        g->rest[p] = G_INF;
+    for (bool changed = true, down = true; changed; down = !down) {
         changed = false;
-        for (size_t p = g->n_el; p-- > 0;) {
-            const gelem *e = &g->el[p];
-            g->rest[p] = e->kind == GE_END     ? 0
-                         : e->kind == GE_CLASS ? sat_add(1, g->rest[p + 1])
-                                               : sat_add(minlen[e->arg], g->rest[p + 1]);
-        }
-        for (size_t r = 0; r < g->n_rule; r++) {
-            int32_t best = G_INF;
+        for (size_t k = 0; k < n; k++) {
+            int32_t r = order[down ? n - 1 - k : k].rule, best = G_INF;
             for (int32_t a = 0; a < g->rule[r].n_alt; a++) {
-                int32_t v = g->rest[g->alts[g->rule[r].alt0 + a]];
+                int32_t v = alt_rest(g, g->alts[g->rule[r].alt0 + a], minlen);
                 if (v < best) best = v;
             }
             if (best < minlen[r]) minlen[r] = best, changed = true;
         }
     }
+    alt_rest(g, g->start, minlen);
     free(minlen);
+    free(order);
     return true;
 }
 

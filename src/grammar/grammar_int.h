@@ -95,8 +95,9 @@ int32_t gj_object_any(gjson *j);
 int32_t gj_array_any(gjson *j);
 
 /* Compiles pattern (a regex of the documented subset) into a rule matching the JSON
- * text of the strings' contents (without the quotes) that the whole pattern matches.
- * Returns the rule, or -1 with a message in err. */
-int32_t g_regex(gjson *j, const char *pattern, char *err, size_t cap);
+ * text of the strings' contents (without the quotes) that the whole pattern matches
+ * and that have min..max characters (max -1: no bound). Returns the rule, or -1 with
+ * a message in err. */
+int32_t g_regex(gjson *j, const char *pattern, int64_t min, int64_t max, char *err, size_t cap);
 
 #endif

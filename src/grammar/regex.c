@@ -1,11 +1,43 @@
 /* String patterns (a regex subset: docs/structured-outputs.md) into rules over the
  * JSON text of a string's contents. The whole string matches the pattern (as if it
- * were ^...$), which also satisfies JSON Schema's unanchored search. */
+ * were ^...$), which also satisfies JSON Schema's unanchored search.
+ *
+ * The pattern is parsed into a tree whose leaves are single characters (a rule that
+ * reads one character's JSON text: a byte, an escape, a UTF-8 sequence), the tree into
+ * an automaton over those characters (Thompson's construction), and the automaton into
+ * right-linear rules, one per (state, characters so far) pair: that count is how a
+ * string schema's minLength/maxLength apply to a pattern (the pattern's automaton times
+ * a counter). Pairs from which no string of an allowed length ends are left out, so
+ * every prefix the rules take can still be completed. Without bounds the count is
+ * always 0: one rule per state. */
 #include "grammar/grammar_int.h"
 
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A tree node: CHAR (a: the character's rule), EMPTY, CAT and ALT (a, b: children),
+ * REP (a: child, min..max times, max -1: no bound). */
+enum { N_CHAR, N_EMPTY, N_CAT, N_ALT, N_REP };
+
+typedef struct rnode {
+    uint8_t kind;
+    int32_t a, b;
+    int32_t min, max;
+} rnode;
+
+/* An automaton edge: reads character rule lbl (-1: none, an epsilon edge). */
+typedef struct redge {
+    int32_t lbl, to, next; /* next: the state's next edge, -1 at the end */
+} redge;
+
+/* Automaton states past this are a pattern too large to compile (each state ends up as
+ * at least one rule; the grammar has room for LPX_GRAMMAR_MAX_ELEMS elements). */
+#define RX_MAX_STATES (1 << 20)
+/* States visited while closing the automaton over epsilon edges, at most: optional
+ * pieces repeated many times ((a?){4096}) make closures of thousands of states each. */
+#define RX_MAX_WORK (1 << 25)
 
 typedef struct rx {
     gjson *j;
@@ -13,12 +45,41 @@ typedef struct rx {
     char *err;
     size_t cap;
     bool failed;
+    rnode *node; /* [n_node] the tree */
+    size_t n_node, cap_node;
+    int32_t *first; /* [n_state] each state's first edge, -1: none */
+    redge *edge;    /* [n_edge] */
+    size_t n_state, cap_state, n_edge, cap_edge;
 } rx;
 
 static int32_t rx_fail(rx *r, const char *what) {
     if (!r->failed) snprintf(r->err, r->cap, "%s", what);
     r->failed = true;
     return -1;
+}
+
+static bool rx_grow(rx *r, void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 64;
+    while (c < need)
+        c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q) return rx_fail(r, "out of memory"), false;
+    *p = q;
+    *cap = c;
+    return true;
+}
+
+static int32_t node(rx *r, uint8_t kind, int32_t a, int32_t b) {
+    if (r->failed || !rx_grow(r, (void **)&r->node, &r->cap_node, r->n_node + 1, sizeof *r->node))
+        return -1;
+    r->node[r->n_node] = (rnode){.kind = kind, .a = a, .b = b};
+    return (int32_t)r->n_node++;
+}
+
+/* A tree leaf for one character's rule (or -1 after a failure). */
+static int32_t leaf(rx *r, int32_t rule) {
+    return rule < 0 ? -1 : node(r, N_CHAR, rule, 0);
 }
 
 /* A character of set (ASCII, bits 0..127) as JSON string text: printable ones as
@@ -156,13 +217,13 @@ static int32_t atom(rx *r) {
     }
     if (c == '[') {
         r->p++;
-        return class_rule(r);
+        return leaf(r, class_rule(r));
     }
     if (c == '.') {
         r->p++;
         set_range(set, 0x20, 0x7e);
         g_set_bit(set, '\t');
-        return char_rule(r, set);
+        return leaf(r, char_rule(r, set));
     }
     if (c == '*' || c == '+' || c == '?' || c == '{')
         return rx_fail(r, "a quantifier has nothing to repeat");
@@ -172,13 +233,13 @@ static int32_t atom(rx *r) {
         if (r->p + 1 >= r->end) return rx_fail(r, "a pattern ends in a backslash");
         char e = r->p[1];
         r->p += 2;
-        if (class_escape(e, set)) return char_rule(r, set);
+        if (class_escape(e, set)) return leaf(r, char_rule(r, set));
         int ch = escape_char(e);
         if (ch < 0)
             return rx_fail(r, "an escape is not supported (\\d \\w \\s \\D \\W \\S, \\n \\t \\r "
                               "\\f and escaped punctuation are)");
         g_set_bit(set, (unsigned)ch);
-        return char_rule(r, set);
+        return leaf(r, char_rule(r, set));
     }
     unsigned char b = (unsigned char)c;
     if (b < 0x80) {
@@ -186,7 +247,7 @@ static int32_t atom(rx *r) {
             return rx_fail(r, "a control character in a pattern is not supported");
         r->p++;
         g_set_bit(set, b);
-        return char_rule(r, set);
+        return leaf(r, char_rule(r, set));
     }
     /* A UTF-8 character: its bytes, which are its JSON text. */
     int len = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 0;
@@ -194,7 +255,7 @@ static int32_t atom(rx *r) {
     gseq s = {0};
     seq_lit(&s, r->p, (size_t)len);
     r->p += len;
-    return g_rule_of(r->j->g, &s, 1);
+    return leaf(r, g_rule_of(r->j->g, &s, 1));
 }
 
 /* A decimal number of a {m,n} quantifier; -1 when there is none. */
@@ -238,33 +299,307 @@ static bool quantifier(rx *r, int64_t *min, int64_t *max) {
     return true;
 }
 
+/* Alternatives of concatenations, as a tree. At most 64 a group: the matcher follows 64
+ * paths at once (LPX_GRAMMAR_MAX_STACKS), and more alternatives sharing a beginning would
+ * lose some silently. */
 static int32_t rx_alt(rx *r) {
-    gseq alts[64] = {{0}};
-    size_t n = 1;
+    int32_t alt = -1, cat = node(r, N_EMPTY, 0, 0), n_alt = 1;
     while (!r->failed && r->p < r->end && *r->p != ')') {
         if (*r->p == '|') {
             r->p++;
-            if (n == 64) rx_fail(r, "more than 64 alternatives in a group are not supported");
-            n++;
+            if (++n_alt > 64) rx_fail(r, "more than 64 alternatives in a group are not supported");
+            alt = alt < 0 ? cat : node(r, N_ALT, alt, cat);
+            cat = node(r, N_EMPTY, 0, 0);
             continue;
         }
         int32_t a = atom(r);
         if (a < 0) break;
         int64_t min, max;
-        if (r->p < r->end && quantifier(r, &min, &max))
-            seq_repeat(r->j->g, &alts[n - 1], a, min, max, NULL);
-        else if (!r->failed)
-            seq_ref(&alts[n - 1], a);
+        if (r->p < r->end && quantifier(r, &min, &max)) {
+            a = node(r, N_REP, a, 0);
+            if (a >= 0) r->node[a].min = (int32_t)min, r->node[a].max = (int32_t)max;
+        }
+        if (!r->failed) cat = node(r, N_CAT, cat, a);
     }
-    if (r->failed) {
-        for (size_t i = 0; i < n; i++)
-            seq_free(&alts[i]);
-        return -1;
-    }
-    return g_rule_of(r->j->g, alts, n);
+    if (r->failed) return -1;
+    return alt < 0 ? cat : node(r, N_ALT, alt, cat);
 }
 
-int32_t g_regex(gjson *j, const char *pattern, char *err, size_t cap) {
+/* ---- the automaton ------------------------------------------------------------- */
+
+static int32_t state(rx *r) {
+    if (r->failed) return 0;
+    if (r->n_state >= RX_MAX_STATES)
+        return rx_fail(r, "the pattern is too large (its repetitions make more than 2^20 "
+                          "states)"),
+               0;
+    if (!rx_grow(r, (void **)&r->first, &r->cap_state, r->n_state + 1, sizeof *r->first)) return 0;
+    r->first[r->n_state] = -1;
+    return (int32_t)r->n_state++;
+}
+
+static void edge(rx *r, int32_t from, int32_t lbl, int32_t to) {
+    if (r->failed || !rx_grow(r, (void **)&r->edge, &r->cap_edge, r->n_edge + 1, sizeof *r->edge))
+        return;
+    r->edge[r->n_edge] = (redge){lbl, to, r->first[from]};
+    r->first[from] = (int32_t)r->n_edge++;
+}
+
+/* Node k's automaton from state `from`; returns its end state. Every piece begins at a
+ * state of its own (entered by an epsilon edge), so a loop back to it never lets the
+ * text before it repeat. */
+static int32_t build(rx *r, int32_t k, int32_t from) {
+    if (r->failed) return from;
+    const rnode *n = &r->node[k];
+    int32_t s = state(r), e;
+    edge(r, from, -1, s);
+    switch (n->kind) {
+    case N_CHAR:
+        e = state(r);
+        edge(r, s, n->a, e);
+        return e;
+    case N_EMPTY:
+        return s;
+    case N_CAT:
+    case N_ALT: {
+        /* rx_alt makes left-deep chains, one link a piece: walked, not recursed, so a
+         * long pattern or a long list of alternatives costs no C stack */
+        size_t len = 0;
+        int32_t q = k;
+        for (; r->node[q].kind == n->kind; q = r->node[q].a)
+            len++;
+        int32_t *piece = malloc((len + 1) * sizeof *piece);
+        if (!piece) return rx_fail(r, "out of memory"), s;
+        piece[0] = q;
+        for (int32_t x = k, i = (int32_t)len; i > 0; x = r->node[x].a)
+            piece[i--] = r->node[x].b;
+        e = n->kind == N_ALT ? state(r) : s;
+        for (size_t i = 0; i <= len && !r->failed; i++)
+            if (n->kind == N_CAT)
+                e = build(r, piece[i], e);
+            else
+                edge(r, build(r, piece[i], s), -1, e);
+        free(piece);
+        return e;
+    }
+    }
+    int32_t a = n->a, min = n->min, max = n->max; /* N_REP */
+    for (int32_t i = 0; i < min; i++)
+        s = build(r, a, s);
+    if (max < 0) { /* a loop */
+        edge(r, build(r, a, s), -1, s);
+        return s;
+    }
+    e = state(r);
+    for (int32_t i = min; i < max && !r->failed; i++) {
+        edge(r, s, -1, e);
+        s = build(r, a, s);
+    }
+    edge(r, s, -1, e);
+    return e;
+}
+
+/* The automaton without epsilon edges: for each state that a character leads to (and
+ * the start), the characters its epsilon closure reads and where each leads, and
+ * whether the closure holds the end. */
+typedef struct rclosed {
+    int32_t n;         /* states kept */
+    int32_t *id;       /* [n_state] its index among the kept, -1: not kept */
+    int32_t *e0;       /* [n + 1] kept state i's edges: lbl/to[e0[i] .. e0[i + 1]) */
+    int32_t *lbl, *to; /* to: kept indices */
+    bool *accept;      /* [n] */
+} rclosed;
+
+static void closed_free(rclosed *c) {
+    free(c->id);
+    free(c->e0);
+    free(c->lbl);
+    free(c->to);
+    free(c->accept);
+}
+
+static bool close_automaton(rx *r, int32_t start, int32_t end, rclosed *c) {
+    size_t ns = r->n_state;
+    memset(c, 0, sizeof *c);
+    c->id = malloc(ns * sizeof *c->id);
+    int32_t *seen = malloc(ns * sizeof *seen), *todo = malloc(ns * sizeof *todo);
+    int32_t *kept = malloc(ns * sizeof *kept);
+    c->e0 = malloc((ns + 1) * sizeof *c->e0);
+    c->accept = malloc(ns * sizeof *c->accept);
+    size_t cap = 0, n_e = 0, steps = 0;
+    bool ok = c->id && seen && todo && kept && c->e0 && c->accept;
+    if (ok) {
+        for (size_t i = 0; i < ns; i++)
+            c->id[i] = -1, seen[i] = -1;
+        c->id[start] = 0;
+        kept[c->n++] = start;
+        for (size_t i = 0; i < r->n_edge; i++)
+            if (r->edge[i].lbl >= 0 && c->id[r->edge[i].to] < 0) {
+                c->id[r->edge[i].to] = c->n;
+                kept[c->n++] = r->edge[i].to;
+            }
+    }
+    for (int32_t k = 0; ok && k < c->n; k++) {
+        c->e0[k] = (int32_t)n_e;
+        c->accept[k] = false;
+        int32_t n_todo = 0;
+        todo[n_todo++] = kept[k];
+        seen[kept[k]] = k;
+        while (ok && n_todo) {
+            int32_t q = todo[--n_todo];
+            if (++steps > RX_MAX_WORK) {
+                rx_fail(r, "the pattern is too complex (optional pieces repeated too often)");
+                ok = false;
+                break;
+            }
+            if (q == end) c->accept[k] = true;
+            for (int32_t e = r->first[q]; e >= 0; e = r->edge[e].next) {
+                const redge *x = &r->edge[e];
+                if (x->lbl < 0) {
+                    if (seen[x->to] != k) seen[x->to] = k, todo[n_todo++] = x->to;
+                    continue;
+                }
+                /* A character's edge is the only way into its end state, so a closure
+                 * meets each edge once. The closures' edges are bounded like rules. */
+                if (n_e == (size_t)LPX_GRAMMAR_MAX_ELEMS) {
+                    rx_fail(r, "the pattern is too large (its automaton has more than 2^22 "
+                               "edges without epsilons)");
+                    ok = false;
+                    break;
+                }
+                if (n_e == cap) {
+                    cap = cap ? cap * 2 : 64;
+                    int32_t *l = realloc(c->lbl, cap * sizeof *l);
+                    if (l) c->lbl = l;
+                    int32_t *t = realloc(c->to, cap * sizeof *t);
+                    if (t) c->to = t;
+                    ok = l && t;
+                    if (!ok) break;
+                }
+                c->lbl[n_e] = x->lbl;
+                c->to[n_e++] = c->id[x->to];
+            }
+        }
+    }
+    if (ok) c->e0[c->n] = (int32_t)n_e;
+    free(seen);
+    free(todo);
+    free(kept);
+    if (!ok) rx_fail(r, "out of memory");
+    if (!ok) closed_free(c);
+    return ok;
+}
+
+/* ---- rules of (state, count) pairs ------------------------------------------------ */
+
+/* Marks live in column col every state with a path to one already marked there
+ * (predecessor lists, then a worklist); false when out of memory. */
+static bool reach_back(const rclosed *c, bool *live, size_t w, size_t col) {
+    size_t n_e = (size_t)c->e0[c->n];
+    int32_t *p0 = calloc((size_t)c->n + 1, sizeof *p0), *pred = malloc((n_e + 1) * sizeof *pred);
+    int32_t *todo = malloc(((size_t)c->n + 1) * sizeof *todo);
+    bool ok = p0 && pred && todo;
+    if (ok) {
+        for (size_t e = 0; e < n_e; e++)
+            p0[c->to[e] + 1]++;
+        for (int32_t k = 0; k < c->n; k++)
+            p0[k + 1] += p0[k];
+        int32_t *fill = todo; /* reused as each list's fill position */
+        memcpy(fill, p0, (size_t)c->n * sizeof *fill);
+        for (int32_t k = 0; k < c->n; k++)
+            for (int32_t e = c->e0[k]; e < c->e0[k + 1]; e++)
+                pred[fill[c->to[e]]++] = k;
+        int32_t n_todo = 0;
+        for (int32_t k = 0; k < c->n; k++)
+            if (live[(size_t)k * w + col]) todo[n_todo++] = k;
+        while (n_todo) {
+            int32_t k = todo[--n_todo];
+            for (int32_t i = p0[k]; i < p0[k + 1]; i++) {
+                bool *l = &live[(size_t)pred[i] * w + col];
+                if (!*l) *l = true, todo[n_todo++] = pred[i];
+            }
+        }
+    }
+    free(p0);
+    free(pred);
+    free(todo);
+    return ok;
+}
+
+/* The rules of the closed automaton c with between lo and hi characters (hi -1: no
+ * upper bound). The count runs 0..hi, or 0..lo and stays at lo (all that matters once
+ * the minimum is reached). */
+static int32_t emit(rx *r, const rclosed *c, int64_t lo, int64_t hi) {
+    lpx_grammar *g = r->j->g;
+    int64_t top = hi >= 0 ? hi : lo;
+    size_t w = (size_t)top + 1, cells = (size_t)c->n * w;
+    if (cells > (size_t)LPX_GRAMMAR_MAX_ELEMS)
+        return rx_fail(r, "the pattern with these 'minLength'/'maxLength' makes too many "
+                          "states (its states times the length bound is above 2^22)");
+    bool *live = calloc(cells, sizeof *live);
+    int32_t *rid = malloc(cells * sizeof *rid), *todo = malloc(cells * sizeof *todo);
+    if (!live || !rid || !todo) {
+        free(live), free(rid), free(todo);
+        return rx_fail(r, "out of memory");
+    }
+#define NEXT(cnt) (hi >= 0 ? (cnt) + 1 : ((cnt) + 1 > lo ? lo : (cnt) + 1))
+    /* live: some allowed length ends from here. Each count's row reads the next one's,
+     * so rows go from the top down; without an upper bound the top row reads itself
+     * (the count stays at lo): there, the states that reach an accepting one. */
+    for (int64_t cnt = top; cnt >= 0; cnt--) {
+        int64_t nx = NEXT(cnt);
+        for (int32_t k = c->n; k-- > 0;) {
+            bool ok = c->accept[k] && cnt >= lo;
+            for (int32_t e = c->e0[k]; !ok && e < c->e0[k + 1]; e++)
+                ok = nx <= top && nx != cnt && live[(size_t)c->to[e] * w + (size_t)nx];
+            live[(size_t)k * w + (size_t)cnt] = ok;
+        }
+        if (nx == cnt && !reach_back(c, live, w, (size_t)cnt)) {
+            free(live), free(rid), free(todo);
+            return rx_fail(r, "out of memory");
+        }
+    }
+    int32_t root = -1;
+    if (!live[0])
+        rx_fail(r, "no string of the length 'minLength'/'maxLength' allow matches the pattern");
+    else {
+        for (size_t i = 0; i < cells; i++)
+            rid[i] = -1;
+        size_t n_todo = 0;
+        root = rid[0] = g_rule(g);
+        todo[n_todo++] = 0;
+        while (n_todo && !g->oom) {
+            size_t cell = todo[--n_todo];
+            int32_t k = (int32_t)(cell / w);
+            int64_t cnt = (int64_t)(cell % w), nx = NEXT(cnt);
+            size_t n_alt = (size_t)(c->e0[k + 1] - c->e0[k]) + 1, a = 0;
+            gseq *alts = calloc(n_alt, sizeof *alts);
+            if (!alts) {
+                g->oom = true;
+                break;
+            }
+            for (int32_t e = c->e0[k]; e < c->e0[k + 1] && nx <= top; e++) {
+                size_t to = (size_t)c->to[e] * w + (size_t)nx;
+                if (!live[to]) continue;
+                if (rid[to] < 0) rid[to] = g_rule(g), todo[n_todo++] = to;
+                seq_ref(&alts[a], c->lbl[e]);
+                seq_ref(&alts[a++], rid[to]);
+            }
+            if (c->accept[k] && cnt >= lo) a++; /* the string may end here */
+            g_set(g, rid[cell], alts, a);
+            for (size_t i = a; i < n_alt; i++)
+                seq_free(&alts[i]);
+            free(alts);
+        }
+    }
+#undef NEXT
+    free(live);
+    free(rid);
+    free(todo);
+    return root;
+}
+
+int32_t g_regex(gjson *j, const char *pattern, int64_t min, int64_t max, char *err, size_t cap) {
     rx r = {.j = j, .p = pattern, .end = pattern + strlen(pattern), .err = err, .cap = cap};
     if (r.p < r.end && *r.p == '^') r.p++;
     if (r.end > r.p && r.end[-1] == '$') {
@@ -273,7 +608,16 @@ int32_t g_regex(gjson *j, const char *pattern, char *err, size_t cap) {
             bs++;
         if (bs % 2 == 0) r.end--;
     }
-    int32_t g = rx_alt(&r);
-    if (g >= 0 && r.p < r.end) return rx_fail(&r, "a ')' has no '('");
-    return g;
+    int32_t tree = rx_alt(&r), out = -1;
+    if (tree >= 0 && r.p < r.end) rx_fail(&r, "a ')' has no '('");
+    int32_t start = state(&r), end = r.failed ? 0 : build(&r, tree, start);
+    rclosed c;
+    if (!r.failed && close_automaton(&r, start, end, &c)) {
+        out = emit(&r, &c, min, max);
+        closed_free(&c);
+    }
+    free(r.node);
+    free(r.first);
+    free(r.edge);
+    return r.failed ? -1 : out;
 }

@@ -210,12 +210,8 @@ static int32_t string_rule(sc *c, const cJSON *node) {
     if (pat) {
         size_t mark = path_push(c, "pattern", 0);
         if (!cJSON_IsString(pat)) fail(c, "expected a string");
-        if (!c->failed && (cJSON_GetObjectItemCaseSensitive(node, "minLength") ||
-                           cJSON_GetObjectItemCaseSensitive(node, "maxLength")))
-            fail(c, "'pattern' together with 'minLength'/'maxLength' is not supported (put the "
-                    "length into the pattern: {m,n})");
         char msg[256];
-        int32_t r = c->failed ? -1 : g_regex(&c->j, pat->valuestring, msg, sizeof msg);
+        int32_t r = c->failed ? -1 : g_regex(&c->j, pat->valuestring, min, max, msg, sizeof msg);
         if (r < 0 && !c->failed) fail(c, "%s", msg);
         path_pop(c, mark);
         if (r < 0) {
@@ -710,12 +706,14 @@ lpx_status lpx_grammar_tool_calls(const char *json, size_t len, lpx_grammar **ou
     const cJSON *fns = cJSON_GetObjectItemCaseSensitive(spec, "functions");
     bool hermes = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "hermes");
     bool llama = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "llama3");
+    bool mistral = cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "mistral");
     int n = cJSON_IsArray(fns) ? cJSON_GetArraySize(fns) : 0;
-    if (!spec || (!hermes && !llama) || n == 0) {
+    if (!spec || (!hermes && !llama && !mistral) || n == 0) {
         cJSON_Delete(spec);
         return lpx_errorf(LPX_ERR_INVALID_ARG,
-                          "tool_calls: expected {\"format\": \"hermes\" or \"llama3\", "
-                          "\"functions\": [{\"name\", \"parameters\"}, ...], \"parallel\"}");
+                          "tool_calls: expected {\"format\": \"hermes\", \"llama3\" or "
+                          "\"mistral\", \"functions\": [{\"name\", \"parameters\"}, ...], "
+                          "\"parallel\"}");
     }
     if (!(c.j.g = g_new())) {
         cJSON_Delete(spec);
@@ -726,7 +724,7 @@ lpx_status lpx_grammar_tool_calls(const char *json, size_t len, lpx_grammar **ou
     if (!alts) fail(&c, "out of memory");
     for (int i = 0; i < n && !c.failed; i++) {
         int32_t r =
-            call_rule(&c, cJSON_GetArrayItem(fns, i), hermes ? "arguments" : "parameters", i);
+            call_rule(&c, cJSON_GetArrayItem(fns, i), llama ? "parameters" : "arguments", i);
         if (r >= 0) seq_ref(&alts[i], r);
     }
     if (!c.failed) call = g_rule_of(c.j.g, alts, (size_t)n);
@@ -739,10 +737,14 @@ lpx_status lpx_grammar_tool_calls(const char *json, size_t len, lpx_grammar **ou
         if (hermes) seq_lit(&item, "<tool_call>\n", 12);
         seq_ref(&item, call);
         if (hermes) seq_lit(&item, "\n</tool_call>", 13);
-        const char *sep_text = hermes ? "\n" : "; ";
+        /* Mistral's list: the [TOOL_CALLS] before it is a special token, which no
+         * grammar writes (the parser takes the list without it) */
+        const char *sep_text = hermes ? "\n" : mistral ? ", " : "; ";
         seq_lit(&sep, sep_text, strlen(sep_text));
         bool parallel = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(spec, "parallel"));
+        if (mistral) seq_byte(&list, '[');
         seq_repeat(c.j.g, &list, g_rule_of(c.j.g, &item, 1), 1, parallel ? -1 : 1, &sep);
+        if (mistral) seq_byte(&list, ']');
         seq_free(&sep);
         root = g_rule_of(c.j.g, &list, 1);
     }

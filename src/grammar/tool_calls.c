@@ -6,6 +6,7 @@
 #include "grammar/grammar.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,11 @@ lpx_tool_format lpx_tool_format_of(const char *tmpl) {
      * 3.1-3.3 ask for {"name": function name, "parameters": ...} in their header
      * blocks. */
     if (strstr(tmpl, "<tool_call>")) return LPX_TOOLS_HERMES;
+    /* vLLM's Llama 3.2 / 4 pythonic templates (and Gemma 3's tool prompt) show the call
+     * list they want; checked before the Llama header blocks, which they also have. */
+    if (strstr(tmpl, "[func_name1(")) return LPX_TOOLS_PYTHONIC;
+    /* Mistral's v0.3 template lists the tools and writes an assistant's calls */
+    if (strstr(tmpl, "[AVAILABLE_TOOLS]") && strstr(tmpl, "[TOOL_CALLS]")) return LPX_TOOLS_MISTRAL;
     if (strstr(tmpl, "<|start_header_id|>") && strstr(tmpl, "\"parameters\"") &&
         strstr(tmpl, "tools"))
         return LPX_TOOLS_LLAMA3;
@@ -23,7 +29,53 @@ lpx_tool_format lpx_tool_format_of(const char *tmpl) {
 }
 
 const char *lpx_tool_format_name(lpx_tool_format f) {
-    return f == LPX_TOOLS_HERMES ? "hermes" : f == LPX_TOOLS_LLAMA3 ? "llama3" : "none";
+    return f == LPX_TOOLS_HERMES     ? "hermes"
+           : f == LPX_TOOLS_LLAMA3   ? "llama3"
+           : f == LPX_TOOLS_PYTHONIC ? "pythonic"
+           : f == LPX_TOOLS_MISTRAL  ? "mistral"
+                                     : "none";
+}
+
+void lpx_tool_call_id(lpx_tool_format f, const char *prefix, size_t i, char *out, size_t cap) {
+    if (f != LPX_TOOLS_MISTRAL) {
+        snprintf(out, cap, "%.80s%02zx", prefix, i & 0xff);
+        return;
+    }
+    /* FNV-1a of the unique id, in base 62: 62^9 ids, so two of one run meet with a
+     * chance of about n^2 / 2^54 */
+    char full[96];
+    snprintf(full, sizeof full, "%.80s%02zx", prefix, i & 0xff);
+    uint64_t h = 14695981039346656037ull;
+    for (const char *q = full; *q; q++)
+        h = (h ^ (unsigned char)*q) * 1099511628211ull;
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    char id[10];
+    for (int k = 0; k < 9; k++, h /= 62)
+        id[k] = digits[h % 62];
+    id[9] = '\0';
+    snprintf(out, cap, "%s", id);
+}
+
+bool lpx_tools_check_format(const lpx_tools *t, lpx_tool_format f, char *msg, size_t cap,
+                            const char **param) {
+    if (!t->n_tools) return true;
+    if (f == LPX_TOOLS_NONE) {
+        *param = "tools";
+        snprintf(msg, cap,
+                 "'tools': this model's chat template has no tool-call format (lpx knows the "
+                 "Qwen <tool_call>, the Llama 3.x JSON, Mistral's [TOOL_CALLS] and the "
+                 "pythonic [f(x=1)] formats)");
+        return false;
+    }
+    if (f == LPX_TOOLS_PYTHONIC &&
+        (t->choice == LPX_TOOL_CHOICE_REQUIRED || t->choice == LPX_TOOL_CHOICE_NAMED)) {
+        *param = "tool_choice";
+        snprintf(msg, cap,
+                 "'tool_choice': a forced call (\"required\" or a named function) is not "
+                 "supported with this model's pythonic tool-call format (use \"auto\")");
+        return false;
+    }
+    return true;
 }
 
 void lpx_tools_free(lpx_tools *t) {
@@ -241,7 +293,7 @@ char *lpx_tools_template_vars(const lpx_tools *t) {
 
 char *lpx_tools_grammar_text(const lpx_tools *t, lpx_tool_format f) {
     if (t->choice != LPX_TOOL_CHOICE_REQUIRED && t->choice != LPX_TOOL_CHOICE_NAMED) return NULL;
-    if (!t->tools_json || f == LPX_TOOLS_NONE) return NULL;
+    if (!t->tools_json || f == LPX_TOOLS_NONE || f == LPX_TOOLS_PYTHONIC) return NULL;
     cJSON *tools = cJSON_Parse(t->tools_json), *o = cJSON_CreateObject();
     cJSON *fns = cJSON_AddArrayToObject(o, "functions");
     cJSON_AddStringToObject(o, "format", lpx_tool_format_name(f));
@@ -325,11 +377,14 @@ static cJSON *tool_calls_of(const cJSON *tc, int i, char *msg, size_t cap) {
         } else {
             a = args ? cJSON_Duplicate(args, 1) : cJSON_CreateObject();
         }
+        /* the function's fields in the client's order (a template that prints the object,
+         * as Mistral's does with tojson, prints them so, as transformers does) */
         cJSON *e = cJSON_CreateObject(), *f = cJSON_CreateObject();
         if (id) cJSON_AddStringToObject(e, "id", id->valuestring);
         cJSON_AddStringToObject(e, "type", type ? type->valuestring : "function");
-        cJSON_AddStringToObject(f, "name", name->valuestring);
-        cJSON_AddItemToObject(f, "arguments", a);
+        for (const cJSON *x = fn->child; x; x = x->next)
+            cJSON_AddItemToObject(f, x->string, x == args ? a : cJSON_Duplicate(x, 1));
+        if (!args) cJSON_AddItemToObject(f, "arguments", a);
         cJSON_AddItemToObject(e, "function", f);
         cJSON_AddItemToArray(out, e);
     }

@@ -20,14 +20,21 @@
 #define LPX_TOOLS_MAX 128 /* functions in one request */
 
 typedef enum lpx_tool_format {
-    LPX_TOOLS_NONE = 0,   /* the template renders no tools */
-    LPX_TOOLS_HERMES = 1, /* <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call> (Qwen) */
-    LPX_TOOLS_LLAMA3 = 2, /* {"name": N, "parameters": {...}} at the start (Llama 3.1-3.3) */
+    LPX_TOOLS_NONE = 0,     /* the template renders no tools */
+    LPX_TOOLS_HERMES = 1,   /* <tool_call>\n{"name": N, "arguments": {...}}\n</tool_call> (Qwen) */
+    LPX_TOOLS_LLAMA3 = 2,   /* {"name": N, "parameters": {...}} at the start (Llama 3.1-3.3) */
+    LPX_TOOLS_PYTHONIC = 3, /* [f(a=1, b="x"), g()] at the start (vLLM's Llama 3.2 template) */
+    LPX_TOOLS_MISTRAL = 4,  /* [TOOL_CALLS] [{"name": N, "arguments": {...}}] (Mistral v0.3) */
 } lpx_tool_format;
 
 /* The format a chat template asks its model for (NULL: none). */
 lpx_tool_format lpx_tool_format_of(const char *chat_template);
-const char *lpx_tool_format_name(lpx_tool_format f); /* "hermes", "llama3", "none" */
+/* "hermes", "llama3", "pythonic", "mistral", "none" */
+const char *lpx_tool_format_name(lpx_tool_format f);
+/* The id of call i of a response whose calls' ids begin with prefix (unique within a
+ * run: the caller's): prefix and i in hex; for Mistral, whose template takes only ids
+ * of 9 letters and digits, 9 of them derived from the two. */
+void lpx_tool_call_id(lpx_tool_format f, const char *prefix, size_t i, char *out, size_t cap);
 
 typedef enum lpx_tool_choice {
     LPX_TOOL_CHOICE_NONE = 0,     /* tools shown to the model, its output left as content */
@@ -52,6 +59,12 @@ typedef struct lpx_tools {
  * tool, "required" or a name without tools. t is then freed. */
 bool lpx_tools_parse(const cJSON *body, lpx_tools *t, char *msg, size_t cap, const char **param);
 void lpx_tools_free(lpx_tools *t);
+/* Whether the tools of t can be served in format f: false with the message (the 400 of
+ * param "tools" or "tool_choice", *param says which) for tools with a template that has
+ * no format, and for a forced call (tool_choice "required" or a named function) in the
+ * pythonic format, which has no forcing grammar. */
+bool lpx_tools_check_format(const lpx_tools *t, lpx_tool_format f, char *msg, size_t cap,
+                            const char **param);
 /* Whether the output is parsed for calls (tools given and tool_choice not "none"). */
 bool lpx_tools_parsed(const lpx_tools *t);
 /* {"tools": [...]} for the chat template (malloc'd), NULL when no tools or out of memory. */
@@ -63,9 +76,10 @@ char *lpx_tools_grammar_text(const lpx_tools *t, lpx_tool_format f);
 
 /* The chat messages (a checked "messages" list) as the chat template takes them
  * (malloc'd JSON): roles as lpx_chat_role names them, content text (text parts joined;
- * null when absent), an assistant's tool_calls with each function's arguments as an
- * object (the JSON string OpenAI sends, parsed, as transformers users pass it), and
- * tool_call_id / name as sent. False with the message in msg for a bad tool_calls. */
+ * null when absent), an assistant's tool_calls with each function's fields in the order
+ * sent and its arguments as an object (the JSON string OpenAI sends, parsed, as
+ * transformers users pass it), and tool_call_id / name as sent. False with the message
+ * in msg for a bad tool_calls. */
 bool lpx_chat_messages_json(const cJSON *messages, char **out, char *msg, size_t cap);
 
 /* ---- the parser --------------------------------------------------------------- */
@@ -122,6 +136,7 @@ typedef struct lpx_tool_parser {
     lpx_tool_call late; /* a call read before its name ("arguments" first), or dropped */
     lpx_tool_buf *args; /* where the arguments being read go */
     int depth;
+    char quote; /* pythonic: the quote of the string being read, 0 outside strings */
     bool in_str, esc, prim, after_call, args_first, oom;
 } lpx_tool_parser;
 
@@ -134,9 +149,10 @@ bool lpx_tool_parser_feed(lpx_tool_parser *p, const char *s, size_t n);
 bool lpx_tool_parser_finish(lpx_tool_parser *p);
 
 /* The assistant message of output text[0..n) parsed by rules: {"role": "assistant",
- * "content": text outside calls or null, "tool_calls": [{"id": id_prefix + the call's
- * index in hex, "type": "function", "function": {"name", "arguments"}}]} (no tool_calls
- * when none); *n_calls how many. NULL when memory ran out. */
+ * "content": text outside calls or null, "tool_calls": [{"id": lpx_tool_call_id of
+ * id_prefix and the call's index, "type": "function", "function": {"name",
+ * "arguments"}}]} (no tool_calls when none); *n_calls how many. NULL when memory ran
+ * out. */
 cJSON *lpx_tool_message(const lpx_tool_rules *rules, const char *text, size_t n,
                         const char *id_prefix, size_t *n_calls);
 

@@ -104,6 +104,19 @@ bool lpx_body_logprobs(const cJSON *o, bool chat, bool *on, int32_t *top_n, lpx_
     return true;
 }
 
+bool lpx_body_prompt_logprobs(const cJSON *o, int32_t *n, lpx_body_error *e) {
+    int64_t k = -1;
+    bool given, stream = false;
+    if (!lpx_body_int(o, "prompt_logprobs", 0, 20, &k, &given, e) ||
+        !lpx_body_bool(o, "stream", &stream, e))
+        return false;
+    /* A stream has no place for them (vLLM refuses them too): never accepted unsent. */
+    if (given && stream)
+        return fail(e, "prompt_logprobs", "'prompt_logprobs' is not available with 'stream': true");
+    *n = given ? (int32_t)k : -1;
+    return true;
+}
+
 bool lpx_body_max_tokens(const cJSON *o, bool chat, const char *name, int32_t *out, bool *given,
                          lpx_body_error *e) {
     if (!name)

@@ -33,6 +33,9 @@ bool lpx_body_sampling(const cJSON *o, lpx_sampling_params *s, bool *seed_given,
 /* logprobs: chat's boolean with top_logprobs 0..20, completions' count 0..20. *on: asked
  * for; *top_n: the alternatives a token wants. */
 bool lpx_body_logprobs(const cJSON *o, bool chat, bool *on, int32_t *top_n, lpx_body_error *e);
+/* vLLM's prompt_logprobs: 0..20 alternatives at each prompt token besides the token
+ * itself; *n is -1 when not given. Not with stream (vLLM refuses it too). */
+bool lpx_body_prompt_logprobs(const cJSON *o, int32_t *n, lpx_body_error *e);
 /* The output length field: max_tokens (chat: or max_completion_tokens when given;
  * name overrides both, e.g. /generate's max_new_tokens), 1..INT32_MAX; and n,
  * 1..LPX_BODY_MAX_N (1 when absent). */

@@ -288,10 +288,14 @@ int32_t lpx_sample_masked(lpx_sampler *s, const lpx_sampling_params *p, uint64_t
 }
 
 float lpx_logprob_row(const float *logits, int32_t vocab, int32_t token, int32_t n,
-                      lpx_token_logprob *top, int32_t *n_top) {
+                      lpx_token_logprob *top, int32_t *n_top, int32_t *rank) {
     float max = logits[0];
-    for (int32_t t = 1; t < vocab; t++)
+    int32_t at_least = 0;
+    for (int32_t t = 0; t < vocab; t++) {
         if (logits[t] > max) max = logits[t];
+        at_least += logits[t] >= logits[token];
+    }
+    *rank = at_least;
     double total = 0;
     for (int32_t t = 0; t < vocab; t++)
         total += exp((double)logits[t] - max);

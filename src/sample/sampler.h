@@ -43,10 +43,12 @@ typedef struct lpx_sample_batch {
 /* Checks s for n_rows rows against the contract above (logprobs 0, seen ranges
  * inside s->seen, ids inside the vocabulary). */
 /* The raw distribution of one logits row [vocab] (a prompt token's, lpx_request's
- * prompt_logprobs): returns log_softmax(logits)[token] and writes the n most likely
- * tokens into top (ranked as top_logprobs ranks: logprob descending, then id). */
+ * prompt_logprobs): returns log_softmax(logits)[token], writes the n most likely
+ * tokens into top (ranked as top_logprobs ranks: logprob descending, then id) and
+ * token's rank: the tokens at least as likely, itself included (1 = the most likely;
+ * vLLM counts ties the same way). */
 float lpx_logprob_row(const float *logits, int32_t vocab, int32_t token, int32_t n,
-                      lpx_token_logprob *top, int32_t *n_top);
+                      lpx_token_logprob *top, int32_t *n_top, int32_t *rank);
 
 lpx_status lpx_sample_batch_check(const lpx_sample_batch *s, int32_t n_rows, int32_t vocab);
 

@@ -86,6 +86,7 @@ static void job_free(lpx_job *j) {
         free(c->lp_n_top);
         free(c->plp);
         free(c->ptop);
+        free(c->prank);
         lpx_tool_parser_free(&c->tp);
     }
     for (int k = 0; k < LPX_SRV_MAX_PROMPTS; k++) {
@@ -137,9 +138,11 @@ static bool keep_prompt_logprobs(lpx_job_choice *c, const lpx_event *ev) {
     size_t n = (size_t)ev->n_prompt_tokens, k = (size_t)ev->n_prompt_top;
     c->plp = malloc((n ? n : 1) * sizeof *c->plp);
     c->ptop = malloc((n * k > 0 ? n * k : 1) * sizeof *c->ptop);
-    if (!c->plp || !c->ptop) return false;
+    c->prank = malloc((n ? n : 1) * sizeof *c->prank);
+    if (!c->plp || !c->ptop || !c->prank) return false;
     memcpy(c->plp, ev->prompt_logprob, n * sizeof *c->plp);
     memcpy(c->ptop, ev->prompt_top, n * k * sizeof *c->ptop);
+    memcpy(c->prank, ev->prompt_rank, n * sizeof *c->prank);
     c->n_plp = ev->n_prompt_tokens;
     c->plp_k = ev->n_prompt_top;
     return true;
@@ -195,15 +198,17 @@ static void on_event(const lpx_event *ev, void *user) {
     if (last) job_free(j);
 }
 
+static char *dup_text(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *t = malloc(n);
+    if (t) memcpy(t, s, n);
+    return t;
+}
+
 /* The text of prompt k as echo returns it: the text sent, or the ids decoded. */
 static char *echo_text(const lpx_job *j, const lpx_srv_params *p, size_t k) {
     const lpx_srv_prompt *q = &p->prompts[k];
-    if (q->text) {
-        size_t n = strlen(q->text) + 1;
-        char *t = malloc(n);
-        if (t) memcpy(t, q->text, n);
-        return t;
-    }
+    if (q->text) return dup_text(q->text);
     size_t cap = q->n_ids * 16 + 16, need = 0;
     for (int attempt = 0; attempt < 2; attempt++) {
         char *t = malloc(cap);
@@ -224,9 +229,14 @@ bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, int32_t *const *ids, co
     j->n_prompt = 0;
     for (size_t k = 0; k < lpx_srv_n_prompts(p); k++) {
         j->n_prompt += (int32_t)n_ids[k];
-        if (p->echo && !(j->echo[k] = echo_text(j, p, k)))
+        if (p->kind == LPX_SRV_CHAT) {
+            /* chat: the continued assistant message, if any (params.h) */
+            if (p->chat_echo && p->chat_echo[0] && !(j->echo[k] = dup_text(p->chat_echo)))
+                return lpx_srv_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        } else if (p->echo && !(j->echo[k] = echo_text(j, p, k))) {
             return lpx_srv_fail(err, 500, "server_error", NULL, NULL,
                                 "echo: decoding the prompt: %s", lpx_last_error());
+        }
         if (p->req.prompt_logprobs > 0) {
             if (!(j->echo_ids[k] = malloc((n_ids[k] ? n_ids[k] : 1) * sizeof **ids)))
                 return lpx_srv_fail(err, 500, "server_error", NULL, NULL, "out of memory");
@@ -234,7 +244,8 @@ bool lpx_job_submit(lpx_job *j, const lpx_srv_params *p, int32_t *const *ids, co
             j->n_echo_ids[k] = n_ids[k];
         }
     }
-    j->echo_lp = p->req.prompt_logprobs > 0;
+    j->echo_lp = p->echo && p->logprobs && p->kind == LPX_SRV_COMPLETION;
+    j->prompt_logprobs = p->prompt_logprobs;
     j->top_n = p->logprobs ? p->top_n : 0;
     if (j->stream) {
         pthread_mutex_lock(&j->mu);

@@ -50,9 +50,11 @@ typedef struct lpx_job_choice {
     float *lp_value;           /* [cap_lp] */
     lpx_token_logprob *lp_top; /* [cap_lp * top_n] */
     int32_t *lp_n_top;         /* [cap_lp] */
-    /* echo with logprobs, non-streaming: its prompt's logprobs (the engine's first event). */
+    /* echo with logprobs or prompt_logprobs, non-streaming: its prompt's logprobs (the
+     * engine's first event). */
     float *plp;              /* [n_plp] */
     lpx_token_logprob *ptop; /* [n_plp][plp_k] */
+    int32_t *prank;          /* [n_plp] */
     int32_t n_plp, plp_k;
     size_t offset; /* stream: text_offset of its next token (bytes of the tokens before) */
 } lpx_job_choice;
@@ -77,9 +79,11 @@ struct lpx_job {
     double t_arrival; /* ms, monotonic */
 
     int32_t n, n_done;
-    int32_t n_prompt;                       /* prompt tokens of every prompt (usage) */
-    char *echo[LPX_SRV_MAX_PROMPTS];        /* echo: each prompt's text, else NULL */
-    bool echo_lp;                           /* echo with logprobs: the prompts' ids below */
+    int32_t n_prompt;                /* prompt tokens of every prompt (usage) */
+    char *echo[LPX_SRV_MAX_PROMPTS]; /* echo: each prompt's text, else NULL */
+    bool echo_lp;                    /* echo with logprobs */
+    int32_t prompt_logprobs;         /* vLLM's prompt_logprobs, -1 not asked */
+    /* With either, the prompts' ids: */
     int32_t *echo_ids[LPX_SRV_MAX_PROMPTS]; /* [n_echo_ids[k]] */
     size_t n_echo_ids[LPX_SRV_MAX_PROMPTS];
     lpx_job_choice ch[LPX_SRV_MAX_CHOICES]; /* prompt-major: choice i is prompt i / n */

@@ -1,6 +1,7 @@
 #include "server/openai.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +147,42 @@ static void comp_lp_prompt(const lpx_job *j, comp_lp *c, int k, const float *plp
                                plp_k, *offset);
 }
 
+/* vLLM's prompt_logprobs of prompt k: null for its first token, then for each token a
+ * map from token id to {"logprob", "rank", "decoded_token"}: the token itself first,
+ * then the j->prompt_logprobs most likely. The token's own entry takes its place among
+ * those when it is one (its rank is then that place, as vLLM writes it). */
+static cJSON *prompt_logprobs(const lpx_job *j, int k, const float *plp,
+                              const lpx_token_logprob *ptop, int32_t plp_k, const int32_t *rank) {
+    cJSON *list = cJSON_CreateArray();
+    int32_t want = j->prompt_logprobs < plp_k ? j->prompt_logprobs : plp_k;
+    for (size_t i = 0; i < j->n_echo_ids[k]; i++) {
+        if (i == 0) {
+            cJSON_AddItemToArray(list, cJSON_CreateNull());
+            continue;
+        }
+        const lpx_token_logprob *top = ptop + i * (size_t)plp_k;
+        int32_t id = j->echo_ids[k][i], r = rank[i];
+        for (int32_t t = 0; t < want; t++)
+            if (top[t].id == id) r = t + 1;
+        cJSON *m = cJSON_CreateObject();
+        for (int32_t t = -1; t < want; t++) {
+            int32_t tid = t < 0 ? id : top[t].id;
+            if (t >= 0 && (tid == id || tid < 0)) continue;
+            /* vLLM clamps -inf, which JSON cannot carry, to -9999 */
+            float lp = t < 0 ? plp[i] : top[t].logprob;
+            char raw[256], text[1024], key[16];
+            token_text(j, tid, raw, text, sizeof raw);
+            snprintf(key, sizeof key, "%d", tid);
+            cJSON *x = cJSON_AddObjectToObject(m, key);
+            cJSON_AddNumberToObject(x, "logprob", lp == -INFINITY ? -9999.0 : lp);
+            cJSON_AddNumberToObject(x, "rank", t < 0 ? r : t + 1);
+            cJSON_AddStringToObject(x, "decoded_token", text);
+        }
+        cJSON_AddItemToArray(list, m);
+    }
+    return list;
+}
+
 /* ---- tool calls ------------------------------------------------------------ */
 
 /* Its calls' ids: unique within the server's run (the job's id, the choice, then the
@@ -162,9 +199,9 @@ static cJSON *call_delta(const lpx_job *j, int choice, const lpx_tool_call *c, s
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "index", (double)i);
     if (first) {
-        char id[96];
-        call_prefix(j, choice, id, sizeof id - 4);
-        snprintf(id + strlen(id), 4, "%02zx", i & 0xff);
+        char prefix[64], id[96];
+        call_prefix(j, choice, prefix, sizeof prefix);
+        lpx_tool_call_id(j->tool_format, prefix, i, id, sizeof id);
         cJSON_AddStringToObject(o, "id", id);
         cJSON_AddStringToObject(o, "type", "function");
     }
@@ -279,18 +316,20 @@ bool lpx_oa_stream_open(lpx_job *j) {
         }
         return !j->oom;
     }
-    for (int32_t i = 0; i < j->n; i++) {
-        cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices");
-        cJSON *c = cJSON_CreateObject();
-        cJSON_AddNumberToObject(c, "index", i);
-        cJSON *d = cJSON_AddObjectToObject(c, "delta");
-        cJSON_AddStringToObject(d, "role", "assistant");
-        cJSON_AddStringToObject(d, "content", "");
-        cJSON_AddNullToObject(c, "logprobs");
-        cJSON_AddNullToObject(c, "finish_reason");
-        cJSON_AddItemToArray(choices, c);
-        if (!emit(j, o)) return false;
-    }
+    /* each choice's role, then (echo) the continued message, as vLLM streams them */
+    for (int pass = 0; pass < (j->echo[0] ? 2 : 1); pass++)
+        for (int32_t i = 0; i < j->n; i++) {
+            cJSON *o = chunk_base(j), *choices = cJSON_AddArrayToObject(o, "choices");
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddNumberToObject(c, "index", i);
+            cJSON *d = cJSON_AddObjectToObject(c, "delta");
+            if (pass == 0) cJSON_AddStringToObject(d, "role", "assistant");
+            cJSON_AddStringToObject(d, "content", pass == 0 ? "" : j->echo[0]);
+            cJSON_AddNullToObject(c, "logprobs");
+            cJSON_AddNullToObject(c, "finish_reason");
+            cJSON_AddItemToArray(choices, c);
+            if (!emit(j, o)) return false;
+        }
     return true;
 }
 
@@ -429,12 +468,20 @@ static cJSON *string_n(const char *prefix, const lpx_strbuf *b) {
     return s;
 }
 
-/* The message of a choice whose output is parsed for tool calls; returns how many. */
+/* The message of a choice whose output is parsed for tool calls (echo: the continued
+ * message before its content, as vLLM puts it); returns how many. */
 static size_t tool_message(const lpx_job *j, const lpx_job_choice *c, cJSON *x) {
     char prefix[64];
     size_t n = 0;
     call_prefix(j, c->index, prefix, sizeof prefix);
     cJSON *m = lpx_tool_message(&j->tool_rules, c->text.p, c->text.n, prefix, &n);
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content");
+    if (m && j->echo[0]) {
+        const char *t = cJSON_IsString(content) ? content->valuestring : "";
+        lpx_strbuf view = {(char *)t, strlen(t), 0}; /* read only */
+        cJSON *s = string_n(j->echo[0], &view);
+        if (s) cJSON_ReplaceItemInObjectCaseSensitive(m, "content", s);
+    }
     if (m) cJSON_AddItemToObject(x, "message", m);
     return n;
 }
@@ -467,15 +514,24 @@ char *lpx_oa_response(const lpx_job *j, double elapsed_ms) {
             } else if (chat) {
                 cJSON *m = cJSON_AddObjectToObject(x, "message");
                 cJSON_AddStringToObject(m, "role", "assistant");
-                cJSON_AddItemToObject(m, "content", string_n(NULL, &c->text));
+                cJSON_AddItemToObject(m, "content", string_n(j->echo[0], &c->text));
             } else {
                 cJSON_AddItemToObject(x, "text", string_n(j->echo[c->prompt], &c->text));
             }
             cJSON_AddItemToObject(x, "logprobs", choice_logprobs(j, c));
             cJSON_AddStringToObject(x, "finish_reason", finish_of(c->finish, n_calls));
+            if (!chat && j->prompt_logprobs >= 0 && c->plp)
+                cJSON_AddItemToObject(
+                    x, "prompt_logprobs",
+                    prompt_logprobs(j, c->prompt, c->plp, c->ptop, c->plp_k, c->prank));
             cJSON_AddItemToArray(choices, x);
         }
         cJSON_AddItemToObject(o, "usage", usage(j));
+        /* chat: one prompt, so vLLM gives its logprobs once, beside the choices */
+        const lpx_job_choice *c0 = &j->ch[0];
+        if (chat && j->prompt_logprobs >= 0 && c0->plp)
+            cJSON_AddItemToObject(o, "prompt_logprobs",
+                                  prompt_logprobs(j, 0, c0->plp, c0->ptop, c0->plp_k, c0->prank));
     }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

@@ -59,6 +59,7 @@ void lpx_srv_params_free(lpx_srv_params *p) {
     free(p->logit_bias);
     free(p->json_schema);
     free(p->messages_json);
+    free(p->chat_echo);
     free(p->tool_grammar);
     lpx_tools_free(&p->tools);
     for (size_t i = 0; i < p->n_messages; i++) {
@@ -190,8 +191,9 @@ size_t lpx_srv_n_prompts(const lpx_srv_params *p) {
     return p->n_prompts ? p->n_prompts : 1;
 }
 
-/* content: a string, or a list of {"type": "text", "text": ...} parts (joined). */
-static bool message_content(const cJSON *c, int i, char **out, lpx_srv_error *e) {
+/* content: a string, or a list of {"type": "text", "text": ...} parts (joined with sep
+ * between them). */
+static bool message_content(const cJSON *c, int i, const char *sep, char **out, lpx_srv_error *e) {
     if (cJSON_IsString(c)) return (*out = dup_str(c->valuestring)) ? true : oom(e);
     if (!cJSON_IsArray(c))
         return lpx_srv_fail(e, 400, BAD, NULL, "messages",
@@ -205,15 +207,16 @@ static bool message_content(const cJSON *c, int i, char **out, lpx_srv_error *e)
                                 "messages[%d].content: only parts {\"type\": \"text\", \"text\": "
                                 "string} are supported",
                                 i);
-        len += strlen(text->valuestring);
+        len += strlen(text->valuestring) + strlen(sep);
     }
     if (!(*out = malloc(len + 1))) return oom(e);
     size_t at = 0;
     for (const cJSON *part = c->child; part; part = part->next) {
         const char *t = cJSON_GetObjectItemCaseSensitive(part, "text")->valuestring;
-        size_t n = strlen(t);
-        memcpy(*out + at, t, n);
-        at += n;
+        size_t n = strlen(t), k = part == c->child ? 0 : strlen(sep);
+        memcpy(*out + at, sep, k);
+        memcpy(*out + at + k, t, n);
+        at += k + n;
     }
     (*out)[at] = '\0';
     return true;
@@ -242,7 +245,7 @@ static bool parse_messages(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) 
                 return lpx_srv_fail(e, 400, BAD, NULL, "messages",
                                     "messages[%d].content is required", i);
             content = dup_str("");
-        } else if (!message_content(c, i, &content, e)) {
+        } else if (!message_content(c, i, "", &content, e)) {
             p->n_messages = (size_t)i;
             return false;
         }
@@ -255,6 +258,20 @@ static bool parse_messages(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) 
     if (!lpx_chat_messages_json(v, &p->messages_json, msg, sizeof msg))
         return lpx_srv_fail(e, 400, BAD, NULL, "messages", "%s", msg);
     return true;
+}
+
+/* vLLM's chat echo: the last message's content goes before the output when that message
+ * is the assistant's (the role of the reply: a reply continued), its text parts joined
+ * with newlines as vLLM joins them; else nothing. */
+static bool chat_echo(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
+    const cJSON *msgs = field(o, "messages"), *last = msgs ? msgs->child : NULL;
+    while (last && last->next)
+        last = last->next;
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(last, "role");
+    const char *rs = cJSON_IsString(role) ? lpx_chat_role(role->valuestring) : NULL;
+    const cJSON *c = last ? field(last, "content") : NULL;
+    if (!rs || strcmp(rs, "assistant") || !c) return true;
+    return message_content(c, (int)p->n_messages - 1, "\n", &p->chat_echo, e);
 }
 
 static bool parse_sampling(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_params *p,
@@ -271,7 +288,8 @@ static bool parse_sampling(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_
 
 static bool parse_logprobs(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
     lpx_body_error be;
-    if (!lpx_body_logprobs(o, p->kind == LPX_SRV_CHAT, &p->logprobs, &p->top_n, &be))
+    if (!lpx_body_logprobs(o, p->kind == LPX_SRV_CHAT, &p->logprobs, &p->top_n, &be) ||
+        !lpx_body_prompt_logprobs(o, &p->prompt_logprobs, &be))
         return body_fail(e, &be);
     /* The engine computes logprobs only when asked for at least one. */
     p->req.sampling.logprobs = p->logprobs ? (p->top_n > 0 ? p->top_n : 1) : 0;
@@ -368,12 +386,13 @@ static const struct known_field {
     {"n", K_SAMPLE},
     {"logprobs", K_OAI},
     {"top_logprobs", K_CHAT},
+    {"prompt_logprobs", K_OAI},
     {"logit_bias", K_SAMPLE},
     {"ignore_eos", K_SAMPLE},
     {"skip_special_tokens", K_SAMPLE},
     {"stream", K_SAMPLE},
     {"stream_options", K_OAI},
-    {"echo", K_CMPL},
+    {"echo", K_OAI},
     /* LIMITED */
     {"best_of", K_CMPL},
     {"suffix", K_CMPL},
@@ -468,10 +487,10 @@ static bool parse_tools(const cJSON *o, lpx_srv_params *p, lpx_srv_error *e) {
 bool lpx_srv_bind_model(const lpx_model *m, lpx_srv_params *p, lpx_srv_error *e) {
     if (!p->tools.n_tools) return true;
     lpx_tool_format f = lpx_tool_format_of(m->chat_template);
-    if (f == LPX_TOOLS_NONE)
-        return unsupported(e, "tools",
-                           "this model's chat template has no tool-call format (lpx knows the "
-                           "Qwen <tool_call> and the Llama 3.x JSON formats)");
+    char msg[300];
+    const char *param;
+    if (!lpx_tools_check_format(&p->tools, f, msg, sizeof msg, &param))
+        return lpx_srv_fail(e, 400, BAD, "unsupported_value", param, "%s", msg);
     if (!lpx_tools_parsed(&p->tools)) return true;
     p->tool_format = f;
     if (p->tools.choice != LPX_TOOL_CHOICE_REQUIRED && p->tools.choice != LPX_TOOL_CHOICE_NAMED)
@@ -539,6 +558,7 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         !parse_logit_bias(o, p, e) || !get_bool(o, "echo", &p->echo, e) ||
         !get_bool(o, "ignore_eos", &p->req.ignore_eos, e) || !get_bool(o, "stream", &p->stream, e))
         return false;
+    if (p->kind == LPX_SRV_CHAT && p->echo && !chat_echo(o, p, e)) return false;
     bool skip = true;
     if (!get_bool(o, "skip_special_tokens", &skip, e)) return false;
     p->req.skip_special = skip;
@@ -561,8 +581,11 @@ static bool parse_object(const cJSON *o, const lpx_gen_defaults *gen, lpx_srv_pa
         return lpx_srv_fail(
             e, 400, BAD, NULL, "n", "%zu prompts with 'n' %d make %zu choices: at most %d",
             lpx_srv_n_prompts(p), p->n, lpx_srv_n_prompts(p) * (size_t)p->n, LPX_SRV_MAX_CHOICES);
-    /* echo with logprobs: the prompt's too (as many alternatives, at least 1 computed). */
-    if (p->echo && p->logprobs) p->req.prompt_logprobs = p->top_n > 0 ? p->top_n : 1;
+    /* echo with logprobs (completions) and prompt_logprobs: the engine computes the
+     * prompt's for both (the larger count of alternatives; at least 1, the engine's "on"). */
+    int32_t plp = p->echo && p->logprobs && p->kind == LPX_SRV_COMPLETION ? p->top_n : -1;
+    if (p->prompt_logprobs > plp) plp = p->prompt_logprobs;
+    if (plp >= 0) p->req.prompt_logprobs = plp > 0 ? plp : 1;
     if (!check_limited(o, p, e) || !check_ignored(o, e) || !parse_response_format(o, p, e) ||
         !parse_tools(o, p, e))
         return false;

@@ -71,10 +71,13 @@ typedef struct lpx_srv_params {
     lpx_logit_bias *logit_bias; /* [req.sampling.n_logit_bias], req.sampling points here */
     int32_t n;                  /* choices per prompt */
     bool stream, include_usage;
-    bool continuous_usage; /* stream_options.continuous_usage_stats: usage in every chunk */
-    bool echo;             /* completions: the prompt text before the output */
-    bool logprobs;         /* return logprobs */
-    int32_t top_n;         /* alternatives per token the client asked for (0..20) */
+    bool continuous_usage;   /* stream_options.continuous_usage_stats: usage in every chunk */
+    bool echo;               /* completions: the prompt text before the output */
+    char *chat_echo;         /* chat with echo: the last message's content when it is the
+                                assistant's (vLLM's echo), else NULL */
+    bool logprobs;           /* return logprobs */
+    int32_t top_n;           /* alternatives per token the client asked for (0..20) */
+    int32_t prompt_logprobs; /* vLLM's: alternatives at each prompt token, -1 not asked */
     bool seed_given;
     bool add_special;           /* tokenize: add BOS/EOS (default true) */
     bool add_generation_prompt; /* tokenize with messages (default true) */

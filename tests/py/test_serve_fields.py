@@ -69,7 +69,7 @@ def refused(call, param):
     (dict(logit_bias={"49152": 5}), "logit_bias"),  # outside the vocabulary
     (dict(logit_bias={"5": 101}), "logit_bias"),
     (dict(extra_body={"frobnicate": True}), "frobnicate"),
-    (dict(extra_body={"echo": True}), "echo"),  # completions only
+    (dict(extra_body={"echo": "yes"}), "echo"),  # a boolean (chat echo: test_serve_echo.py)
     (dict(stream=True, stream_options={"include_usage": True, "x": 1}), "stream_options"),
 ])
 def test_chat_refuses(client, kw, param):

@@ -133,6 +133,8 @@ def test_constrained_differs_from_free(client):
     ({"type": "string", "pattern": "(?<=a)b"}, ["schema.pattern", "lookarounds"]),
     ({"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 1},
      ["'minItems' 3 is above 'maxItems' 1"]),
+    ({"type": "string", "pattern": "^(ab)*$", "minLength": 3, "maxLength": 3},
+     ["schema.pattern", "no string of the length"]),
 ])
 def test_bad_schemas_are_400s(client, schema, words):
     for call in (lambda: client.chat.completions.create(

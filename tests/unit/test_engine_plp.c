@@ -31,6 +31,7 @@ static const char *const texts[N_REQ] = {
 typedef struct out {
     float lp[MAX_IDS];
     lpx_token_logprob top[MAX_IDS][TOP];
+    int32_t rank[MAX_IDS];
     int n_plp, n_events, n_tokens, cached, finish;
 } out;
 
@@ -42,6 +43,7 @@ static void on_event(const lpx_event *ev, void *user) {
         CHECK(ev->index == 0 && ev->n_prompt_top == TOP && ev->n_prompt_tokens <= MAX_IDS);
         memcpy(o->lp, ev->prompt_logprob, (size_t)o->n_plp * sizeof(float));
         memcpy(o->top, ev->prompt_top, (size_t)o->n_plp * TOP * sizeof(lpx_token_logprob));
+        memcpy(o->rank, ev->prompt_rank, (size_t)o->n_plp * sizeof(int32_t));
     }
     if (ev->token >= 0) o->n_tokens++;
     if (ev->finish) {
@@ -107,7 +109,8 @@ static bool same(const out *a, const out *b) {
     return a->n_events == 1 && b->n_events == 1 && a->n_plp == b->n_plp && isnan(a->lp[0]) &&
            isnan(b->lp[0]) &&
            !memcmp(a->lp + 1, b->lp + 1, (size_t)(a->n_plp - 1) * sizeof(float)) &&
-           !memcmp(a->top + 1, b->top + 1, (size_t)(a->n_plp - 1) * sizeof a->top[0]);
+           !memcmp(a->top + 1, b->top + 1, (size_t)(a->n_plp - 1) * sizeof a->top[0]) &&
+           !memcmp(a->rank, b->rank, (size_t)a->n_plp * sizeof a->rank[0]);
 }
 
 int main(void) {
@@ -147,6 +150,11 @@ int main(void) {
                 in_top = in_top || r->top[i][t].id == prompts[k][i];
             ok = ok && (in_top == (r->lp[i] >= r->top[i][TOP - 1].logprob) ||
                         r->lp[i] == r->top[i][TOP - 1].logprob);
+            /* its rank: 1 for the most likely, within the top exactly when in it (ties
+             * aside), and past it otherwise */
+            ok = ok && r->rank[i] >= 1 && (r->lp[i] < r->top[i][0].logprob || r->rank[i] == 1);
+            ok = ok && (in_top ? r->rank[i] <= TOP || r->lp[i] == r->top[i][TOP - 1].logprob
+                               : r->rank[i] > TOP);
             CHECK(ok);
             if (!ok) fprintf(stderr, "  request %d token %d: %g\n", k, i, r->lp[i]);
         }

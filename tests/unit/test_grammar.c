@@ -15,6 +15,7 @@
 #include <cjson/cJSON.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 static lpx_grammar *compile(const char *schema) {
     lpx_grammar *g = NULL;
@@ -94,6 +95,45 @@ static void test_documents(void) {
                L("\"ab-1\"", "\"AB-12\"", "\"a-1234\"", "\"a-12y\""));
     check_docs("{\"type\":\"string\",\"pattern\":\"a\\\"\\\\\\\\.\"}", L("\"a\\\"\\\\b\""),
                L("\"a\\\"\\\\\""));
+    /* a pattern with length bounds: both hold, counted in characters (an escape and a
+     * UTF-8 sequence are one), and only lengths the pattern can make ((ab)* is even) */
+    check_docs("{\"type\":\"string\",\"pattern\":\"^[a-z]+(-[a-z]+)*$\",\"minLength\":5,"
+               "\"maxLength\":8}",
+               L("\"abcde\"", "\"ab-cd\"", "\"a-b-c-de\"", "\"abcdefgh\""),
+               L("\"abcd\"", "\"abcdefghi\"", "\"ab-\"", "\"ab--cd\"", "\"a-b-c-d-e\""));
+    check_docs("{\"type\":\"string\",\"pattern\":\"(ab)*\",\"minLength\":3,\"maxLength\":7}",
+               L("\"abab\"", "\"ababab\""), L("\"\"", "\"ab\"", "\"aba\"", "\"abababab\""));
+    check_docs("{\"type\":\"string\",\"pattern\":\"^(\\\\n|\xc3\xa9|x)+$\",\"minLength\":2,"
+               "\"maxLength\":3}",
+               L("\"\\n\xc3\xa9\"", "\"x\\nx\"", "\"\xc3\xa9\xc3\xa9\xc3\xa9\""),
+               L("\"\xc3\xa9\"", "\"\\n\"", "\"xxxx\"", "\"\xc3\xa9\xc3\xa9x\xc3\xa9\""));
+    check_docs("{\"type\":\"string\",\"pattern\":\"^a*$\",\"minLength\":3}",
+               L("\"aaa\"", "\"aaaaaaaaaa\""), L("\"aa\"", "\"aaab\""));
+    check_docs("{\"type\":\"string\",\"pattern\":\"^\\\\d+$\",\"maxLength\":2}",
+               L("\"1\"", "\"12\""), L("\"\"", "\"123\""));
+    check_docs("{\"type\":\"string\",\"pattern\":\"^(a|b?)*c$\",\"maxLength\":3}",
+               L("\"c\"", "\"abc\"", "\"bbc\""), L("\"abab\"", "\"abbc\""));
+    /* a long pattern: its automaton is one long chain of rules, built without recursing
+     * on its length and settled in one sweep of the shortest-length fixed point (one
+     * rule a sweep took seconds here); CPU time, so a loaded machine does not fail it */
+    {
+        enum { REP = 30000 };
+        static char schema[2 * REP + 64], doc[2 * REP + 8];
+        int at = snprintf(schema, sizeof schema, "{\"type\":\"string\",\"pattern\":\"^");
+        for (int i = 0; i < REP; i++)
+            schema[at++] = 'a', schema[at++] = 'b';
+        snprintf(schema + at, sizeof schema - (size_t)at, "$\"}");
+        doc[0] = '"';
+        memcpy(doc + 1, schema + at - 2 * REP, 2 * REP);
+        memcpy(doc + 1 + 2 * REP, "\"", 2);
+        clock_t t0 = clock();
+        lpx_grammar *g = compile(schema);
+        CHECK(g && accepts(g, doc));
+        CHECK((double)(clock() - t0) / CLOCKS_PER_SEC < 5);
+        doc[2 * REP] = '"', doc[2 * REP + 1] = '\0';
+        CHECK(g && !accepts(g, doc));
+        lpx_grammar_free(g);
+    }
     check_docs("true", L("1", "{\"a\":[null]}", "\"x\""), L("", "{"));
     /* depth: 32 open containers, and no more */
     char deep[200] = "", deeper[200] = "";
@@ -133,6 +173,19 @@ static void test_refused(void) {
     refused("{\"$ref\":\"#/$defs/missing\"}", "keyword '$ref'");
     refused("{\"$ref\":\"http://x/y\"}", "not a local reference");
     refused("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "schema.pattern: lookarounds");
+    refused("{\"type\":\"string\",\"pattern\":\"^(ab)*$\",\"minLength\":3,\"maxLength\":3}",
+            "schema.pattern: no string of the length");
+    refused("{\"type\":\"string\",\"pattern\":\"^x{3}$\",\"maxLength\":2}",
+            "schema.pattern: no string of the length");
+    char many[1024] = "{\"type\":\"string\",\"pattern\":\"^(a";
+    for (int i = 0; i < 64; i++)
+        strcat(many, "|a");
+    strcat(many, ")$\"}");
+    refused(many, "schema.pattern: more than 64 alternatives");
+    refused("{\"type\":\"string\",\"pattern\":\"^((a?){4000}){4000}$\"}",
+            "schema.pattern: the pattern is too large");
+    refused("{\"type\":\"string\",\"pattern\":\"^(a?){4000}$\",\"maxLength\":4000}",
+            "schema.pattern: the pattern is too");
     refused("{\"type\":\"string\",\"pattern\":\"a\\\\bc\"}", "schema.pattern: an escape");
     refused("{\"type\":\"string\",\"minLength\":3,\"maxLength\":2}", "above 'maxLength'");
     refused("{\"anyOf\":[]}", "keyword 'anyOf'");

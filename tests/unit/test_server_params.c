@@ -170,6 +170,40 @@ static void test_refusals(void) {
         CHECK(p.req.prompt_logprobs == 0);
         lpx_srv_params_free(&p);
     }
+    /* vLLM's prompt_logprobs: the engine computes the larger count (at least 1), the
+     * client's is kept; both endpoints, never with stream. */
+    static const struct {
+        lpx_srv_kind kind;
+        const char *body;
+        int32_t asked, engine;
+    } plp[] = {
+        {C, "{\"prompt\": \"x\", \"prompt_logprobs\": 0}", 0, 1},
+        {C, "{\"prompt\": \"x\", \"prompt_logprobs\": 20}", 20, 20},
+        {C, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 5, \"prompt_logprobs\": 2}", 2, 5},
+        {C, "{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 0, \"prompt_logprobs\": 3}", 3, 3},
+        {LPX_SRV_CHAT,
+         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+         "\"prompt_logprobs\": 4}",
+         4, 4},
+        {C, "{\"prompt\": \"x\", \"prompt_logprobs\": null}", -1, 0},
+    };
+    for (size_t i = 0; i < sizeof plp / sizeof *plp; i++) {
+        lpx_srv_params p;
+        lpx_srv_error e;
+        CHECK(parse(plp[i].kind, plp[i].body, NULL, &p, &e));
+        CHECK(p.prompt_logprobs == plp[i].asked && p.req.prompt_logprobs == plp[i].engine);
+        lpx_srv_params_free(&p);
+    }
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"prompt_logprobs\": 21}", 400),
+                  "prompt_logprobs"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"prompt_logprobs\": -1}", 400),
+                  "prompt_logprobs"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"prompt_logprobs\": true}", 400),
+                  "prompt_logprobs"));
+    CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"stream\": true, \"prompt_logprobs\": 0}", 400),
+                  "prompt_logprobs"));
+    CHECK(!strcmp(refused(LPX_SRV_GENERATE, "{\"prompt\": \"x\", \"prompt_logprobs\": 1}", 400),
+                  "prompt_logprobs"));
     CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"echo\": 1}", 400), "echo"));
     CHECK(!strcmp(refused(C, "{\"prompt\": \"x\", \"response_format\": {\"type\": \"yaml\"}}", 400),
                   "response_format"));
@@ -212,7 +246,7 @@ static void test_refusals(void) {
         {"\"tool_choice\": \"required\"", "tool_choice"},
         {"\"functions\": [{\"name\": \"f\"}]", "functions"},
         {"\"function_call\": {\"name\": \"f\"}", "function_call"},
-        {"\"echo\": true", "echo"},
+        {"\"echo\": 1", "echo"},
         {"\"reasoning_effort\": \"low\"", "reasoning_effort"},
     };
     for (size_t i = 0; i < sizeof chat_refused / sizeof *chat_refused; i++) {
@@ -221,6 +255,33 @@ static void test_refusals(void) {
                  "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], %s}",
                  chat_refused[i][0]);
         CHECK(!strcmp(refused(H, body, 400), chat_refused[i][1]));
+    }
+    /* chat echo (vLLM's): the last message's content when the assistant's, parts joined
+     * with newlines; nothing after another role's */
+    static const struct {
+        const char *msgs, *want;
+    } echo[] = {
+        {"[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\", \"content\": "
+         "\"The\"}]",
+         "The"},
+        {"[{\"role\": \"assistant\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, "
+         "{\"type\": \"text\", \"text\": \"b\"}]}]",
+         "a\nb"},
+        {"[{\"role\": \"assistant\", \"content\": \"x\"}, {\"role\": \"user\", \"content\": "
+         "\"q\"}]",
+         NULL},
+        {"[{\"role\": \"user\", \"content\": \"q\"}, {\"role\": \"assistant\"}]", NULL},
+    };
+    for (size_t i = 0; i < sizeof echo / sizeof *echo; i++) {
+        char body[512];
+        lpx_srv_params p;
+        lpx_srv_error e;
+        snprintf(body, sizeof body, "{\"messages\": %s, \"echo\": true, \"logprobs\": true}",
+                 echo[i].msgs);
+        CHECK(parse(H, body, NULL, &p, &e));
+        CHECK(echo[i].want ? p.chat_echo && !strcmp(p.chat_echo, echo[i].want) : !p.chat_echo);
+        CHECK(p.req.prompt_logprobs == 0); /* chat echo computes no prompt logprobs */
+        lpx_srv_params_free(&p);
     }
     CHECK(!strcmp(refused(C, "{\"prompt\": [1, -2]}", 400), "prompt"));
     CHECK(!strcmp(refused(C, "{\"prompt\": [1, 2.5]}", 400), "prompt"));

@@ -1,15 +1,18 @@
 /* Tool calls (src/grammar/tool_calls.h): the parser on recorded outputs of each format,
  * malformed ones included, fed whole, byte by byte and in random pieces (the same
  * result each way); the forcing grammar; the tools' checks; the messages for the
- * template. With arguments, a driver for tests/py/test_tool_grammar.py:
- *   test_tool_calls parse hermes|llama3   stdin's text parsed: {"content", "tool_calls":
- *                                         [{"name", "arguments"}]} */
+ * template. With arguments, a driver for tests/py/test_tool_calls.py (the pythonic
+ * parser against Python's ast):
+ *   test_tool_calls parse hermes|llama3|pythonic|mistral   stdin's text parsed:
+ *       {"content", "tool_calls": [{"name", "arguments"}]} */
 #include "test.h"
 
+#include "base/readall.h"
 #include "grammar/grammar.h"
 #include "grammar/tool_calls.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -246,6 +249,131 @@ static lpx_grammar *tool_grammar(const char *spec) {
     return g;
 }
 
+/* pythonic: the list at the start read whole, as vLLM's parser reads it with Python's
+ * ast; anything else (a list that is not one of calls with literal keyword arguments)
+ * is content, markup and all. tests/py/test_tool_calls.py checks more outputs against
+ * Python's own ast. */
+static void test_pythonic(void) {
+    lpx_tool_format P = LPX_TOOLS_PYTHONIC;
+#define NONE_ ",\"tool_calls\":[]}"
+    check_parse(P, "[get_weather(city=\"Paris\")]",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":\"{"
+                "\\\"city\\\": \\\"Paris\\\"}\"}]}");
+    check_parse(P, " \n[get_weather(city='San Francisco', unit=\"celsius\"), now()]\n",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":\"{"
+                "\\\"city\\\": \\\"San Francisco\\\", \\\"unit\\\": \\\"celsius\\\"}\"},{\"name\":"
+                "\"now\",\"arguments\":\"{}\"}]}");
+    /* literals: lists, dicts, True/False/None, signs, escapes, brackets in strings */
+    check_parse(P,
+                "[f(a=[1, 2.5, -3,], b={'k': None, \"t\": True}, c='it\\'s \"x\")]\\n', "
+                "d=False)]",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": "
+                "[1, 2.5, -3], \\\"b\\\": {\\\"k\\\": null, \\\"t\\\": true}, \\\"c\\\": "
+                "\\\"it's \\\\\\\"x\\\\\\\")]\\\\n\\\", \\\"d\\\": false}\"}]}");
+    check_parse(P, "[f(s=\"\xc3\xa9\\u00e9\\x41\\t\\\\d\")]",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"s\\\": "
+                "\\\"\xc3\xa9\xc3\xa9"
+                "A\\\\t\\\\\\\\d\\\"}\"}]}");
+    check_parse(P, "[f(a=.5, b=5., c=1_000, d=1e3, e=-0.0, g=+2, h=00, i=00.2_5, j=1_0e0_1)]",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": "
+                "0.5, \\\"b\\\": 5.0, \\\"c\\\": 1000, \\\"d\\\": 1e3, \\\"e\\\": -0.0, \\\"g\\\": "
+                "2, \\\"h\\\": 0, \\\"i\\\": 0.25, \\\"j\\\": 10e01}\"}]}");
+    /* text after the list is content */
+    check_parse(
+        P, "[f(x=1)]\n\nDone.",
+        "{\"content\":\"Done.\",\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": "
+        "1}\"}]}");
+    /* malformed or not calls: all content */
+    static const char *const bad[] = {
+        "[f(1)]",       "[f(x=y)]",       "[f(x=1, x=2)]", "[a.b(x=1)]",      "[f(x=0x10)]",
+        "[f(x=1j)]",    "[f(x=007)]",     "[f(x=(1, 2))]", "[1, 2]",          "[]",
+        "[f(x=1) g()]", "[f(x=1)",        "[f(x='a)]",     "[f(x=\"a\nb\")]", "[f(x={1: 2})]",
+        "[f(**k)]",
+
+        "[f(x=r'a')]",  "[f(x=1_)]",      "[f(x=1__0)]",   "[f(x=01)]",       "[f(x=\"\\ud800\")]",
+        "[f(x=--1)]",   "Sure: [f(x=1)]", "[f(x=[1, 2)]",  "[f(,)]",          "[f(x=1,,)]",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "content", bad[i]);
+        cJSON_AddArrayToObject(o, "tool_calls");
+        char *want = cJSON_PrintUnformatted(o);
+        check_parse(P, bad[i], want);
+        free(want);
+        cJSON_Delete(o);
+    }
+    /* (whitespace before text is kept, as in the other formats) */
+    check_parse(P, "  [f(x='a)]", "{\"content\":\"  [f(x='a)]\"" NONE_);
+    check_parse(P, "[f(x=1)]]",
+                "{\"content\":\"]\",\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"x\\\": "
+                "1}\"}]}");
+    /* the request's rules: a name not among the tools makes the list content; one call
+     * only keeps the first */
+    char names[] = "f\0g\0";
+    lpx_tool_rules r = {.f = P, .names = names};
+    check_rules(&r, "[f(), h()]", "{\"content\":\"[f(), h()]\"" NONE_);
+    r.single = true;
+    check_rules(&r, "[g(a=1), f(b=2)] ok",
+                "{\"content\":\"ok\",\"tool_calls\":[{\"name\":\"g\",\"arguments\":\"{\\\"a\\\": "
+                "1}\"}]}");
+#undef NONE_
+}
+
+/* mistral: [TOOL_CALLS] (when special tokens are kept) then a JSON list of calls, or the
+ * list alone (the tag is a special token, skipped by default). */
+static void test_mistral(void) {
+    lpx_tool_format M = LPX_TOOLS_MISTRAL;
+#define TWO                                                                                        \
+    "\"tool_calls\":[{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\"},"  \
+    "{\"name\":\"now\",\"arguments\":\"{}\"}]}"
+    check_parse(M,
+                "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                "{\"name\": \"now\", \"arguments\": {}}]",
+                "{\"content\":null," TWO);
+    check_parse(
+        M,
+        " [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}},{\"arguments\": "
+        "{}, \"name\": \"now\"}]\n\nDone.",
+        "{\"content\":\"Done.\"," TWO);
+    check_parse(M, "[TOOL_CALLS][{\"name\":\"f\",\"arguments\":{\"a\":[1,\"]\"]}}]",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":[1,"
+                "\\\"]\\\"]}\"}]}");
+    /* not calls: content, tag and all */
+    static const char *const bad[] = {
+        "[1, 2] are numbers",
+        "[TOOL_CALLS] hello",
+        "[TOOL_CALL",
+        "[{\"id\": 1}]",
+        "[TOOL_CALLS] [{\"name\": 3}]",
+        "[]",
+        "Sure: [{\"name\": \"f\", \"arguments\": {}}]",
+        "[TOOL_CALLS] [",
+        "[{\"name\": \"f\"",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "content", bad[i]);
+        cJSON_AddArrayToObject(o, "tool_calls");
+        char *want = cJSON_PrintUnformatted(o);
+        check_parse(M, bad[i], want);
+        free(want);
+        cJSON_Delete(o);
+    }
+    /* cut short inside the arguments: the call keeps what it has */
+    check_parse(M, "[{\"name\": \"f\", \"arguments\": {\"q\": \"ha",
+                "{\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":\"{\\\"q\\\": "
+                "\\\"ha\"}]}");
+    /* its ids: 9 letters and digits, one per call */
+    char a[16], b[16];
+    lpx_tool_call_id(M, "call_6b1024cd00000100", 0, a, sizeof a);
+    lpx_tool_call_id(M, "call_6b1024cd00000100", 1, b, sizeof b);
+    bool ok = strlen(a) == 9 && strlen(b) == 9 && strcmp(a, b);
+    for (int k = 0; k < 9; k++)
+        ok = ok && isalnum((unsigned char)a[k]);
+    CHECK(ok);
+#undef TWO
+}
+
 static void test_grammar(void) {
     const char *fns = "[{\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
                       "\"properties\": {\"city\": {\"type\": \"string\"}, \"unit\": {\"enum\": "
@@ -286,6 +414,16 @@ static void test_grammar(void) {
     g = tool_grammar(spec);
     CHECK(g && grammar_takes(g, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"P\"}}"));
     CHECK(g && !grammar_takes(g, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}"));
+    lpx_grammar_free(g);
+    /* mistral: the list, its calls ", "-separated, without the special [TOOL_CALLS] */
+    snprintf(spec, sizeof spec, "{\"format\": \"mistral\", \"parallel\": true, \"functions\": %s}",
+             fns);
+    g = tool_grammar(spec);
+    CHECK(g && grammar_takes(g, "[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}, "
+                                "{\"name\": \"now\", \"arguments\": {}}]"));
+    CHECK(g && !grammar_takes(g, "{\"name\": \"now\", \"arguments\": {}}"));
+    CHECK(g && !grammar_takes(g, "[TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}}]"));
+    CHECK(g && !grammar_takes(g, "[]"));
     lpx_grammar_free(g);
     /* a $ref resolves inside its own function's parameters */
     g = tool_grammar("{\"format\": \"hermes\", \"functions\": [{\"name\": \"f\", \"parameters\": "
@@ -413,13 +551,48 @@ static void test_messages(void) {
 static void test_formats(void) {
     CHECK(lpx_tool_format_of("{{ '<tool_call>' }}") == LPX_TOOLS_HERMES);
     CHECK(lpx_tool_format_of(NULL) == LPX_TOOLS_NONE);
+    /* vLLM's pythonic Llama 3.2 template: its call list, beside the Llama header blocks */
+    CHECK(
+        lpx_tool_format_of("<|start_header_id|>system<|end_header_id|> {{ tools }} \"parameters\" "
+                           "[func_name1(params_name1=params_value1, ...)]") == LPX_TOOLS_PYTHONIC);
+    lpx_tools t = {.n_tools = 1, .choice = LPX_TOOL_CHOICE_REQUIRED};
+    char msg[300];
+    const char *param = NULL;
+    CHECK(!lpx_tools_check_format(&t, LPX_TOOLS_PYTHONIC, msg, sizeof msg, &param) &&
+          !strcmp(param, "tool_choice"));
+    CHECK(!lpx_tools_check_format(&t, LPX_TOOLS_NONE, msg, sizeof msg, &param) &&
+          !strcmp(param, "tools"));
+    t.choice = LPX_TOOL_CHOICE_AUTO;
+    CHECK(lpx_tools_check_format(&t, LPX_TOOLS_PYTHONIC, msg, sizeof msg, &param));
+    CHECK(lpx_tools_grammar_text(&t, LPX_TOOLS_PYTHONIC) == NULL);
+    /* the published templates (Mistral v0.3 has the format, v0.1 no tools) and the
+     * pythonic test template */
+    static const struct {
+        const char *file;
+        lpx_tool_format f;
+    } published[] = {{"mistralai-Mistral-7B-Instruct-v0.3", LPX_TOOLS_MISTRAL},
+                     {"mistralai-Mistral-7B-Instruct-v0.1", LPX_TOOLS_NONE},
+                     {"meta-llama-Llama-3.2-3B-Instruct", LPX_TOOLS_LLAMA3},
+                     {"Qwen-Qwen3-0.6B", LPX_TOOLS_HERMES},
+                     {"../tools/pythonic-test", LPX_TOOLS_PYTHONIC}};
+    for (size_t i = 0; i < sizeof published / sizeof *published; i++) {
+        char path[256], *text = NULL;
+        size_t n;
+        snprintf(path, sizeof path, LPX_SOURCE_DIR "/tests/fixtures/templates/%s.jinja",
+                 published[i].file);
+        CHECK(lpx_read_file(path, 1 << 20, &text, &n) == LPX_OK);
+        CHECK(text && lpx_tool_format_of(text) == published[i].f);
+        free(text);
+    }
     CHECK(lpx_tool_format_of("{% for m in messages %}{{ m.content }}{% endfor %}") ==
           LPX_TOOLS_NONE);
 }
 
 static int driver(char **argv) {
-    lpx_tool_rules r =
-        lpx_tool_rules_any(!strcmp(argv[2], "llama3") ? LPX_TOOLS_LLAMA3 : LPX_TOOLS_HERMES);
+    lpx_tool_rules r = lpx_tool_rules_any(!strcmp(argv[2], "llama3")     ? LPX_TOOLS_LLAMA3
+                                          : !strcmp(argv[2], "pythonic") ? LPX_TOOLS_PYTHONIC
+                                          : !strcmp(argv[2], "mistral")  ? LPX_TOOLS_MISTRAL
+                                                                         : LPX_TOOLS_HERMES);
     lpx_tool_parser p;
     lpx_tool_parser_init(&p, &r);
     char buf[4096];
@@ -438,6 +611,8 @@ int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "parse")) return driver(argv);
     test_hermes();
     test_llama3();
+    test_pythonic();
+    test_mistral();
     test_whitespace();
     test_rules();
     test_grammar();
