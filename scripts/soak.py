@@ -15,7 +15,9 @@ Printed at the end (and written as JSON with --json):
   - /metrics against the client's counts, once the server is idle: HTTP responses by
     class (2xx, 4xx, 5xx), finished choices, generated tokens of the answers read in
     full (at most the server's count: dropped streams generated more than was read);
-  - sanitizer reports in the server's stderr (an ASan/UBSan build: --lpx build-asan/lpx).
+  - sanitizer reports in the server's stderr (an ASan/UBSan build: --lpx build-asan/lpx);
+  - the machine's 1-minute load average during the load (mean, max) and its CPU count:
+    on a shared machine the other work shows here.
 Exit status 1 on a 5xx, a counter mismatch, a sanitizer report or a server that died.
 
     scripts/soak.py --duration 600                      # build/lpx, SmolLM2 (fetch-model.sh)
@@ -220,9 +222,10 @@ def main():
                for i in range(a.clients)]
     for t in threads:
         t.start()
-    samples = []
+    samples, loads = [], []
     while time.monotonic() < end and proc.poll() is None:
         samples.append((time.monotonic() - t0, rss_mb(proc.pid)))
+        loads.append(os.getloadavg()[0])
         time.sleep(1)
     for t in threads:
         t.join()
@@ -262,6 +265,10 @@ def main():
         "rss_slope_last_half_mb_per_min": round(
             slope_per_min([x for x in samples if x[0] >= 0.5 * a.duration]), 3),
         "rss_mb_every_10s": [round(v, 1) for t, v in samples[::10]],
+        # the machine's 1-minute load average (the whole machine: others' work too)
+        "loadavg_mean": round(sum(loads) / len(loads), 2) if loads else 0,
+        "loadavg_max": round(max(loads, default=0), 2),
+        "cpus": os.cpu_count(),
         "server_exit": proc.returncode, "sanitizer_lines": sanitizer[:20],
     }
     problems = []

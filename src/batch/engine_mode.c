@@ -152,6 +152,7 @@ bool lpx_batch_engine_submit(job *j, slot *s, const cJSON *b) {
                          sizeof msg, &param)) {
         s->out.kind = OUT_FAIL;
         snprintf(s->out.error, sizeof s->out.error, "context_length_exceeded: %s", msg);
+        snprintf(s->out.param, sizeof s->out.param, "%s", param ? param : "");
         st = LPX_ERR_TOO_LONG;
     } else if (st == LPX_OK) {
         if (!own_max && (int64_t)n_ids + r.max_tokens > j->max_model_len)

@@ -28,8 +28,10 @@ static char *dup_str(const char *s) {
     return d;
 }
 
-/* Checks the fields lpx reads; returns NULL when fine, else the reason. */
-static const char *check_body(const cJSON *body, bool chat) {
+/* Checks the fields lpx reads; returns NULL when fine, else the reason, with *param
+ * the field refused as lpx serve's 400 names it (NULL when none). */
+static const char *check_body(const cJSON *body, bool chat, const char **param) {
+    *param = chat ? "messages" : "prompt";
     if (chat) {
         const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(body, "messages");
         if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
@@ -63,11 +65,10 @@ static const char *check_body(const cJSON *body, bool chat) {
         /* tool calls as serve reads them (grammar/tool_calls.h) */
         static __thread char tmsg[640];
         char *mj = NULL, why[600];
-        const char *param;
         bool ok = lpx_chat_messages_json(msgs, &mj, why, sizeof why);
         free(mj);
         lpx_tools tools;
-        if (ok && !lpx_tools_parse(body, &tools, why, sizeof why, &param)) ok = false;
+        if (ok && !lpx_tools_parse(body, &tools, why, sizeof why, param)) ok = false;
         if (ok) lpx_tools_free(&tools);
         if (!ok) {
             snprintf(tmsg, sizeof tmsg, "%s", why);
@@ -81,6 +82,7 @@ static const char *check_body(const cJSON *body, bool chat) {
     }
     /* the numbers as serve reads them (sample/request_body.h): its ranges and words */
     static __thread char msg[sizeof((lpx_body_error *)0)->message];
+    static __thread char msg_param[sizeof((lpx_body_error *)0)->param];
     lpx_sampling_params sp = {0};
     bool seed_given, given, logprobs;
     int32_t max_tokens, n, top_n;
@@ -89,10 +91,13 @@ static const char *check_body(const cJSON *body, bool chat) {
         !lpx_body_max_tokens(body, chat, NULL, &max_tokens, &given, &be) ||
         !lpx_body_n(body, &n, &be) || !lpx_body_logprobs(body, chat, &logprobs, &top_n, &be)) {
         snprintf(msg, sizeof msg, "%s", be.message);
+        snprintf(msg_param, sizeof msg_param, "%s", be.param);
+        *param = msg_param;
         return msg;
     }
     /* response_format as serve reads it (its schema compiled: a bad one names its path) */
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(body, "response_format");
+    *param = "response_format";
     if (rf && !cJSON_IsNull(rf)) {
         static __thread char rfmsg[600];
         lpx_output_format format;
@@ -100,7 +105,9 @@ static const char *check_body(const cJSON *body, bool chat) {
         if (!lpx_response_format_parse(rf, &format, &schema, rfmsg, sizeof rfmsg)) return rfmsg;
         free(schema);
     }
+    *param = "n";
     if (n != 1) return "only n = 1 is supported";
+    *param = "stop";
     const cJSON *stop = cJSON_GetObjectItemCaseSensitive(body, "stop");
     if (stop && !cJSON_IsNull(stop) && !cJSON_IsString(stop)) {
         if (!cJSON_IsArray(stop)) return "stop must be a string or an array of strings";
@@ -113,12 +120,16 @@ static const char *check_body(const cJSON *body, bool chat) {
             return msg;
         }
     }
+    *param = NULL;
     return NULL;
 }
 
-/* Parses one line into a task, or returns the reason it is bad (*id set when known). */
-static const char *parse_line(const char *s, size_t len, lpx_batch_task *t, const char **id) {
+/* Parses one line into a task, or returns the reason it is bad (*id set when known,
+ * *param when a field of the body was refused). */
+static const char *parse_line(const char *s, size_t len, lpx_batch_task *t, const char **id,
+                              const char **param) {
     *id = NULL;
+    *param = NULL;
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(s, len, &end, false);
     if (!j) return "not valid JSON";
@@ -190,7 +201,7 @@ static const char *parse_line(const char *s, size_t len, lpx_batch_task *t, cons
           : bad < len ? badutf8
           : lpx_json_nul_escape(s, len, 0) < len
               ? "a string holds \\u0000 (a NUL character): not supported"
-              : check_body(body, t->chat);
+              : check_body(body, t->chat, param);
     if (!why) {
         t->id = dup_str(*id);
         t->body = body;
@@ -224,7 +235,7 @@ static int cmp_ref(const void *a, const void *b) {
 }
 
 static lpx_status add_reject(lpx_batch_input *in, size_t *cap, const char *id, int64_t line,
-                             const char *reason) {
+                             const char *reason, const char *param) {
     if (in->n_rejects == *cap) {
         size_t nc = *cap ? 2 * *cap : 16;
         lpx_batch_reject *r = realloc(in->rejects, nc * sizeof *r);
@@ -236,6 +247,7 @@ static lpx_status add_reject(lpx_batch_input *in, size_t *cap, const char *id, i
     r->id = id ? dup_str(id) : NULL;
     r->line = line;
     r->reason = dup_str(reason);
+    r->param = param ? dup_str(param) : NULL;
     return LPX_OK;
 }
 
@@ -283,7 +295,7 @@ lpx_status lpx_batch_input_read_stream(FILE *f, const char *path, lpx_batch_inpu
             char why[64];
             snprintf(why, sizeof why, "longer than %zu bytes", LPX_BATCH_MAX_LINE);
             in->n_lines++;
-            st = add_reject(in, &rej_cap, NULL, lineno, why);
+            st = add_reject(in, &rej_cap, NULL, lineno, why, NULL);
             continue;
         }
         size_t k = 0;
@@ -293,10 +305,10 @@ lpx_status lpx_batch_input_read_stream(FILE *f, const char *path, lpx_batch_inpu
         in->n_lines++;
         lpx_batch_task t = {0};
         t.line = lineno;
-        const char *id;
-        const char *why = parse_line(line, n, &t, &id);
+        const char *id, *param;
+        const char *why = parse_line(line, n, &t, &id, &param);
         if (why) {
-            st = add_reject(in, &rej_cap, id, lineno, why);
+            st = add_reject(in, &rej_cap, id, lineno, why, param);
             continue;
         }
         if (in->n_tasks == task_cap) {
@@ -354,7 +366,8 @@ lpx_status lpx_batch_input_read_stream(FILE *f, const char *path, lpx_batch_inpu
         char reason[128];
         snprintf(reason, sizeof reason, "duplicate id (first on line %lld)",
                  (long long)(dup[i] - 1));
-        if (st == LPX_OK) st = add_reject(in, &rej_cap, in->tasks[i].id, in->tasks[i].line, reason);
+        if (st == LPX_OK)
+            st = add_reject(in, &rej_cap, in->tasks[i].id, in->tasks[i].line, reason, NULL);
         free(in->tasks[i].id);
         cJSON_Delete(in->tasks[i].body);
     }
@@ -371,6 +384,7 @@ void lpx_batch_input_free(lpx_batch_input *in) {
     for (size_t i = 0; i < in->n_rejects; i++) {
         free(in->rejects[i].id);
         free(in->rejects[i].reason);
+        free(in->rejects[i].param);
     }
     free(in->tasks);
     free(in->rejects);

@@ -28,6 +28,8 @@ typedef struct lpx_batch_reject {
     char *id; /* NULL when the line has no usable id */
     int64_t line;
     char *reason;
+    char *param; /* the body's field refused, named as lpx serve's 400 names it; NULL when
+                    the line's fault is no field (not JSON, a duplicate id, ...) */
 } lpx_batch_reject;
 
 typedef struct lpx_batch_input {

@@ -35,6 +35,8 @@ typedef struct outcome {
     int64_t prompt_tokens, completion_tokens;
     cJSON *body; /* server mode: the response body as received */
     char error[512];
+    char param[48]; /* the request's field refused (the server's or the context check's
+                       "param"), "" when none */
 } outcome;
 
 typedef struct slot {
@@ -124,8 +126,9 @@ bool lpx_batch_on_failure(void *user, cJSON **rec);
 char *lpx_batch_reject_key(int64_t line, const char *id, const char *error);
 int64_t lpx_batch_count_failed(const job *j);
 void lpx_batch_account(job *j, const cJSON *rec);
+/* A failures.jsonl record; param: the field refused, NULL or "" (null) when none. */
 bool lpx_batch_write_failure(job *j, const char *id, int64_t line, const char *error,
-                             int32_t attempts);
+                             const char *param, int32_t attempts);
 double lpx_batch_num(const cJSON *b, const char *k, double dflt);
 const char *lpx_batch_str(const cJSON *o, const char *k);
 

@@ -260,7 +260,7 @@ int64_t lpx_batch_count_failed(const job *j) {
 }
 
 bool lpx_batch_write_failure(job *j, const char *id, int64_t line, const char *error,
-                             int32_t attempts) {
+                             const char *param, int32_t attempts) {
     cJSON *f = cJSON_CreateObject();
     if (id)
         cJSON_AddStringToObject(f, "custom_id", id);
@@ -268,6 +268,10 @@ bool lpx_batch_write_failure(job *j, const char *id, int64_t line, const char *e
         cJSON_AddNullToObject(f, "custom_id");
     cJSON_AddNumberToObject(f, "line", (double)line);
     cJSON_AddStringToObject(f, "error", error);
+    if (param && param[0])
+        cJSON_AddStringToObject(f, "param", param);
+    else
+        cJSON_AddNullToObject(f, "param");
     cJSON_AddNumberToObject(f, "attempts", attempts);
     bool ok = lpx_batch_append_line(j->failures_fd, f);
     cJSON_Delete(f);

@@ -126,7 +126,7 @@ bool lpx_batch_handle_outcome(job *j, size_t si) {
                       s->attempts, t->id, s->out.error);
     } else {
         lpx_batch_log(j, "failed %s after %d attempt(s): %s", t->id, s->attempts, s->out.error);
-        ok = lpx_batch_write_failure(j, t->id, t->line, s->out.error, s->attempts);
+        ok = lpx_batch_write_failure(j, t->id, t->line, s->out.error, s->out.param, s->attempts);
         if (!s->failed_before) j->n_failed++;
         s->failed_before = true;
     }

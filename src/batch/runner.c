@@ -137,7 +137,7 @@ static lpx_status run_job(job *j, lpx_batch_result *res) {
         free(key);
         lpx_batch_log(j, "rejected %s%s", msg, recorded ? " (recorded by an earlier run)" : "");
         if (recorded) continue;
-        if (!lpx_batch_write_failure(j, r->id, r->line, msg, 0))
+        if (!lpx_batch_write_failure(j, r->id, r->line, msg, r->param, 0))
             return lpx_errorf(LPX_ERR_IO, "cannot write failures.jsonl in %s", o->outdir);
         j->n_failed++;
     }

@@ -2,6 +2,8 @@
  * each (base/http_client.h), classify each exchange into the slot's outcome. */
 #include "batch/job.h"
 
+#include "base/utf8.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,11 @@ static void server_exchange(job *j, lpx_http *h, slot *s, const char *payload) {
             bool transient = code == 408 || code == 429 || code >= 500 || (code == 200 && !choice);
             o->kind = transient ? OUT_RETRY : OUT_FAIL;
             snprintf(o->error, sizeof o->error, "HTTP %ld: %.400s", code, msg);
+            const cJSON *param = cJSON_GetObjectItemCaseSensitive(err, "param");
+            if (cJSON_IsString(param))
+                snprintf(o->param, sizeof o->param, "%.*s",
+                         (int)lpx_utf8_prefix(param->valuestring, sizeof o->param - 1),
+                         param->valuestring);
         }
         cJSON_Delete(body);
     }

@@ -2,7 +2,9 @@
  *
  * Layout of src/server/:
  *   server.h   this interface (used by src/cli/cmd_serve.c)
- *   http.c     libmicrohttpd glue: daemon, routing, bodies, SSE, disconnects, drain
+ *   http.c     the front (accept, limits, request heads, deadlines) and libmicrohttpd
+ *              glue: daemon, routing, bodies, SSE, disconnects, drain
+ *   http_head.c a request head's grammar, checked before libmicrohttpd parses it
  *   params.c   request bodies (cJSON) -> validated parameters or an OpenAI error
  *   openai.c   OpenAI response objects and SSE chunks
  *   job.c      the engine bridge: one HTTP request -> n engine requests

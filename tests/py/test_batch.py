@@ -331,6 +331,9 @@ def test_bad_input(tmp_path, lpx_bin, smollm2):
     by_line = {f["line"]: f for f in fails}
     assert set(by_line) == {2, 3, 4, 5, 6, 7}
     assert "not valid JSON" in by_line[2]["error"] and by_line[2]["custom_id"] is None
+    # param: the body's field refused, as the server's 400 names it; none for the line
+    assert {k: f["param"] for k, f in by_line.items()} == \
+        {2: None, 3: None, 4: None, 5: None, 6: "temperature", 7: None}
     assert "duplicate id" in by_line[3]["error"] and "line 1" in by_line[3]["error"]
     assert by_line[3]["custom_id"] == "ok1"
     assert "url must be" in by_line[4]["error"]

@@ -25,6 +25,11 @@ def failures(out):
     return {f["custom_id"]: f["error"] for f in read_jsonl(out / "failures.jsonl")}
 
 
+def params(out):
+    """custom_id -> the failure record's param (the field refused, or None)."""
+    return {f["custom_id"]: f["param"] for f in read_jsonl(out / "failures.jsonl")}
+
+
 def test_context_error_is_the_servers(tmp_path, lpx_bin, smollm2, server):
     rows = [
         {"id": "long-max", "prompt": "Hello there", "max_tokens": CTX},
@@ -41,12 +46,15 @@ def test_context_error_is_the_servers(tmp_path, lpx_bin, smollm2, server):
     assert r.returncode == 1, r.stderr  # not complete: three lines failed
     got = failures(tmp_path / "o")
     assert sorted(got) == ["chat-max", "long-max", "long-prompt"]
-    for row in rows[:2]:
+    for row in rows[:3]:
         chat = "messages" in row
         body = {k: v for k, v in row.items() if k != "id"}
         a = server.post("/v1/chat/completions" if chat else "/v1/completions", body)
         assert a.status_code == 400, a.text
-        assert got[row["id"]] == "context_length_exceeded: " + a.json()["error"]["message"]
+        # the field named as the server's 400 names it
+        assert params(tmp_path / "o")[row["id"]] == a.json()["error"]["param"], a.text
+        if row["id"] != "long-prompt":
+            assert got[row["id"]] == "context_length_exceeded: " + a.json()["error"]["message"]
     # a prompt past the context: batch stops counting there (the server, which counts
     # the whole prompt today, says "701 in the prompt"); the wording is the same function's
     assert got["long-prompt"] == (
@@ -76,6 +84,7 @@ def test_roles_are_the_servers(tmp_path, lpx_bin, smollm2, server):
         assert a.status_code == 400
         line = rows.index(row) + 1
         assert got[row["id"]] == f"line {line}: " + a.json()["error"]["message"]
+        assert params(tmp_path / "o")[row["id"]] == a.json()["error"]["param"] == "messages"
     assert sorted(got) == ["r-User", "r-function", "r-none"]
 
 
@@ -139,7 +148,7 @@ def test_bad_numbers_get_the_servers_error(tmp_path, lpx_bin, smollm2, server):
     """A table of bodies with a number out of range (or of the wrong type): lpx batch
     refuses each line with exactly the message lpx serve gives in its 400, which also
     names the field as param."""
-    rows, want = [], {}
+    rows, want, want_param = [], {}, {}
     for i, extra in enumerate(BAD_NUMBERS + BAD_CHAT_NUMBERS):
         chat = i >= len(BAD_NUMBERS)
         body = ({"messages": [{"role": "user", "content": "Hi"}]} if chat
@@ -150,11 +159,27 @@ def test_bad_numbers_get_the_servers_error(tmp_path, lpx_bin, smollm2, server):
         assert err["param"] == next(iter(extra)), err
         rows.append({"id": f"b{i}"} | body)
         want[f"b{i}"] = f"line {i + 1}: " + err["message"]
+        want_param[f"b{i}"] = err["param"]
     inp = tmp_path / "in.jsonl"
     write_jsonl(inp, rows)
     r = batch(lpx_bin, "-i", str(inp), "-o", str(tmp_path / "o"), "-m", smollm2, "-c", str(CTX))
     assert r.returncode == 1, r.stderr
     assert failures(tmp_path / "o") == want
+    assert params(tmp_path / "o") == want_param
+
+
+def test_server_mode_failure_names_the_servers_param(tmp_path, lpx_bin, server):
+    """Against a server (--server), a line the server refuses with a 400 (past its
+    context: batch's input check cannot know the server's context) records the param of
+    the server's error object."""
+    body = {"prompt": "Hello there", "max_tokens": CTX}
+    a = server.post("/v1/completions", body)
+    assert a.status_code == 400 and a.json()["error"]["param"], a.text
+    inp = tmp_path / "in.jsonl"
+    write_jsonl(inp, [{"id": "past"} | body, {"id": "ok", "prompt": "Hi", "max_tokens": 1}])
+    r = batch(lpx_bin, "-i", str(inp), "-o", str(tmp_path / "o"), "--server", server.url)
+    assert r.returncode == 1, r.stderr
+    assert params(tmp_path / "o") == {"past": a.json()["error"]["param"]}
 
 
 def test_invalid_utf8_lines_and_ids_are_written_as_utf8(tmp_path, lpx_bin, smollm2, server):
