@@ -1591,11 +1591,6 @@ void lpx_server_stop(lpx_server *s) {
     }
     pthread_mutex_unlock(&s->mu);
     if (s->d) MHD_stop_daemon(s->d);
-    /* handed over but never started (libmicrohttpd owned and closed their fds) */
-    for (sock_ctx *k = s->handing, *next; k; k = next) {
-        next = k->next;
-        free(k);
-    }
     lpx_telemetry_close(s->tel);
     lpx_metrics_destroy(&s->metrics);
     pthread_mutex_destroy(&s->mu);
