@@ -1,6 +1,6 @@
 """lpx serve under abuse (issue 27): slow clients cannot lock others out (a bounded
-pool that never blocks, a per-address and a total connection limit counted by the
-server's front, a deadline for the request head and body), and big bodies cost bounded memory (a stream's buffer, which keeps only what was
+pool that never blocks, a per-address limit, a deadline for the request head and
+body), and big bodies cost bounded memory (a stream's buffer, which keeps only what was
 not sent, is checked by tests/unit/test_server_queue.c). The real SmolLM2 on the CPU; raw sockets for the slow clients, the server's peak RSS
 from /proc/PID/status (VmHWM)."""
 import json
@@ -114,36 +114,6 @@ def test_connections_per_address_are_limited(lpx_bin, smollm2):
         out, _ = read_all(extra, 10)
         assert out == b"", out  # closed without an answer: over the limit
         other = connect(s, "127.0.0.10")
-        other.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-        out, _ = read_all(other, 30)
-        assert out.startswith(b"HTTP/1.1 200"), out
-    finally:
-        for c in held:
-            c.close()
-        s.stop()
-
-
-def test_connection_limit_counts_until_close(lpx_bin, smollm2):
-    """--max-connections counts every connection from accept to close: idle ones the
-    front still waits on and kept-alive ones libmicrohttpd serves; one over the limit
-    is closed without an answer, and a slot freed by a close is taken again."""
-    s = Server(lpx_bin, smollm2, "--max-connections", "6")
-    held = []
-    try:
-        held = [connect(s) for _ in range(3)]  # silent: the front holds them
-        for _ in range(3):  # answered and kept alive: libmicrohttpd holds them
-            c = connect(s)
-            c.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            c.settimeout(10)
-            assert c.recv(65536).startswith(b"HTTP/1.1 200"), "kept-alive request"
-            held.append(c)
-        extra = connect(s)
-        extra.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        out, _ = read_all(extra, 10)
-        assert out == b"", out  # over the limit
-        held.pop().close()  # one of libmicrohttpd's ends: its slot is free again
-        time.sleep(0.5)
-        other = connect(s)
         other.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
         out, _ = read_all(other, 30)
         assert out.startswith(b"HTTP/1.1 200"), out
