@@ -100,11 +100,9 @@ static lpx_http_head request_line(const head *h, size_t *end) {
     const char *p = h->p;
     size_t i = 0;
     lpx_http_head r;
-    int k;
-    while ((k = eol(h, i)) > 0)
+    for (int k; (k = eol(h, i)) > 0;)
         i += (size_t)k;
-    if (k == -1) return more(h, 414, "uri_too_long", "the request line");
-    if (k == -2) return bad_at(h, i, "a CR that no LF follows");
+    if (eol(h, i) == -2) return bad_at(h, i, "a CR that no LF follows");
     size_t m = i;
     while (m < h->n && tchar((unsigned char)p[m]))
         m++;
@@ -133,8 +131,8 @@ static lpx_http_head request_line(const head *h, size_t *end) {
                           "the HTTP version is HTTP/1.1 or HTTP/1.0 (a space in the "
                           "target must be sent as %20)");
     }
-    k = line_end(h, v + 8, &r, 414, "uri_too_long", "the request line",
-                 "bytes after the HTTP version");
+    int k = line_end(h, v + 8, &r, 414, "uri_too_long", "the request line",
+                     "bytes after the HTTP version");
     if (!k) return r;
     if (p[v + 5] != '1') {
         lpx_srv_fail(h->e, 505, "invalid_request_error", "http_version_not_supported", NULL,
