@@ -1,27 +1,21 @@
-/* libmicrohttpd glue. The server's front thread owns the listening socket: it
- * accepts, applies the connection limits, and peeks (MSG_PEEK: the bytes stay in
- * the socket) at each new connection's request head until it is whole, answering
- * a head libmicrohttpd would refuse with a JSON error of its own (http_head.h)
- * and handing the others to libmicrohttpd (MHD_add_connection), which reads them
- * again. A small pool of threads serves every handed connection (epoll), and
- * none of them ever blocks: parsing and tokenizing a body runs on the server's
- * work queue (workq.h) while the connection is parked (suspended), a
+/* libmicrohttpd glue. A small pool of threads serves every connection (epoll),
+ * and none of them ever blocks: parsing and tokenizing a body runs on the
+ * server's work queue (workq.h) while the connection is parked (suspended), a
  * non-streaming request parks until its job finishes, and an SSE body's reader
  * parks when it has nothing to send; the engine thread wakes (resumes) the
- * connection with the next event. The front also ticks every 100 ms: it closes
+ * connection with the next event. A ticker thread, every 100 ms, closes
  * connections whose request head and body did not arrive within --read-timeout
  * (a 408 when it was their first request), ends requests past --request-timeout,
  * cancels parked requests whose client went away (the socket's peer closed:
  * POLLRDHUP) and wakes idle streams for an SSE keep-alive. MHD's completion
  * callback cancels whatever is still running when a connection ends early. */
-#define _GNU_SOURCE /* POLLRDHUP, accept4 */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include "server/server.h"
 
 #include "base/error.h"
 #include "base/utf8.h"
 #include "engine/data_parallel.h"
 #include "model/model.h"
-#include "server/http_head.h"
 #include "server/job.h"
 #include "server/metrics.h"
 #include "server/openai.h"
@@ -31,17 +25,14 @@
 #include "telemetry/telemetry.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,10 +50,6 @@
 /* After --shutdown-timeout, how long the ended requests may take to send their
  * error before their connections are closed. */
 #define DRAIN_GRACE_MS 10000
-/* How long the front keeps reading (and dropping) what a client still sends after
- * it answered its head with an error: closing a socket with unread bytes resets
- * it, and the reset can destroy the answer before the client reads it. */
-#define LINGER_MS 2000
 
 struct lpx_server {
     const lpx_model *m;
@@ -89,15 +76,11 @@ struct lpx_server {
     pthread_mutex_t park_mu; /* parking and waking connections, against stopping */
     atomic_bool stopping;    /* lpx_server_stop began: nothing parks any more */
     pthread_mutex_t sock_mu;
-    struct sock_ctx *socks;   /* every open connection, for the read deadline and limits */
-    struct sock_ctx *handing; /* given to libmicrohttpd, its start not yet notified */
-    int32_t n_socks;          /* in socks and handing */
-    int lfd, epfd;            /* the listening socket; the front's epoll */
-    bool accept_paused;       /* out of descriptors: accept again at the next tick */
-    pthread_t front;
-    bool front_started;
-    atomic_bool front_stop;
-    lpx_srv_error e408; /* what a connection gets at the read deadline */
+    struct sock_ctx *socks; /* every open connection, for the read deadline */
+    pthread_t ticker;
+    bool ticker_started;
+    atomic_bool ticker_stop;
+    char timeout_resp[512]; /* the 408 a connection gets at the read deadline */
     /* --fallback-model (fallback.h), owned: NULL fb_e when none */
     lpx_model *fb_m;
     lpx_engine *fb_e;
@@ -108,16 +91,11 @@ struct lpx_server {
     lpx_fallback_state fb_state; /* under place_mu */
 };
 
-/* One connection, from accept to close (once handed over, MHD's socket context). */
+/* One connection (MHD's socket context), from accept to close. */
 typedef struct sock_ctx {
     struct sock_ctx *prev, *next;
     int fd;
-    struct sockaddr_storage addr; /* the client's, for the per-address limit */
-    socklen_t addrlen;
-    double t_start; /* ms: the connection opened, or its last request ended (closing:
-                       the front answered it) */
-    bool front;     /* the front still peeks at its head */
-    bool closing;   /* the front answered it with an error and drops what comes */
+    double t_start; /* ms: the connection opened, or its last request ended */
     bool busy;      /* a request's head and body are in: no read deadline */
     bool served;    /* a request was answered: at the deadline it is only closed */
     bool expired;
@@ -327,7 +305,7 @@ static bool park_on(conn_ctx *c, lpx_job *j) {
     return j->waiting;
 }
 
-/* ---- deadlines -------------------------------------------------------------------- */
+/* ---- the ticker ------------------------------------------------------------------- */
 
 static sock_ctx *sock_of(struct MHD_Connection *conn) {
     const union MHD_ConnectionInfo *ci =
@@ -347,25 +325,6 @@ static void sock_busy(lpx_server *s, sock_ctx *k, bool busy) {
     pthread_mutex_unlock(&s->sock_mu);
 }
 
-static void sock_link(sock_ctx **list, sock_ctx *k) {
-    k->prev = NULL;
-    k->next = *list;
-    if (*list) (*list)->prev = k;
-    *list = k;
-}
-
-static void sock_unlink(sock_ctx **list, sock_ctx *k) {
-    if (k->prev)
-        k->prev->next = k->next;
-    else
-        *list = k->next;
-    if (k->next) k->next->prev = k->prev;
-    k->prev = k->next = NULL;
-}
-
-/* A connection the front handed over starts (on one of libmicrohttpd's threads),
- * or any connection ends: before libmicrohttpd closes the fd, so the front never
- * shuts a reused one. */
 static void on_socket(void *cls, struct MHD_Connection *conn, void **socket_context,
                       enum MHD_ConnectionNotificationCode code) {
     lpx_server *s = cls;
@@ -373,220 +332,51 @@ static void on_socket(void *cls, struct MHD_Connection *conn, void **socket_cont
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (!ci) return; /* no deadline for this one */
+        if (!ci || !(k = calloc(1, sizeof *k))) return; /* no deadline for this one */
+        k->fd = ci->connect_fd;
+        k->t_start = lpx_now_ms();
         pthread_mutex_lock(&s->sock_mu);
-        /* newest first: an entry libmicrohttpd dropped unnotified (out of memory)
-         * may hold the same, reused, fd */
-        for (k = s->handing; k && k->fd != ci->connect_fd; k = k->next) {
-        }
-        if (k) {
-            sock_unlink(&s->handing, k);
-            sock_link(&s->socks, k);
-        }
+        k->next = s->socks;
+        if (s->socks) s->socks->prev = k;
+        s->socks = k;
         pthread_mutex_unlock(&s->sock_mu);
         *socket_context = k;
         return;
     }
     if (!k) return;
+    /* before libmicrohttpd closes the fd: the ticker never shuts a reused one */
     pthread_mutex_lock(&s->sock_mu);
-    sock_unlink(&s->socks, k);
-    s->n_socks--;
+    if (k->prev)
+        k->prev->next = k->next;
+    else
+        s->socks = k->next;
+    if (k->next) k->next->prev = k->prev;
     pthread_mutex_unlock(&s->sock_mu);
     free(k);
     *socket_context = NULL;
 }
 
-/* The bytes of a response the server writes itself, not through libmicrohttpd:
- * the front's errors and the read deadline's 408. RAW_MAX holds any: lpx_srv_error's
- * message is at most 512 bytes, each escaped to at most 6. */
-#define RAW_MAX 4096
-
-/* A whole response (status line, head with the Date RFC 9110 6.6.1 asks for, JSON
- * body) for e into buf (RAW_MAX bytes): its length; 0 when out of memory. */
-static size_t raw_error(const lpx_srv_error *e, char *buf) {
-    char *body = lpx_oa_error(e), date[64];
-    if (!body) return 0;
-    time_t now = time(NULL);
-    struct tm tm;
-    strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", gmtime_r(&now, &tm));
-    int n = snprintf(buf, RAW_MAX,
-                     "HTTP/1.1 %d %s\r\nDate: %s\r\nConnection: close\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %zu\r\n\r\n%s",
-                     e->status, MHD_get_reason_phrase_for((unsigned)e->status), date, strlen(body),
-                     body);
-    free(body);
-    return n > 0 && n < RAW_MAX ? (size_t)n : 0;
-}
-
-/* ---- the front: accept, limits, request heads --------------------------------------- */
-
-static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
-    if (a->ss_family != b->ss_family) return false;
-    if (a->ss_family == AF_INET)
-        return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-               ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-    return a->ss_family == AF_INET6 &&
-           !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-                   &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr));
-}
-
-/* With sock_mu held, on the front's thread: closes a connection the front holds. */
-static void drop_locked(lpx_server *s, sock_ctx *k) {
-    sock_unlink(&s->socks, k);
-    s->n_socks--;
-    close(k->fd); /* and out of the front's epoll */
-    free(k);
-}
-
-/* Sends e as the whole response on fd (small: the socket takes it at once); counted
- * when sent. */
-static void send_raw(lpx_server *s, int fd, const lpx_srv_error *e) {
-    char resp[RAW_MAX];
-    size_t len = raw_error(e, resp);
-    if (!len || send(fd, resp, len, MSG_DONTWAIT | MSG_NOSIGNAL) <= 0) return;
-    pthread_mutex_lock(&s->metrics.mu);
-    s->metrics.http[e->status / 100]++;
-    pthread_mutex_unlock(&s->metrics.mu);
-}
-
-/* With sock_mu held, on the front's thread: answers a connection the front holds
- * with e, ends the writing side, and drops what the client still sends for
- * LINGER_MS. */
-static void answer_locked(lpx_server *s, sock_ctx *k, const lpx_srv_error *e) {
-    send_raw(s, k->fd, e);
-    shutdown(k->fd, SHUT_WR);
-    k->front = false;
-    k->closing = true;
-    k->t_start = lpx_now_ms();
-}
-
-static void front_accept(lpx_server *s) {
-    for (;;) {
-        struct sockaddr_storage a;
-        socklen_t al = sizeof a;
-        int fd = accept4(s->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED) continue;
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                /* the listening socket stays readable: not looked at until the next tick */
-                epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &(struct epoll_event){.events = 0});
-                s->accept_paused = true;
-            }
-            return;
-        }
-        sock_ctx *k = NULL;
-        pthread_mutex_lock(&s->sock_mu);
-        int32_t from_a = 0;
-        for (sock_ctx *const *list = (sock_ctx *const[]){s->socks, s->handing, NULL}; *list; list++)
-            for (const sock_ctx *o = *list; o; o = o->next)
-                from_a += same_host(&o->addr, &a);
-        /* over a limit: closed without an answer, as libmicrohttpd does */
-        if (s->n_socks < s->o.max_connections && from_a < s->o.max_connections_per_ip &&
-            (k = calloc(1, sizeof *k))) {
-            k->fd = fd;
-            k->addr = a;
-            k->addrlen = al;
-            k->t_start = lpx_now_ms();
-            k->front = true;
-            sock_link(&s->socks, k);
-            s->n_socks++;
-        }
-        pthread_mutex_unlock(&s->sock_mu);
-        if (!k) {
-            close(fd);
-            continue;
-        }
-        /* edge-triggered: peeked bytes stay in the socket, each arrival is an event */
-        struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP | EPOLLET, .data.ptr = k};
-        if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) != 0) {
-            pthread_mutex_lock(&s->sock_mu);
-            drop_locked(s, k);
-            pthread_mutex_unlock(&s->sock_mu);
-        }
-    }
-}
-
-/* A good head: libmicrohttpd reads the connection from its first byte. */
-static void hand_over(lpx_server *s, sock_ctx *k) {
-    epoll_ctl(s->epfd, EPOLL_CTL_DEL, k->fd, NULL);
-    pthread_mutex_lock(&s->sock_mu);
-    sock_unlink(&s->socks, k);
-    sock_link(&s->handing, k);
-    k->front = false;
-    pthread_mutex_unlock(&s->sock_mu);
-    if (MHD_add_connection(s->d, k->fd, (const struct sockaddr *)&k->addr, k->addrlen) != MHD_YES) {
-        /* libmicrohttpd closed it (its connection limit, out of memory), unnotified */
-        pthread_mutex_lock(&s->sock_mu);
-        sock_unlink(&s->handing, k);
-        s->n_socks--;
-        pthread_mutex_unlock(&s->sock_mu);
-        free(k);
-    }
-}
-
-/* New bytes (or the client's end) on a connection the front holds. buf:
- * LPX_HTTP_HEAD_MAX bytes. */
-static void front_look(lpx_server *s, sock_ctx *k, uint32_t events, char *buf) {
-    ssize_t n;
-    if (k->closing) {
-        while ((n = recv(k->fd, buf, LPX_HTTP_HEAD_MAX, MSG_DONTWAIT)) > 0) {
-        }
-        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-            pthread_mutex_lock(&s->sock_mu);
-            drop_locked(s, k);
-            pthread_mutex_unlock(&s->sock_mu);
-        }
-        return;
-    }
-    n = recv(k->fd, buf, LPX_HTTP_HEAD_MAX, MSG_PEEK | MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    lpx_srv_error e;
-    lpx_http_head r =
-        n > 0 ? lpx_http_head_check(buf, (size_t)n, n == LPX_HTTP_HEAD_MAX, &e) : LPX_HTTP_HEAD_BAD;
-    if (r == LPX_HTTP_HEAD_MORE && !(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))) return;
-    if (r == LPX_HTTP_HEAD_OK) {
-        hand_over(s, k);
-        return;
-    }
-    pthread_mutex_lock(&s->sock_mu);
-    if (n <= 0 || (events & (EPOLLHUP | EPOLLERR))) {
-        drop_locked(s, k); /* the client left (or the read deadline shut it) */
-    } else {
-        if (r == LPX_HTTP_HEAD_MORE)
-            lpx_srv_fail(&e, 400, "invalid_request_error", "malformed_http", NULL,
-                         "the client ended its side of the connection before the request's "
-                         "head was whole (%zd bytes)",
-                         n);
-        answer_locked(s, k, &e);
-        fprintf(stderr, "lpx serve: a request answered before it was read: %d %s\n", e.status,
-                e.message);
-    }
-    pthread_mutex_unlock(&s->sock_mu);
-}
-
 /* Connections whose request head and body took longer than --read-timeout: a 408
  * for a first request (a later one on a kept-alive connection may race the client's
- * next request, so it is only closed). One the front holds is answered by it; one of
- * libmicrohttpd's is shut down, and libmicrohttpd sees the end and closes it. The
- * front's answered connections are closed after LINGER_MS. */
+ * next request, so it is only closed), then shut down; libmicrohttpd sees the end
+ * and closes them. */
 static void expire_reads(lpx_server *s, double now) {
+    int n408 = 0;
     pthread_mutex_lock(&s->sock_mu);
-    for (sock_ctx *k = s->socks, *next; k; k = next) {
-        next = k->next;
-        if (k->closing) {
-            if (now - k->t_start > LINGER_MS) drop_locked(s, k);
-            continue;
-        }
+    for (sock_ctx *k = s->socks; k; k = k->next) {
         if (k->busy || k->expired || now - k->t_start < s->o.read_timeout_s * 1e3) continue;
         k->expired = true;
-        if (k->front) {
-            answer_locked(s, k, &s->e408);
-            continue;
-        }
-        if (!k->served) send_raw(s, k->fd, &s->e408);
+        if (!k->served &&
+            send(k->fd, s->timeout_resp, strlen(s->timeout_resp), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+            n408++;
         shutdown(k->fd, SHUT_RDWR);
     }
     pthread_mutex_unlock(&s->sock_mu);
+    if (n408) {
+        pthread_mutex_lock(&s->metrics.mu);
+        s->metrics.http[4] += (uint64_t)n408;
+        pthread_mutex_unlock(&s->metrics.mu);
+    }
 }
 
 /* Jobs past --request-timeout end with the timeout error; parked ones whose client
@@ -626,26 +416,11 @@ static void watch_jobs(lpx_server *s, double now) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static void *front(void *arg) {
+static void *ticker(void *arg) {
     lpx_server *s = arg;
-    char buf[LPX_HTTP_HEAD_MAX];
-    struct epoll_event ev[64];
-    double next = lpx_now_ms() + SLICE_MS;
-    while (!atomic_load(&s->front_stop)) {
+    while (!atomic_load(&s->ticker_stop)) {
+        nanosleep(&(struct timespec){.tv_nsec = SLICE_MS * 1000000L}, NULL);
         double now = lpx_now_ms();
-        int n = epoll_wait(s->epfd, ev, 64, now < next ? (int)(next - now) + 1 : 0);
-        for (int i = 0; i < n; i++) {
-            if (ev[i].data.ptr)
-                front_look(s, ev[i].data.ptr, ev[i].events, buf);
-            else
-                front_accept(s);
-        }
-        now = lpx_now_ms();
-        if (now < next) continue;
-        next = now + SLICE_MS;
-        if (s->accept_paused &&
-            !epoll_ctl(s->epfd, EPOLL_CTL_MOD, s->lfd, &(struct epoll_event){.events = EPOLLIN}))
-            s->accept_paused = false;
         expire_reads(s, now);
         watch_jobs(s, now);
     }
@@ -661,7 +436,7 @@ typedef struct sse_ctx {
 } sse_ctx;
 
 /* Never blocks: what the job has, a keep-alive comment, or nothing (the connection
- * parks until the job's next event or the front's keep-alive wake). */
+ * parks until the job's next event or the ticker's keep-alive wake). */
 static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     sse_ctx *x = cls;
@@ -958,7 +733,8 @@ static void prep_generate(conn_ctx *c) {
     }
     if (ok && fb) { /* the fallback's own sampling defaults */
         lpx_srv_params_free(&p);
-        if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->fb_m->gen, &p, e)) {
+        if (!lpx_srv_parse(c->kind, c->body.p ? c->body.p : "", c->body.n, &s->fb_m->gen, &p,
+                           e)) {
             c->failed = true;
             return;
         }
@@ -1371,7 +1147,6 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     *out = NULL;
     lpx_server *s = calloc(1, sizeof *s);
     if (!s) return lpx_errorf(LPX_ERR_NOMEM, "server: out of memory");
-    s->lfd = s->epfd = -1;
     s->o = *o;
     if (!s->o.host) s->o.host = "127.0.0.1";
     s->loopback = !strncmp(s->o.host, "127.", 4) || !strcmp(s->o.host, "::1") ||
@@ -1403,9 +1178,15 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
     pthread_mutex_init(&s->park_mu, NULL);
     pthread_mutex_init(&s->sock_mu, NULL);
     atomic_init(&s->stopping, false);
-    atomic_init(&s->front_stop, false);
-    lpx_srv_fail(&s->e408, 408, "invalid_request_error", "request_timeout", NULL,
-                 "the request's head and body took longer than the server's --read-timeout");
+    atomic_init(&s->ticker_stop, false);
+    static const char body408[] =
+        "{\"error\":{\"message\":\"the request's head and body took longer than the "
+        "server's --read-timeout\",\"type\":\"invalid_request_error\",\"param\":null,"
+        "\"code\":\"request_timeout\"}}";
+    snprintf(s->timeout_resp, sizeof s->timeout_resp,
+             "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Type: "
+             "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+             sizeof body408 - 1, body408);
     /* GPU gauges when NVML answers; a machine without a GPU just has none. */
     if (lpx_telemetry_open(0, &s->tel) == LPX_OK) {
         const lpx_telemetry_state *ts = lpx_telemetry_get_state(s->tel);
@@ -1436,49 +1217,30 @@ lpx_status lpx_server_start(const lpx_server_opts *o, lpx_server **out) {
         lpx_server_stop(s);
         return lpx_errorf(LPX_ERR_INVALID_ARG, "--host %s: %s", o->host, gai_strerror(rc));
     }
-    /* The front's listening socket, as libmicrohttpd would make it: the address
-     * reusable at once after a restart, IPv6 only for an IPv6 address. */
-    int one = 1;
-    s->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    bool bound = s->lfd >= 0 && !setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) &&
-                 (ai->ai_family != AF_INET6 ||
-                  !setsockopt(s->lfd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one)) &&
-                 !bind(s->lfd, ai->ai_addr, ai->ai_addrlen) && !listen(s->lfd, 1024);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     (ai->ai_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    s->d = MHD_start_daemon(
+        flags, (uint16_t)o->port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_NOTIFY_CONNECTION, on_socket, s,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_S, MHD_OPTION_THREAD_POOL_SIZE,
+        (unsigned)POOL_THREADS, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)s->o.max_connections_per_ip,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024, MHD_OPTION_END);
     freeaddrinfo(ai);
-    if (!bound) {
+    if (!s->d) {
         lpx_server_stop(s);
         return lpx_errorf(LPX_ERR_IO,
                           "cannot listen on %s port %d (in use, or not an "
                           "address of this machine?)",
                           o->host ? o->host : "127.0.0.1", o->port);
     }
-    struct sockaddr_storage la;
-    socklen_t lal = sizeof la;
-    s->port = o->port;
-    if (!getsockname(s->lfd, (struct sockaddr *)&la, &lal))
-        s->port = ntohs(la.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&la)->sin6_port
-                                                 : ((struct sockaddr_in *)&la)->sin_port);
-    /* libmicrohttpd's own limit stays as a backstop: the front counts a connection
-     * until libmicrohttpd notifies its end, libmicrohttpd a moment longer. */
-    s->d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ITC |
-            MHD_USE_NO_LISTEN_SOCKET,
-        0, NULL, NULL, handler, s, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, on_socket, s, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)IDLE_S,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)POOL_THREADS, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)s->o.max_connections, MHD_OPTION_END);
-    s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (!s->d || s->epfd < 0 ||
-        epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->lfd,
-                  &(struct epoll_event){.events = EPOLLIN, .data.ptr = NULL}) != 0) {
-        lpx_server_stop(s);
-        return lpx_errorf(LPX_ERR_IO, "server: cannot start libmicrohttpd or an epoll");
-    }
-    if (pthread_create(&s->front, NULL, front, s) != 0) {
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = di ? di->port : o->port;
+    if (pthread_create(&s->ticker, NULL, ticker, s) != 0) {
         lpx_server_stop(s);
         return lpx_errorf(LPX_ERR_IO, "server: cannot start a thread");
     }
-    s->front_started = true;
+    s->ticker_started = true;
     *out = s;
     return LPX_OK;
 }
@@ -1562,19 +1324,10 @@ void lpx_server_drain(lpx_server *s, double timeout_s) {
 
 void lpx_server_stop(lpx_server *s) {
     if (!s) return;
-    if (s->front_started) {
-        atomic_store(&s->front_stop, true);
-        pthread_join(s->front, NULL);
+    if (s->ticker_started) {
+        atomic_store(&s->ticker_stop, true);
+        pthread_join(s->ticker, NULL);
     }
-    /* what the front still holds; libmicrohttpd closes its own */
-    pthread_mutex_lock(&s->sock_mu);
-    for (sock_ctx *k = s->socks, *next; k; k = next) {
-        next = k->next;
-        if (k->front || k->closing) drop_locked(s, k);
-    }
-    pthread_mutex_unlock(&s->sock_mu);
-    if (s->lfd >= 0) close(s->lfd);
-    if (s->epfd >= 0) close(s->epfd);
     /* libmicrohttpd must not stop with a connection suspended: nothing parks from
      * now on, the queued bodies end (each waking its connection), then every job's
      * parked connection is woken; each then answers or closes. */

@@ -2,9 +2,7 @@
  *
  * Layout of src/server/:
  *   server.h   this interface (used by src/cli/cmd_serve.c)
- *   http.c     the front (accept, limits, request heads, deadlines) and libmicrohttpd
- *              glue: daemon, routing, bodies, SSE, disconnects, drain
- *   http_head.c a request head's grammar, checked before libmicrohttpd parses it
+ *   http.c     libmicrohttpd glue: daemon, routing, bodies, SSE, disconnects, drain
  *   params.c   request bodies (cJSON) -> validated parameters or an OpenAI error
  *   openai.c   OpenAI response objects and SSE chunks
  *   job.c      the engine bridge: one HTTP request -> n engine requests
